@@ -1,0 +1,123 @@
+"""The hooks a vllm-volta plugin may implement.
+
+A plugin is a module (or object) named by an entry point in the ``vllm_volta.plugins`` group.
+It sets ``VOLTA_HOST_API`` to the host API version it was written for and implements any of the
+hooks below with the :data:`hookimpl` marker. Hooks return declarations (see
+:mod:`volta_core.types`); the host checks them and resolves choices in pure functions
+(:mod:`volta_core.resolution`), which the ``vllm-volta plan`` command and the vLLM adapter share.
+
+No hook is ``firstresult`` except :func:`volta_reasoning_postprocess`: the host needs every
+plugin's answer to rank claims by priority, to list every refusal, and to combine verdicts.
+Hooks are called when the host resolves something (the plan command, or vLLM building a layer),
+never at import or discovery time, so loading plugins imports no kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pluggy
+
+from volta_core.device import Device
+from volta_core.types import (
+    AttentionBackendSpec,
+    KernelConfig,
+    KVRequest,
+    KVVerdict,
+    QuantClaim,
+    QuantConfig,
+    QuantDecline,
+    QuantLayer,
+    QuantMethodSpec,
+    ReasoningContext,
+    ReasoningParserSpec,
+    ReasoningSplit,
+)
+
+PROJECT_NAME = "vllm_volta"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def volta_attention_backends() -> Iterable[AttentionBackendSpec]:
+    """Declare the attention backends this plugin provides.
+
+    Called once per resolution (not at import). Each declaration states what the backend can
+    run; the host tries backends per layer in descending ``priority`` and gives the layer to the
+    first whose declaration admits it, falling back to vLLM's built-in backends only where they
+    are valid. Backend names must be unique across all plugins.
+    """
+
+
+@hookspec
+def volta_quant_methods() -> Iterable[QuantMethodSpec]:
+    """Declare the quantization methods this plugin can claim layers for.
+
+    Names must be unique across plugins; :func:`volta_quant_method` may only claim or decline
+    with a name declared here.
+    """
+
+
+@hookspec
+def volta_quant_method(
+    config: QuantConfig, layer: QuantLayer, device: Device
+) -> QuantClaim | QuantDecline | None:
+    """Claim one layer of a quantized checkpoint, decline it with a reason, or pass.
+
+    Called for every quantizable module while vLLM builds the model, and by the plan.
+
+    :param config: the checkpoint's quantization section, as the checkpoint states it.
+    :param layer: the module's kind, dotted prefix and full (unsharded) shape.
+    :param device: the device the engine runs on.
+    :return: a :class:`~volta_core.types.QuantClaim` to take the layer (among several claims the
+        highest ``priority`` wins; equal priorities are an error naming both plugins); a
+        :class:`~volta_core.types.QuantDecline` when the plugin recognises the layer but cannot
+        run it (the reason is shown by the plan); ``None`` when the layer is not its business.
+        With no claim, the engine's own lookup decides.
+    """
+
+
+@hookspec
+def volta_kv_cache_verdict(request: KVRequest) -> KVVerdict | None:
+    """Judge a KV-cache dtype request for a checkpoint on a device.
+
+    Called once at engine configuration (before any layer is built) and by the plan.
+
+    :param request: the requested ``--kv-cache-dtype``, what the checkpoint says about KV
+        scales, and the device.
+    :return: accept (optionally with warnings), reject with a reason, or ``None`` for no
+        opinion. Combined: any reject wins and the error lists every reason; with no accepting
+        plugin the engine's own rule stands.
+    """
+
+
+@hookspec
+def volta_reasoning_parsers() -> Iterable[ReasoningParserSpec]:
+    """Declare reasoning parsers by name. Names must be unique across plugins.
+
+    The adapter registers each with vLLM's ``ReasoningParserManager`` under its name.
+    """
+
+
+@hookspec(firstresult=True)
+def volta_reasoning_postprocess(
+    split: ReasoningSplit, context: ReasoningContext
+) -> ReasoningSplit | None:
+    """Adjust a parser's reasoning/content split before it reaches the client.
+
+    Called after the parser for every non-streaming result and for every streaming delta.
+    ``firstresult``: the first plugin returning a split replaces the parser's; ``None`` keeps it.
+    The host refuses a returned split that drops generated text (it keeps the parser's split
+    and logs the offending plugin): generated text is never lost.
+    """
+
+
+@hookspec
+def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
+    """List every kernel launch configuration this plugin would use on ``device``.
+
+    Used by the SM70 compile gate: for capability 7.0 this must be exactly what would run on a
+    V100, so the gate checks registers, spills and shared memory of the real configurations.
+    """

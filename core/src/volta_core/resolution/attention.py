@@ -1,0 +1,90 @@
+"""Per-layer attention backend selection with head-size (and feature) fallback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from volta_core.device import Device
+from volta_core.errors import NoAttentionBackendError
+from volta_core.types import (
+    AttentionBackendSpec,
+    AttentionChoice,
+    AttentionLayer,
+    BackendRefusal,
+    canonical_kv_dtype,
+)
+
+
+def _cap(capability: tuple[int, int]) -> str:
+    return f"{capability[0]}.{capability[1]}"
+
+
+def refusal_reason(spec: AttentionBackendSpec, layer: AttentionLayer, device: Device) -> str | None:
+    """Why ``spec`` cannot run ``layer`` on ``device``, or None when it can.
+
+    Checks run in a fixed order and the first failing one is reported, so a plan reads the
+    same every time.
+    """
+    if not spec.min_capability <= device.capability <= spec.max_capability:
+        return (
+            f"compute capability {_cap(device.capability)} is outside "
+            f"{_cap(spec.min_capability)}..{_cap(spec.max_capability)}"
+        )
+    if layer.head_size < spec.min_head_size:
+        return f"head size {layer.head_size} is below its minimum {spec.min_head_size}"
+    if spec.head_sizes and layer.head_size not in spec.head_sizes:
+        sizes = ", ".join(str(s) for s in sorted(spec.head_sizes))
+        return f"head size {layer.head_size} is not one of its head sizes ({sizes})"
+    if layer.dtype not in spec.dtypes:
+        return f"activation dtype {layer.dtype} is not one of {', '.join(sorted(spec.dtypes))}"
+    kv_dtype = canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)
+    if kv_dtype not in spec.kv_cache_dtypes:
+        return f"KV-cache dtype {kv_dtype} is not one of {', '.join(sorted(spec.kv_cache_dtypes))}"
+    needed = spec.kv_dtype_min_capability.get(kv_dtype)
+    if needed is not None and device.capability < needed:
+        return f"KV-cache dtype {kv_dtype} needs compute capability {_cap(needed)} or newer"
+    if spec.block_size_multiple and layer.block_size % spec.block_size_multiple:
+        return f"block size {layer.block_size} is not a multiple of {spec.block_size_multiple}"
+    missing = sorted(f.value for f in layer.features - spec.features)
+    if missing:
+        return f"it does not implement {', '.join(missing)}"
+    return None
+
+
+def candidate_order(backends: Iterable[AttentionBackendSpec]) -> list[AttentionBackendSpec]:
+    """Plugin backends first, by descending priority (name breaks ties), then built-ins."""
+    return sorted(backends, key=lambda b: (b.builtin, -b.priority, b.name))
+
+
+def select_backend(
+    layer: AttentionLayer,
+    device: Device,
+    candidates: Sequence[AttentionBackendSpec],
+    forced: str | None = None,
+) -> AttentionChoice:
+    """Give ``layer`` to the first candidate (in :func:`candidate_order`) that admits it.
+
+    ``forced`` is an explicit ``--attention-backend``: only that backend is tried, so a layer it
+    cannot run is an error naming the layer and the reason rather than a silent fallback.
+    Raises :class:`NoAttentionBackendError` listing every candidate's refusal.
+    """
+    ordered = candidate_order(candidates)
+    if forced is not None:
+        ordered = [b for b in ordered if b.name == forced or b.vllm_name == forced]
+        if not ordered:
+            names = ", ".join(b.name for b in candidate_order(candidates)) or "none"
+            raise NoAttentionBackendError(
+                f"attention backend {forced!r} is not declared (known: {names})"
+            )
+    refusals: list[BackendRefusal] = []
+    for spec in ordered:
+        reason = refusal_reason(spec, layer, device)
+        if reason is None:
+            return AttentionChoice(layer, spec, tuple(refusals))
+        refusals.append(BackendRefusal(spec.name, reason))
+    detail = "; ".join(f"{r.backend}: {r.reason}" for r in refusals) or "no backend is declared"
+    raise NoAttentionBackendError(
+        f"no attention backend can run layer {layer.prefix} (head size {layer.head_size}, "
+        f"{layer.dtype}, KV {canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)}) "
+        f"on {device.sm}: {detail}"
+    )

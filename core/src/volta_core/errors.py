@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from volta_core.device import Device
+    from volta_core.types import AttentionLayer, BackendRefusal
+
 
 class VoltaError(Exception):
     """Base class of every error the host raises on purpose."""
@@ -24,7 +30,22 @@ class DuplicateDeclarationError(PluginError):
 
 
 class NoAttentionBackendError(VoltaError):
-    """No candidate backend admits an attention layer; the message lists every refusal."""
+    """No candidate backend admits an attention layer; the message lists every refusal.
+
+    ``summary`` is the message without the layer's name, so a plan can group identical layers.
+    """
+
+    def __init__(self, layer: AttentionLayer, device: Device, refusals: tuple[BackendRefusal, ...]):
+        from volta_core.types import canonical_kv_dtype
+
+        self.layer, self.device, self.refusals = layer, device, refusals
+        detail = "; ".join(f"{r.backend}: {r.reason}" for r in refusals) or "no backend is declared"
+        kv = canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)
+        self.summary = (
+            f"no attention backend can run head size {layer.head_size}, {layer.dtype}, KV {kv} "
+            f"on {device.sm}: {detail}"
+        )
+        super().__init__(f"layer {layer.prefix}: {self.summary}")
 
 
 class KVCacheDtypeRejected(VoltaError):

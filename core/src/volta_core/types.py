@@ -121,6 +121,8 @@ class BackendRefusal:
 
     backend: str
     reason: str
+    other_device: bool = False
+    """The backend targets other compute capabilities, so it was never a candidate here."""
 
 
 @dataclass(frozen=True)

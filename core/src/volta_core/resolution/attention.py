@@ -80,11 +80,10 @@ def select_backend(
     for spec in ordered:
         reason = refusal_reason(spec, layer, device)
         if reason is None:
-            return AttentionChoice(layer, spec, tuple(refusals))
-        refusals.append(BackendRefusal(spec.name, reason))
-    detail = "; ".join(f"{r.backend}: {r.reason}" for r in refusals) or "no backend is declared"
-    raise NoAttentionBackendError(
-        f"no attention backend can run layer {layer.prefix} (head size {layer.head_size}, "
-        f"{layer.dtype}, KV {canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)}) "
-        f"on {device.sm}: {detail}"
-    )
+            # A backend made for other devices is not a fallback the layer fell through: keep
+            # only refusals by backends that target this device.
+            fell_through = tuple(r for r in refusals if not r.other_device)
+            return AttentionChoice(layer, spec, fell_through)
+        other = not spec.min_capability <= device.capability <= spec.max_capability
+        refusals.append(BackendRefusal(spec.name, reason, other))
+    raise NoAttentionBackendError(layer, device, tuple(refusals))

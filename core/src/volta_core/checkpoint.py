@@ -1,0 +1,97 @@
+"""What a checkpoint's ``quantization_config`` says, read the way the checkpoint states it.
+
+One reading for everyone: the plan command and the vLLM adapter both describe a checkpoint's
+weights and KV scales through these functions, so the KV verdict a user sees in the plan is
+the one the engine applies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from volta_core.errors import UsageError
+from volta_core.types import CheckpointKV, KVScaleScheme, QuantConfig
+
+#: compressed-tensors ``kv_cache_scheme.strategy`` values and the scale layout each means.
+_CT_KV_STRATEGIES: dict[str, KVScaleScheme] = {
+    "tensor": KVScaleScheme.PER_TENSOR,
+    "attn_head": KVScaleScheme.PER_ATTENTION_HEAD,
+}
+
+
+def quant_config(raw: Mapping[str, Any] | None) -> QuantConfig | None:
+    """Wrap a ``quantization_config`` section; None for an unquantized checkpoint."""
+    if not raw:
+        return None
+    method = raw.get("quant_method")
+    if not isinstance(method, str) or not method:
+        return QuantConfig("unknown", raw)
+    return QuantConfig(method, raw)
+
+
+def is_ignored(config: QuantConfig, prefix: str) -> bool:
+    """Whether the checkpoint keeps module ``prefix`` unquantized (its ``ignore`` list).
+
+    Entries are exact module names or ``re:`` patterns matched against the whole name, the way
+    compressed-tensors matches them.
+    """
+    for entry in config.ignore:
+        if entry.startswith("re:"):
+            if re.match(entry[3:], prefix):
+                return True
+        elif entry == prefix:
+            return True
+    return False
+
+
+def _ct_weight_format(raw: Mapping[str, Any]) -> str:
+    """The weight format of a compressed-tensors checkpoint (``int4``, ``fp8``, ``int8``...)."""
+    formats = set()
+    for group in (raw.get("config_groups") or {}).values():
+        weights = (group or {}).get("weights") or {}
+        bits, kind = weights.get("num_bits"), weights.get("type", "int")
+        if bits:
+            formats.add(f"{'fp' if kind == 'float' else 'int'}{bits}")
+    return "+".join(sorted(formats)) or "fp16"
+
+
+def weight_format(config: QuantConfig | None) -> str:
+    """A short name for how the weights are stored: ``fp16``, ``fp8``, ``int4``..."""
+    if config is None:
+        return "fp16"
+    if config.method == "compressed-tensors":
+        return _ct_weight_format(config.raw)
+    if config.method in {"fp8", "fbgemm_fp8", "modelopt"}:
+        return "fp8"
+    bits = config.raw.get("bits") or config.raw.get("w_bit")
+    return f"int{bits}" if bits else config.method
+
+
+def checkpoint_kv(config: QuantConfig | None) -> CheckpointKV:
+    """What the checkpoint ships for the KV cache: scale layout and the dtype they were made for.
+
+    compressed-tensors states it in ``kv_cache_scheme`` (``strategy`` tensor or attn_head; an
+    8-bit float scheme is calibrated for e4m3, the format llm-compressor produces). Dense fp8
+    checkpoints from other tools state ``kv_cache_quant_algo``/``kv_cache_scheme`` likewise.
+    """
+    fmt = weight_format(config)
+    if config is None:
+        return CheckpointKV(weight_format=fmt, source="unquantized checkpoint")
+    scheme = config.kv_cache_scheme
+    if scheme is not None:
+        strategy = str(scheme.get("strategy", "tensor"))
+        layout = _CT_KV_STRATEGIES.get(strategy)
+        if layout is None:
+            known = ", ".join(sorted(_CT_KV_STRATEGIES))
+            raise UsageError(f"kv_cache_scheme strategy {strategy!r} is not one of: {known}")
+        kind, bits = scheme.get("type", "float"), scheme.get("num_bits", 8)
+        calibrated = "fp8_e4m3" if (kind, bits) == ("float", 8) else f"{kind}{bits}"
+        return CheckpointKV(
+            layout, calibrated, fmt, f"{config.method} kv_cache_scheme ({strategy})"
+        )
+    algo = config.raw.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and algo.upper() == "FP8":
+        return CheckpointKV(KVScaleScheme.PER_TENSOR, "fp8_e4m3", fmt, "kv_cache_quant_algo FP8")
+    return CheckpointKV(weight_format=fmt, source=f"{config.method}: no KV-cache scales")

@@ -1,0 +1,408 @@
+"""The SM70 compile gate: prove a Triton kernel fits a V100 without having one.
+
+Triton compiles for any NVIDIA target on a machine with no GPU (FACTS.md 1). The gate compiles
+one launch configuration for ``GPUTarget("cuda", capability, 32)``, runs the bundled ``ptxas -v``
+on the PTX for the register and spill figures (Triton itself only learns them when it loads the
+binary on a GPU), reads the shared memory Triton allocated from the compile metadata, and
+disassembles the cubin with the bundled ``cuobjdump -sass`` for an opcode histogram.
+
+A configuration passes when it compiles, spills nothing, uses at most 96 KB of shared memory
+(Volta's per-block limit) and, below SM89, uses no ``fp8e4nv`` (e4m3), which Volta cannot
+convert. Every failure, a compile error included, is a line in :attr:`GateReport.problems`: the
+gate never raises for a bad kernel, so one test can report all configurations of a plugin.
+
+Triton is imported inside the functions, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import io
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import types
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from volta_core.types import KernelConfig
+
+#: Volta's largest shared-memory allocation per block (opt-in above 48 KB).
+MAX_SHARED_BYTES = 96 * 1024
+
+#: First compute capability (as Triton spells it: 89) with e4m3 (``fp8e4nv``) conversion.
+FP8E4NV_MIN_CAPABILITY = 89
+
+# How e4m3 shows up in each stage's text: MLIR's type in TTIR/TTGIR/LLIR, PTX's cvt suffix.
+_E4M3_PATTERNS = {
+    "ttir": re.compile(r"f8E4M3FN\b"),
+    "ttgir": re.compile(r"f8E4M3FN\b"),
+    "ptx": re.compile(r"\.e4m3x?\d*\b"),
+}
+
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+_PTXAS_SPILLS = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
+_PTX_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
+# One SASS instruction line: /*0040*/  [@!P0] OPCODE.MODIFIERS operands ;
+_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+@dataclass
+class GateReport:
+    """What the gate measured for one kernel launch configuration.
+
+    ``n_spills`` is the bytes of register spill stores ptxas reports (``n_spill_loads`` the
+    loads); ``stack_bytes`` the local-memory stack frame, reported but not judged (an indexed
+    local array needs one without spilling). Figures are None when the kernel did not get that
+    far. ``sass_histogram`` counts SASS opcodes without modifiers (``FFMA``, ``LDG``, ``HMMA``).
+    """
+
+    name: str
+    capability: int
+    num_warps: int = 4
+    num_stages: int = 1
+    n_regs: int | None = None
+    n_spills: int | None = None
+    n_spill_loads: int | None = None
+    stack_bytes: int | None = None
+    shared_bytes: int | None = None
+    sass_histogram: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """True when nothing stops this configuration from running on the target."""
+        return not self.problems
+
+    def describe(self) -> str:
+        """One paragraph with the verdict, the figures and every problem."""
+        verdict = "passes" if self.passed else "FAILS"
+        lines = [
+            f"{self.name} on sm_{self.capability} (num_warps={self.num_warps}, "
+            f"num_stages={self.num_stages}) {verdict} the compile gate: "
+            f"registers={self.n_regs}, spill stores={self.n_spills} B, "
+            f"spill loads={self.n_spill_loads} B, stack={self.stack_bytes} B, "
+            f"shared={self.shared_bytes} B (limit {MAX_SHARED_BYTES} B)"
+        ]
+        lines += [f"  problem: {p}" for p in self.problems]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def compile_for(
+    kernel: Any,
+    signature: Mapping[str, str],
+    constexprs: Mapping[str, Any] | None = None,
+    *,
+    num_warps: int = 4,
+    num_stages: int = 1,
+    capability: int = 70,
+    name: str | None = None,
+) -> GateReport:
+    """Compile one launch configuration of ``kernel`` for ``sm_<capability>`` and judge it.
+
+    :param kernel: a ``@triton.jit`` function; an interpreted one (``TRITON_INTERPRET=1`` at
+        its import) or an autotuner/heuristics wrapper is unwrapped to its Python function.
+    :param signature: argument name to Triton type (``*fp16``, ``i32``, ``fp32``...) for every
+        runtime argument. Pointers are compiled as 16-byte aligned, as the JIT does for
+        tensors from torch's allocator.
+    :param constexprs: values of the ``tl.constexpr`` arguments.
+    """
+    constexprs = dict(constexprs or {})
+    report = GateReport(
+        name=name or _kernel_name(kernel),
+        capability=capability,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
+    try:
+        compiled = _compile(kernel, signature, constexprs, num_warps, num_stages, capability)
+    except Exception as exc:  # a compile failure is a finding, not an error of the gate
+        report.problems.append(_describe_compile_error(exc, capability))
+        return report
+
+    report.shared_bytes = int(_metadata_field(compiled.metadata, "shared"))
+    asm = compiled.asm
+    if capability < FP8E4NV_MIN_CAPABILITY:
+        stages = [s for s, pattern in _E4M3_PATTERNS.items() if pattern.search(str(asm.get(s, "")))]
+        if stages:
+            report.problems.append(
+                f"uses fp8e4nv (e4m3), which sm_{capability} cannot convert "
+                f"(found in {', '.join(stages)}); use e5m2 (fp8e5) on this path"
+            )
+    _measure_registers(report, asm["ptx"], capability)
+    _measure_sass(report, asm["cubin"])
+
+    if report.shared_bytes > MAX_SHARED_BYTES:
+        report.problems.append(
+            f"needs {report.shared_bytes} B of shared memory, over the {MAX_SHARED_BYTES} B "
+            "a Volta block can have"
+        )
+    if report.n_spills:
+        report.problems.append(
+            f"spills registers: {report.n_spills} B of spill stores and {report.n_spill_loads} B "
+            f"of spill loads with {report.n_regs} registers per thread; use smaller tiles or "
+            "more warps"
+        )
+    return report
+
+
+def check_kernel_config(cfg: KernelConfig, capability: int = 70) -> GateReport:
+    """Import ``cfg.kernel`` (``"package.module:function"``) and run :func:`compile_for` on it."""
+    try:
+        kernel = import_kernel(cfg.kernel)
+    except Exception as exc:
+        report = GateReport(cfg.name, capability, cfg.num_warps, cfg.num_stages)
+        report.problems.append(f"cannot import kernel {cfg.kernel!r}: {type(exc).__name__}: {exc}")
+        return report
+    return compile_for(
+        kernel,
+        cfg.signature,
+        cfg.constexprs,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+        capability=capability,
+        name=cfg.name,
+    )
+
+
+def assert_gate_passes(report: GateReport) -> None:
+    """Raise :class:`AssertionError` with the figures and every problem if the report fails."""
+    if not report.passed:
+        raise AssertionError(report.describe())
+
+
+def import_kernel(path: str) -> Any:
+    """Resolve ``"package.module:attr.path"`` to the object it names."""
+    module_name, sep, attr_path = path.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"kernel path {path!r} is not of the form 'package.module:function'")
+    obj: Any = importlib.import_module(module_name)
+    for attr in attr_path.split("."):
+        obj = getattr(obj, attr)
+    return obj
+
+
+# -- compiling ----------------------------------------------------------------------------
+
+
+def _compile(
+    kernel: Any,
+    signature: Mapping[str, str],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    num_stages: int,
+    capability: int,
+) -> Any:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = as_jit_function(kernel)
+    arg_names = list(fn.arg_names)
+    unknown = sorted((set(signature) | set(constexprs)) - set(arg_names))
+    if unknown:
+        raise ValueError(f"{fn.__name__} has no argument(s) {unknown}; its arguments: {arg_names}")
+    missing = [a for a in arg_names if a not in signature and a not in constexprs]
+    if missing:
+        raise ValueError(f"no type or constexpr value given for argument(s) {missing}")
+    full_signature = {a: ("constexpr" if a in constexprs else signature[a]) for a in arg_names}
+    aligned = {
+        (i,): [["tt.divisibility", 16]]
+        for i, a in enumerate(arg_names)
+        if a not in constexprs and full_signature[a].startswith("*")
+    }
+    source = make_ast_source(ASTSource, fn, full_signature, constexprs, aligned)
+    target = GPUTarget("cuda", capability, 32)
+    noise = io.StringIO()  # Triton prints a ptxas reproducer on failure: keep it in the report
+    with contextlib.redirect_stdout(noise):
+        return triton.compile(
+            source, target=target, options={"num_warps": num_warps, "num_stages": num_stages}
+        )
+
+
+def make_ast_source(
+    source_cls: Callable[..., Any],
+    fn: Any,
+    signature: Mapping[str, str],
+    constexprs: Mapping[str, Any],
+    attrs: Mapping[Any, Any] | None = None,
+) -> Any:
+    """Build an ``ASTSource`` whatever the installed Triton calls its arguments.
+
+    Triton 3.5+ names the constexpr values ``constexprs``; earlier 3.x named them ``constants``.
+    The parameter names are read off the constructor, not guessed from the version string.
+    """
+    params = inspect.signature(source_cls).parameters
+    kwargs: dict[str, Any] = {}
+    if "constexprs" in params:
+        kwargs["constexprs"] = dict(constexprs)
+    elif "constants" in params:
+        kwargs["constants"] = dict(constexprs)
+    else:
+        raise TypeError(
+            f"{getattr(source_cls, '__qualname__', source_cls)} takes neither 'constexprs' nor "
+            f"'constants' (parameters: {list(params)}): unsupported Triton version"
+        )
+    if attrs and "attrs" in params:
+        kwargs["attrs"] = dict(attrs)
+    return source_cls(fn, dict(signature), **kwargs)
+
+
+def as_jit_function(kernel: Any) -> Any:
+    """Return a ``triton.runtime.jit.JITFunction`` for ``kernel``, the kind the compiler takes.
+
+    Under ``TRITON_INTERPRET=1``, ``@triton.jit`` returns an interpreted function that the
+    compiler cannot take. The JIT function is rebuilt from the underlying Python function, with
+    a copy of its globals in which the ``@triton.jit`` helpers it calls are rebuilt too.
+    """
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(kernel, JITFunction):
+        return kernel
+    return _rebuild(kernel, JITFunction, {})
+
+
+def _rebuild(kernel: Any, jit_cls: type, memo: dict[int, Any]) -> Any:
+    if isinstance(kernel, jit_cls):
+        return kernel
+    fn = kernel
+    while not isinstance(fn, types.FunctionType):  # interpreted function, autotuner, heuristics
+        inner = getattr(fn, "fn", None)
+        if inner is None:
+            raise TypeError(f"{kernel!r} is not a @triton.jit function")
+        if isinstance(inner, jit_cls):
+            return inner
+        fn = inner
+    if id(fn) in memo:
+        return memo[id(fn)]
+    scope = dict(fn.__globals__)
+    clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+    clone.__module__, clone.__qualname__ = fn.__module__, fn.__qualname__
+    clone.__doc__, clone.__annotations__ = fn.__doc__, dict(fn.__annotations__)
+    options = getattr(kernel, "kwargs", None) or {}
+    accepted = inspect.signature(jit_cls).parameters
+    rebuilt = jit_cls(clone, **{k: v for k, v in options.items() if k in accepted})
+    memo[id(fn)] = rebuilt
+    for var, value in scope.items():
+        if _is_interpreted(value):
+            scope[var] = _rebuild(value, jit_cls, memo)
+    return rebuilt
+
+
+def _is_interpreted(value: Any) -> bool:
+    return type(value).__name__ == "InterpretedFunction" and isinstance(
+        getattr(value, "fn", None), types.FunctionType
+    )
+
+
+def _kernel_name(kernel: Any) -> str:
+    return str(getattr(kernel, "__name__", None) or type(kernel).__name__)
+
+
+def _metadata_field(metadata: Any, key: str) -> Any:
+    return metadata[key] if isinstance(metadata, Mapping) else getattr(metadata, key)
+
+
+def _describe_compile_error(exc: BaseException, capability: int) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if capability < FP8E4NV_MIN_CAPABILITY and ("fp8e4nv" in text or "e4m3" in text.lower()):
+        prefix = (
+            f"uses fp8e4nv (e4m3), which sm_{capability} cannot convert; use e5m2 (fp8e5) "
+            "on this path. Compiler said: "
+        )
+    else:
+        prefix = f"does not compile for sm_{capability}: "
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) > 12:
+        lines = [*lines[:12], f"... ({len(lines) - 12} more lines)"]
+    return prefix + "\n".join(lines)
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def nvidia_tool(name: str) -> Path | None:
+    """Locate a CUDA tool (``ptxas``, ``cuobjdump``) the way Triton does, then in its wheel.
+
+    Order: Triton's knob (honours ``TRITON_<TOOL>_PATH``), the ``backends/nvidia/bin`` folder
+    of the installed wheel, then ``PATH``.
+    """
+    candidates: list[Path] = []
+    with contextlib.suppress(Exception):
+        from triton import knobs
+
+        tool = getattr(knobs.nvidia, name.replace("-", "_"))
+        candidates.append(Path(tool.path))
+    with contextlib.suppress(Exception):
+        import triton
+
+        candidates.append(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
+    on_path = shutil.which(name)
+    if on_path:
+        candidates.append(Path(on_path))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def _measure_registers(report: GateReport, ptx: str, capability: int) -> None:
+    match = _PTX_TARGET.search(ptx)
+    arch = match.group(1) if match else f"sm_{capability}"
+    ptxas = nvidia_tool("ptxas-blackwell" if capability >= 100 else "ptxas")
+    if ptxas is None:
+        report.problems.append("ptxas not found: registers and spills could not be measured")
+        return
+    with tempfile.TemporaryDirectory(prefix="volta-gate-") as tmp:
+        src = Path(tmp) / "kernel.ptx"
+        src.write_text(ptx)
+        run = subprocess.run(
+            [str(ptxas), "-v", f"--gpu-name={arch}", str(src), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    log = run.stdout + run.stderr
+    regs, spills = _PTXAS_REGS.search(log), _PTXAS_SPILLS.search(log)
+    if run.returncode != 0 or regs is None or spills is None:
+        report.problems.append(
+            f"{ptxas} -v gave no resource report for {arch} (exit {run.returncode}): "
+            + log.strip()[-500:]
+        )
+        return
+    report.n_regs = int(regs.group(1))
+    report.stack_bytes, report.n_spills, report.n_spill_loads = map(int, spills.groups())
+
+
+def _measure_sass(report: GateReport, cubin: bytes) -> None:
+    cuobjdump = nvidia_tool("cuobjdump")
+    if cuobjdump is None:
+        report.notes.append("cuobjdump not found: no SASS histogram")
+        return
+    with tempfile.TemporaryDirectory(prefix="volta-gate-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        run = subprocess.run(
+            [str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=False
+        )
+    if run.returncode != 0:
+        report.notes.append(f"cuobjdump -sass failed (exit {run.returncode}): {run.stderr[-300:]}")
+        return
+    report.sass_histogram = sass_histogram(run.stdout)
+
+
+def sass_histogram(sass: str) -> dict[str, int]:
+    """Count the opcodes (without modifiers) in ``cuobjdump -sass`` output, most frequent first."""
+    counts = Counter(_SASS_LINE.findall(sass))
+    return dict(counts.most_common())

@@ -1,0 +1,223 @@
+"""A model's layers as the plan needs them, read from its ``config.json`` through transformers.
+
+transformers (imported lazily) resolves per-layer attributes (Gemma-4's 256-dim sliding and
+512-dim global layers come back as ``per_layer_config``); the ``quantization_config`` section is
+taken from the file exactly as the checkpoint states it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from volta_core.checkpoint import quant_config
+from volta_core.errors import UsageError
+from volta_core.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
+
+#: Layer types (``config.layer_types``) that attend with a paged KV cache.
+ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "attention"})
+
+_EXAMPLES = "volta_core.examples"
+
+
+def example_names() -> list[str]:
+    """Names of the bundled example configs (file stems under ``volta_core/examples``)."""
+    folder = resources.files(_EXAMPLES)
+    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def read_config(target: str) -> tuple[str, dict[str, Any]]:
+    """Read ``target`` (a model directory, a ``config.json`` or an example name) as a dict.
+
+    Returns a display name and the parsed JSON. Raises :class:`UsageError` for a missing path,
+    malformed JSON, or an unknown example name (listing the known ones).
+    """
+    path = Path(target)
+    if path.is_dir():
+        path = path / "config.json"
+        if not path.is_file():
+            raise UsageError(f"{target}: directory has no config.json")
+        name = target
+    elif path.is_file():
+        name = target
+    elif path.suffix == ".json" or "/" in target or target.startswith("."):
+        raise UsageError(f"{target}: no such file or directory")
+    else:
+        if target not in example_names():
+            known = ", ".join(example_names())
+            raise UsageError(f"{target!r} is not a path nor a bundled example (examples: {known})")
+        text = resources.files(_EXAMPLES).joinpath(f"{target}.json").read_text()
+        return f"example {target}", _parse(text, target)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
+    return name, _parse(text, str(path))
+
+
+def _parse(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"{where}: a config.json must hold a JSON object")
+    return data
+
+
+@dataclass(frozen=True)
+class ModelLayer:
+    """One decoder layer: attention layers carry their shape; others only their type."""
+
+    index: int
+    layer_type: str
+    prefix: str
+    head_size: int = 0
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    sliding_window: int | None = None
+    features: frozenset[AttentionFeature] = frozenset()
+    owns_kv_cache: bool = True
+    """False for layers that reuse another layer's KV cache (Gemma's KV-shared layers)."""
+
+    @property
+    def is_attention(self) -> bool:
+        return self.layer_type in ATTENTION_LAYER_TYPES
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """What the plan resolves: layers, representative linear modules, quantization, dtype."""
+
+    name: str
+    model_type: str
+    architectures: tuple[str, ...]
+    dtype: str
+    layers: tuple[ModelLayer, ...]
+    linear_modules: tuple[QuantLayer, ...]
+    quant: QuantConfig | None
+
+
+def _load_transformers_config(raw: Mapping[str, Any], name: str) -> Any:
+    try:
+        from transformers import AutoConfig
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise UsageError(
+            "reading model configs needs transformers: pip install 'vllm-volta-core[plan]'"
+        ) from exc
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str):
+        raise UsageError(f"{name}: config has no model_type")
+    fields = {k: v for k, v in raw.items() if k not in {"model_type", "quantization_config"}}
+    try:
+        return AutoConfig.for_model(model_type, **fields)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{name}: transformers cannot read this config: {exc}") from exc
+
+
+def _dtype_name(value: Any) -> str:
+    text = str(value or "float16").removeprefix("torch.")
+    return {"half": "float16", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)
+
+
+def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
+    """Describe a model from its parsed ``config.json``."""
+    config = _load_transformers_config(raw, name)
+    text = config.get_text_config()
+    base = "model.language_model" if text is not config else "model"
+    num_layers = int(text.num_hidden_layers)
+    layer_types = list(getattr(text, "layer_types", None) or ["full_attention"] * num_layers)
+    shared = int(getattr(text, "num_kv_shared_layers", 0) or 0)
+    soft_cap = getattr(text, "attn_logit_softcapping", None)
+    layers = []
+    for i in range(num_layers):
+        layer_cfg = text.per_layer_config[i]
+        layer_type = layer_types[i]
+        prefix = f"{base}.layers.{i}"
+        if layer_type not in ATTENTION_LAYER_TYPES:
+            layers.append(ModelLayer(i, layer_type, prefix))
+            continue
+        heads = int(layer_cfg.num_attention_heads)
+        head_size = int(getattr(layer_cfg, "head_dim", None) or text.hidden_size // heads)
+        sliding = layer_type == "sliding_attention"
+        features = set()
+        if sliding:
+            features.add(AttentionFeature.SLIDING_WINDOW)
+        if soft_cap:
+            features.add(AttentionFeature.LOGITS_SOFT_CAP)
+        layers.append(
+            ModelLayer(
+                i,
+                layer_type,
+                f"{prefix}.self_attn.attn",
+                head_size=head_size,
+                num_heads=heads,
+                num_kv_heads=int(layer_cfg.num_key_value_heads or heads),
+                sliding_window=int(text.sliding_window) if sliding else None,
+                features=frozenset(features),
+                owns_kv_cache=i < num_layers - shared,
+            )
+        )
+    dtype = _dtype_name(raw.get("torch_dtype") or raw.get("dtype") or getattr(text, "dtype", None))
+    return ModelDescription(
+        name=name,
+        model_type=str(raw["model_type"]),
+        architectures=tuple(raw.get("architectures") or ()),
+        dtype=dtype,
+        layers=tuple(layers),
+        linear_modules=_linear_modules(text, base, layers),
+        quant=quant_config(raw.get("quantization_config")),
+    )
+
+
+def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[QuantLayer, ...]:
+    """One representative module per linear-layer kind (from the first layer of each type)."""
+    hidden = int(text.hidden_size)
+    modules: list[QuantLayer] = []
+    seen: set[str] = set()
+    for layer in layers:
+        if layer.layer_type in seen:
+            continue
+        seen.add(layer.layer_type)
+        prefix = f"{base}.layers.{layer.index}"
+        if layer.is_attention:
+            q, kv = layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size
+            for proj, inp, out in (("q", hidden, q), ("k", hidden, kv), ("v", hidden, kv)):
+                modules.append(
+                    QuantLayer(LayerKind.LINEAR, f"{prefix}.self_attn.{proj}_proj", inp, out)
+                )
+            modules.append(QuantLayer(LayerKind.LINEAR, f"{prefix}.self_attn.o_proj", q, hidden))
+            modules.append(QuantLayer(LayerKind.ATTENTION, f"{prefix}.self_attn.attn"))
+        elif layer.layer_type == "linear_attention":
+            key = int(text.linear_num_key_heads) * int(text.linear_key_head_dim)
+            value = int(text.linear_num_value_heads) * int(text.linear_value_head_dim)
+            la = f"{prefix}.linear_attn"
+            modules.append(
+                QuantLayer(LayerKind.LINEAR, f"{la}.in_proj_qkvz", hidden, 2 * key + 2 * value)
+            )
+            modules.append(
+                QuantLayer(
+                    LayerKind.LINEAR,
+                    f"{la}.in_proj_ba",
+                    hidden,
+                    2 * int(text.linear_num_value_heads),
+                )
+            )
+            modules.append(QuantLayer(LayerKind.LINEAR, f"{la}.out_proj", value, hidden))
+    first = f"{base}.layers.0.mlp"
+    experts = getattr(text, "num_experts", None)
+    if experts:
+        moe = int(getattr(text, "moe_intermediate_size", None) or text.intermediate_size)
+        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate", hidden, int(experts)))
+        modules.append(QuantLayer(LayerKind.FUSED_MOE, f"{first}.experts", hidden, moe))
+    else:
+        inter = int(text.intermediate_size)
+        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate_proj", hidden, inter))
+        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.up_proj", hidden, inter))
+        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.down_proj", inter, hidden))
+    modules.append(QuantLayer(LayerKind.LINEAR, "lm_head", hidden, int(text.vocab_size)))
+    return tuple(modules)

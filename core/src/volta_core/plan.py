@@ -1,0 +1,364 @@
+"""``vllm-volta plan``: what the engine would do with a model on a device, and why.
+
+Every decision comes from the manager's resolution methods, the same ones the vLLM adapter
+calls, so the plan cannot drift from what the engine does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from volta_core.checkpoint import checkpoint_kv, is_ignored
+from volta_core.device import Device
+from volta_core.errors import NoAttentionBackendError, UsageError
+from volta_core.manager import VoltaPluginManager
+from volta_core.model import ModelDescription, ModelLayer
+from volta_core.types import (
+    ACTIVATION_DTYPES,
+    FP8_KV_CACHE_DTYPES,
+    KV_CACHE_DTYPES,
+    AttentionLayer,
+    KVDecision,
+    KVRequest,
+    LayerKind,
+    QuantResolution,
+    canonical_kv_dtype,
+)
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """The engine settings a plan is made for (vLLM's flags of the same names)."""
+
+    device: Device
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    block_size: int = 16
+    attention_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype != "auto" and self.dtype not in ACTIVATION_DTYPES:
+            known = ", ".join(["auto", *sorted(ACTIVATION_DTYPES)])
+            raise UsageError(f"unknown --dtype {self.dtype!r} (one of: {known})")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            known = ", ".join(sorted(KV_CACHE_DTYPES))
+            raise UsageError(f"unknown --kv-cache-dtype {self.kv_cache_dtype!r} (one of: {known})")
+        if self.tensor_parallel_size < 1:
+            raise UsageError("--tensor-parallel-size must be at least 1")
+        if self.block_size < 1:
+            raise UsageError("--block-size must be at least 1")
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One decoder layer's attention decision (or why it has none)."""
+
+    layer: ModelLayer
+    backend: str | None = None
+    fallback_reasons: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """One linear-layer kind's quant decision."""
+
+    prefix: str
+    kind: str
+    shape: tuple[int, int]
+    decision: str
+    declines: tuple[str, ...] = ()
+
+
+@dataclass
+class Plan:
+    """The whole plan; ``problems`` lists what would stop the engine."""
+
+    model: ModelDescription
+    options: PlanOptions
+    activation_dtype: str
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    layers: list[LayerPlan] = field(default_factory=list)
+    quant: list[QuantPlan] = field(default_factory=list)
+    kv: KVDecision | None = None
+    kv_bytes_per_token: int = 0
+    kv_bytes_per_token_activation_dtype: int = 0
+
+
+def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) -> tuple[str, str]:
+    """The dtype the engine would run, and a note when it differs from the checkpoint's.
+
+    ``auto`` follows the checkpoint, except that a bf16 checkpoint runs in fp16 on devices
+    without bf16 arithmetic (as vLLM does). An explicit ``bfloat16`` there is refused.
+    """
+    if requested == "bfloat16" and not device.has_bf16:
+        raise UsageError(
+            f"--dtype bfloat16 is not supported on {device.sm}: it has no bf16 arithmetic"
+        )
+    if requested != "auto":
+        return requested, ""
+    dtype = config_dtype if config_dtype in ACTIVATION_DTYPES else "float16"
+    if dtype == "bfloat16" and not device.has_bf16:
+        return (
+            "float16",
+            f"checkpoint dtype bfloat16 runs as float16 on {device.sm} (no bf16 arithmetic)",
+        )
+    return dtype, ""
+
+
+def _kv_element_bytes(kv_dtype: str) -> int:
+    return 1 if kv_dtype in FP8_KV_CACHE_DTYPES else _DTYPE_BYTES[kv_dtype]
+
+
+def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPluginManager) -> Plan:
+    """Resolve attention per layer, quant per linear-layer kind and the KV-cache dtype."""
+    device, tp = options.device, options.tensor_parallel_size
+    activation, note = resolve_activation_dtype(options.dtype, model.dtype, device)
+    plan = Plan(model, options, activation)
+    if note:
+        plan.notes.append(note)
+    kv_dtype = canonical_kv_dtype(options.kv_cache_dtype, activation)
+
+    checkpoint = checkpoint_kv(model.quant)
+    request = KVRequest(options.kv_cache_dtype, checkpoint, device, activation)
+    plan.kv = manager.decide_kv_cache(request)
+    if plan.kv.accepted is False:
+        plan.problems.append("KV-cache dtype rejected: " + "; ".join(plan.kv.reasons))
+
+    failures: dict[str, list[int]] = {}
+    for layer in model.layers:
+        layer_plan = _plan_layer(layer, options, activation, manager)
+        plan.layers.append(layer_plan)
+        if layer_plan.error:
+            failures.setdefault(layer_plan.error, []).append(layer.index)
+        if layer.is_attention and layer.owns_kv_cache:
+            per_head = 2 * layer.head_size
+            kv_heads = max(1, layer.num_kv_heads // tp) * tp
+            plan.kv_bytes_per_token += kv_heads * per_head * _kv_element_bytes(kv_dtype)
+            plan.kv_bytes_per_token_activation_dtype += (
+                kv_heads * per_head * _DTYPE_BYTES[activation]
+            )
+
+    plan.problems += [f"layers {_ranges(indices)}: {error}" for error, indices in failures.items()]
+    if model.quant is not None:
+        for module in model.linear_modules:
+            resolution = manager.resolve_quant(model.quant, module, device)
+            plan.quant.append(_quant_entry(resolution, model))
+    return plan
+
+
+def _plan_layer(
+    layer: ModelLayer,
+    options: PlanOptions,
+    activation: str,
+    manager: VoltaPluginManager,
+) -> LayerPlan:
+    if not layer.is_attention:
+        return LayerPlan(layer)
+    tp = options.tensor_parallel_size
+    if layer.num_heads % tp:
+        return LayerPlan(
+            layer, error=f"{layer.num_heads} attention heads do not divide across {tp} ranks"
+        )
+    spec = AttentionLayer(
+        prefix=layer.prefix,
+        head_size=layer.head_size,
+        num_heads=layer.num_heads // tp,
+        num_kv_heads=max(1, layer.num_kv_heads // tp),
+        dtype=activation,
+        kv_cache_dtype=options.kv_cache_dtype,
+        block_size=options.block_size,
+        features=layer.features,
+        sliding_window=layer.sliding_window,
+    )
+    try:
+        choice = manager.select_attention(spec, options.device, options.attention_backend)
+    except NoAttentionBackendError as exc:
+        return LayerPlan(layer, error=exc.summary)
+    reasons = tuple(f"{r.backend}: {r.reason}" for r in choice.refusals)
+    return LayerPlan(layer, choice.backend.name, reasons)
+
+
+def _quant_entry(resolution: QuantResolution, model: ModelDescription) -> QuantPlan:
+    layer = resolution.layer
+    declines = tuple(f"{source}: {d.method}: {d.reason}" for source, d in resolution.declines)
+    if resolution.claim is not None:
+        claim = resolution.claim
+        decision = f"{claim.method} (plugin {resolution.source})"
+        if claim.detail:
+            decision += f": {claim.detail}"
+    elif model.quant is not None and is_ignored(model.quant, layer.prefix):
+        decision = "unquantized (in the checkpoint's ignore list)"
+    elif layer.kind is LayerKind.ATTENTION:
+        has_kv_scheme = model.quant is not None and model.quant.kv_cache_scheme is not None
+        decision = (
+            "engine's KV-cache method (checkpoint has KV scales)"
+            if has_kv_scheme
+            else ("no KV-cache method (weight-only checkpoint)")
+        )
+    else:
+        method = model.quant.method if model.quant else "none"
+        decision = f"engine's own lookup ({method})"
+    return QuantPlan(
+        layer.prefix, layer.kind.value, (layer.input_size, layer.output_size), decision, declines
+    )
+
+
+def plan_as_dict(plan: Plan) -> dict[str, Any]:
+    """The plan as JSON-ready data (``vllm-volta plan --json``)."""
+    kv = plan.kv
+    return {
+        "model": {
+            "name": plan.model.name,
+            "model_type": plan.model.model_type,
+            "architectures": list(plan.model.architectures),
+            "checkpoint_dtype": plan.model.dtype,
+            "quant_method": plan.model.quant.method if plan.model.quant else None,
+        },
+        "device": plan.options.device.sm,
+        "dtype": plan.activation_dtype,
+        "tensor_parallel_size": plan.options.tensor_parallel_size,
+        "notes": plan.notes,
+        "problems": plan.problems,
+        "attention": [
+            {
+                "layer": lp.layer.index,
+                "type": lp.layer.layer_type,
+                "head_size": lp.layer.head_size or None,
+                "backend": lp.backend,
+                "fallback_reasons": list(lp.fallback_reasons),
+                "error": lp.error,
+            }
+            for lp in plan.layers
+        ],
+        "quant": [
+            {
+                "module": q.prefix,
+                "kind": q.kind,
+                "shape": list(q.shape),
+                "decision": q.decision,
+                "declines": list(q.declines),
+            }
+            for q in plan.quant
+        ],
+        "kv_cache": None
+        if kv is None
+        else {
+            "requested": kv.request.kv_cache_dtype,
+            "checkpoint_scales": kv.request.checkpoint.scheme.value,
+            "calibrated_for": kv.request.checkpoint.calibrated_for,
+            "accepted": kv.accepted,
+            "reasons": list(kv.reasons),
+            "warnings": list(kv.warnings),
+            "verdicts": [
+                {"plugin": name, "status": v.status.value, "reason": v.reason, "scales": v.scales}
+                for name, v in kv.verdicts
+            ],
+            "bytes_per_token": plan.kv_bytes_per_token,
+            "bytes_per_token_in_activation_dtype": plan.kv_bytes_per_token_activation_dtype,
+        },
+    }
+
+
+def _ranges(indices: list[int]) -> str:
+    """``[0, 1, 2, 5]`` as ``0-2, 5``."""
+    out: list[str] = []
+    start = prev = indices[0]
+    for i in [*indices[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(f"{start}-{prev}" if prev > start else str(start))
+        if i is not None:
+            start = prev = i
+    return ", ".join(out)
+
+
+def render_text(plan: Plan) -> str:
+    """The plan as a human reads it; layers with the same outcome are listed as ranges."""
+    m, o = plan.model, plan.options
+    arch = ", ".join(m.architectures) or "?"
+    lines = [
+        f"vllm-volta plan: {m.name} ({m.model_type}, {arch})",
+        f"device {o.device}  dtype {plan.activation_dtype}"
+        f"  tensor parallel {o.tensor_parallel_size}  block size {o.block_size}"
+        + (f"  --attention-backend {o.attention_backend}" if o.attention_backend else ""),
+    ]
+    lines += [f"note: {n}" for n in plan.notes]
+
+    lines.append("")
+    lines.append(f"attention ({len(plan.layers)} layers)")
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for lp in plan.layers:
+        key = (
+            lp.layer.layer_type,
+            lp.layer.head_size,
+            lp.layer.num_heads,
+            lp.layer.num_kv_heads,
+            lp.layer.sliding_window,
+            lp.backend,
+            lp.fallback_reasons,
+            lp.error,
+        )
+        groups.setdefault(key, []).append(lp.layer.index)
+    for key, indices in groups.items():
+        layer_type, head, heads, kv_heads, window, backend, reasons, error = key
+        label = f"  layers {_ranges(indices)}: {layer_type}"
+        if not head:
+            lines.append(f"{label}: no paged KV cache (handled by the model's own layer)")
+            continue
+        shape = f"head size {head}, {heads}/{kv_heads} heads" + (
+            f", window {window}" if window else ""
+        )
+        lines.append(f"{label}, {shape} -> {backend or 'NONE'}")
+        lines += [f"      fallback: {r}" for r in reasons]
+        if error:
+            lines.append(f"      error: {error}")
+
+    if m.quant is not None:
+        lines.append("")
+        lines.append(f"quantization ({m.quant.method})")
+        for q in plan.quant:
+            shape = f"{q.shape[0]}x{q.shape[1]}" if any(q.shape) else "-"
+            lines.append(f"  {q.prefix} [{q.kind} {shape}]: {q.decision}")
+            lines += [f"      declined by {d}" for d in q.declines]
+
+    kv = plan.kv
+    if kv is not None:
+        ck = kv.request.checkpoint
+        lines.append("")
+        kv_dtype = canonical_kv_dtype(kv.request.kv_cache_dtype, plan.activation_dtype)
+        lines.append(f"kv cache: --kv-cache-dtype {kv.request.kv_cache_dtype} ({kv_dtype})")
+        scales = ck.scheme.value + (
+            f", calibrated for {ck.calibrated_for}" if ck.calibrated_for else ""
+        )
+        lines.append(f"  checkpoint: weights {ck.weight_format}; KV scales {scales} ({ck.source})")
+        verdict = {
+            True: "accepted",
+            False: "REJECTED",
+            None: "no plugin has a rule; vLLM's own rule applies",
+        }
+        lines.append(f"  verdict: {verdict[kv.accepted]}")
+        for name, v in kv.verdicts:
+            extra = f" [scales: {v.scales}]" if v.scales else ""
+            lines.append(f"    {name}: {v.status.value}: {v.reason}{extra}")
+            lines += [f"      warning: {w}" for w in v.warnings]
+        full = plan.kv_bytes_per_token_activation_dtype
+        ratio = plan.kv_bytes_per_token / max(1, full)
+        lines.append(
+            f"  bytes per token: {plan.kv_bytes_per_token:,} "
+            f"({plan.activation_dtype}: {full:,}; ratio {ratio:.2f})"
+        )
+
+    lines.append("")
+    if plan.problems:
+        lines.append("problems:")
+        lines += [f"  - {p}" for p in plan.problems]
+    else:
+        lines.append("problems: none")
+    return "\n".join(lines)

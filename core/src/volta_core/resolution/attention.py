@@ -72,10 +72,9 @@ def select_backend(
     if forced is not None:
         ordered = [b for b in ordered if b.name == forced or b.vllm_name == forced]
         if not ordered:
-            names = ", ".join(b.name for b in candidate_order(candidates)) or "none"
-            raise NoAttentionBackendError(
-                f"attention backend {forced!r} is not declared (known: {names})"
-            )
+            known = ", ".join(b.name for b in candidate_order(candidates)) or "none"
+            refusal = BackendRefusal(forced, f"{forced!r} is not declared (known: {known})")
+            raise NoAttentionBackendError(layer, device, (refusal,))
     refusals: list[BackendRefusal] = []
     for spec in ordered:
         reason = refusal_reason(spec, layer, device)

@@ -1,0 +1,75 @@
+"""Shared pieces for the core's tests: small in-process plugins built from declarations."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from volta_core import hookimpl, hookspecs
+from volta_core.manager import HOST_API_VERSION, VoltaPluginManager
+from volta_core.types import AttentionBackendSpec
+
+
+class FakePlugin:
+    """An in-process plugin: each keyword becomes the answer of the hook of that name."""
+
+    def __init__(self, api: str | None = HOST_API_VERSION, **answers: Any) -> None:
+        if api is not None:
+            self.VOLTA_HOST_API = api
+        for hook, answer in answers.items():
+            setattr(self, hook, _impl(hook, answer))
+
+
+def _impl(hook: str, answer: Any) -> Any:
+    """A hookimpl taking the hook's own arguments and returning (or computing) ``answer``.
+
+    ``functools.wraps`` points ``__wrapped__`` at the hookspec, so pluggy reads the spec's
+    argument names; pluggy passes them positionally, the manager by keyword.
+    """
+    spec = getattr(hookspecs, hook)
+    argnames = list(inspect.signature(spec).parameters)
+
+    @functools.wraps(spec, assigned=("__name__", "__qualname__", "__doc__"), updated=())
+    def impl(*args: Any, **kwargs: Any) -> Any:
+        kwargs.update(zip(argnames[: len(args)], args, strict=True))
+        return answer(**kwargs) if callable(answer) else answer
+
+    return hookimpl(impl)
+
+
+@pytest.fixture
+def manager() -> VoltaPluginManager:
+    """An empty manager, not connected to installed entry points."""
+    return VoltaPluginManager()
+
+
+def _backend(name: str, priority: int = 10, **overrides: Any) -> AttentionBackendSpec:
+    """A Volta backend declaration with sensible defaults for tests."""
+    fields: dict[str, Any] = {
+        "name": name,
+        "impl": f"tests:{name}",
+        "priority": priority,
+        "min_capability": (7, 0),
+        "max_capability": (7, 5),
+        "dtypes": {"float16"},
+        "kv_cache_dtypes": {"float16", "fp8_e5m2"},
+        "head_sizes": {64, 128, 256},
+    }
+    fields.update(overrides)
+    return AttentionBackendSpec(**fields)
+
+
+@pytest.fixture
+def fake_plugin() -> type[FakePlugin]:
+    """The in-process plugin class (fixtures, because importlib mode cannot import conftest)."""
+    return FakePlugin
+
+
+@pytest.fixture
+def backend() -> Callable[..., AttentionBackendSpec]:
+    """A factory of Volta backend declarations with test defaults."""
+    return _backend

@@ -1,0 +1,169 @@
+"""Registration rules of the plugin manager, with in-process plugins."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from volta_core import V100, hookimpl
+from volta_core.errors import DuplicateDeclarationError, IncompatiblePluginError, PluginError
+from volta_core.manager import VoltaPluginManager, is_compatible
+from volta_core.types import (
+    QuantClaim,
+    QuantConfig,
+    QuantLayer,
+    QuantMethodSpec,
+    ReasoningContext,
+    ReasoningParserSpec,
+    ReasoningSplit,
+)
+
+
+def test_register_records_hooks_and_declarations(
+    manager: VoltaPluginManager, fake_plugin: Any, backend: Any
+) -> None:
+    plugin = fake_plugin(
+        volta_attention_backends=[backend("A")],
+        volta_reasoning_parsers=[ReasoningParserSpec("p", "m:P")],
+    )
+    record = manager.register(plugin, "one", distribution="dist-one", version="1.2")
+    assert record.hooks == ("volta_attention_backends", "volta_reasoning_parsers")
+    assert record.provides == {"attention backend": ("A",), "reasoning parser": ("p",)}
+    assert [d.name for _, d in manager.attention_backends()] == ["A"]
+    manager.unregister("one")
+    assert manager.attention_backends() == []
+    assert "one" not in manager.records
+
+
+@pytest.mark.parametrize(
+    ("plugin_api", "ok"),
+    [("1.0", True), ("1.1", False), ("0.9", False), ("2.0", False), ("one", False)],
+)
+def test_host_api_compatibility(plugin_api: str, ok: bool) -> None:
+    assert is_compatible(plugin_api, "1.0") is ok
+    assert is_compatible("1.0", "1.3")
+
+
+def test_incompatible_plugin_is_refused_naming_both_versions(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    with pytest.raises(IncompatiblePluginError, match=r"host API 2\.0; this host speaks API 1\.0"):
+        manager.register(fake_plugin(api="2.0"), "future", distribution="d", version="9")
+    assert manager.pm.get_plugin("future") is None
+
+
+def test_plugin_without_api_version_is_refused(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    with pytest.raises(PluginError, match="does not state VOLTA_HOST_API"):
+        manager.register(fake_plugin(api=None), "anon")
+
+
+def test_unknown_hook_name_is_an_error_and_leaves_nothing_registered(
+    manager: VoltaPluginManager,
+) -> None:
+    class Typo:
+        VOLTA_HOST_API = "1.0"
+
+        @hookimpl
+        def volta_attention_backend(self) -> list[object]:  # missing final "s"
+            return []
+
+    with pytest.raises(PluginError, match="volta_attention_backend"):
+        manager.register(Typo(), "typo")
+    assert manager.pm.get_plugin("typo") is None
+    assert "typo" not in manager.records
+
+
+@pytest.mark.parametrize(
+    ("hook", "declaration", "label"),
+    [
+        ("volta_attention_backends", "SAME", "attention backend"),
+        ("volta_quant_methods", QuantMethodSpec("same", "m:Q"), "quant method"),
+        ("volta_reasoning_parsers", ReasoningParserSpec("same", "m:P"), "reasoning parser"),
+    ],
+)
+def test_duplicate_names_across_plugins_name_both_distributions(
+    manager: VoltaPluginManager,
+    hook: str,
+    declaration: object,
+    label: str,
+    fake_plugin: Any,
+    backend: Any,
+) -> None:
+    if isinstance(declaration, str):
+        declaration = backend(declaration)
+    manager.register(fake_plugin(**{hook: [declaration]}), "first", distribution="dist-first")
+    with pytest.raises(DuplicateDeclarationError) as info:
+        manager.register(fake_plugin(**{hook: [declaration]}), "second", distribution="dist-second")
+    message = str(info.value)
+    assert label in message
+    assert "dist-first" in message
+    assert "dist-second" in message
+    assert manager.pm.get_plugin("second") is None
+
+
+def test_duplicate_name_within_one_plugin(
+    manager: VoltaPluginManager, fake_plugin: Any, backend: Any
+) -> None:
+    with pytest.raises(DuplicateDeclarationError, match="twice"):
+        manager.register(fake_plugin(volta_attention_backends=[backend("X"), backend("X")]), "p")
+
+
+def test_hook_failure_names_the_plugin(manager: VoltaPluginManager, fake_plugin: Any) -> None:
+    def boom() -> None:
+        raise RuntimeError("kaput")
+
+    manager.register(fake_plugin(volta_attention_backends=[]), "fine")
+    manager.pm.register(fake_plugin(volta_kernel_configs=lambda device: boom()), "bad")
+    with pytest.raises(PluginError, match="'bad' failed in volta_kernel_configs: kaput"):
+        manager.kernel_configs(V100)
+
+
+def test_quant_answer_for_undeclared_method_is_refused(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    manager.register(fake_plugin(volta_quant_method=QuantClaim("ghost", "m:G")), "q")
+    with pytest.raises(PluginError, match="'ghost'"):
+        manager.resolve_quant(QuantConfig("x"), QuantLayer("linear", "l"), V100)
+
+
+def test_reasoning_postprocess_result_is_used_when_it_keeps_the_text(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    text = "<think>abc</think>answer"
+    fixed = ReasoningSplit("abc", "answer")
+    manager.register(fake_plugin(volta_reasoning_postprocess=fixed), "fixer")
+    context = ReasoningContext("p", text, (), "stop", streaming=False)
+    assert manager.postprocess_reasoning(ReasoningSplit("abc", None), context) == fixed
+
+
+def test_reasoning_postprocess_that_drops_text_is_refused(
+    manager: VoltaPluginManager, caplog: pytest.LogCaptureFixture, fake_plugin: Any
+) -> None:
+    text = "<think>abc</think>answer"
+    parser_split = ReasoningSplit("abc", "answer")
+    manager.register(fake_plugin(volta_reasoning_postprocess=ReasoningSplit("abc", "")), "blanker")
+    context = ReasoningContext("p", text, (1, 2), "length", streaming=False)
+    with caplog.at_level(logging.ERROR, logger="volta_core"):
+        assert manager.postprocess_reasoning(parser_split, context) == parser_split
+    assert "dropped text" in caplog.text
+
+
+def test_reasoning_postprocess_streaming_checks_the_delta(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    manager.register(fake_plugin(volta_reasoning_postprocess=ReasoningSplit(None, "wor")), "s")
+    context = ReasoningContext("p", "hello world", (), None, streaming=True, delta="world")
+    original = ReasoningSplit(None, "world")
+    assert manager.postprocess_reasoning(original, context) == original
+    context = ReasoningContext("p", "hello wor", (), None, streaming=True, delta="wor")
+    assert manager.postprocess_reasoning(ReasoningSplit("wor", None), context).content == "wor"
+
+
+def test_no_postprocess_plugin_keeps_the_split(manager: VoltaPluginManager) -> None:
+    split = ReasoningSplit("r", "c")
+    context = ReasoningContext("p", "<think>r</think>c", (), "stop", streaming=False)
+    assert manager.postprocess_reasoning(split, context) is split

@@ -141,6 +141,19 @@ def test_stream_releases_reasoning_before_the_closing_tag_completes() -> None:
     assert stream.finish() == ReasoningSplit(None, "")
 
 
+def test_stream_reports_when_content_begins() -> None:
+    thinking = PARSER.stream(in_reasoning=True)
+    thinking.feed("hm </think")
+    assert not thinking.in_content
+    thinking.feed(">")
+    assert thinking.in_content
+    plain = PARSER.stream(in_reasoning=False)
+    plain.feed(" ")
+    assert not plain.in_content  # an opening tag may still come
+    plain.feed("Hi")
+    assert plain.in_content
+
+
 def test_stream_releases_a_partial_tag_once_it_cannot_be_one() -> None:
     stream = PARSER.stream(in_reasoning=True)
     assert stream.feed("a </thi").reasoning == "a"

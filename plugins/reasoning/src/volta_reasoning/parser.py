@@ -119,6 +119,14 @@ class ReasoningStream:
         """Text received but not yet released (a possible partial tag and its whitespace)."""
         return self._held
 
+    @property
+    def in_content(self) -> bool:
+        """Whether the content region has begun (the think block closed, or there is none).
+
+        What an engine asks as "has reasoning ended" (for example before tool-call parsing).
+        """
+        return self._state in (_State.CONTENT_LEAD, _State.CONTENT)
+
     def feed(self, delta: str) -> ReasoningSplit:
         """Take the next piece of generated text; return what can be released now."""
         if self._finished:

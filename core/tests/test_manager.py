@@ -7,10 +7,15 @@ from typing import Any
 
 import pytest
 
-from volta_core import V100, hookimpl
+from volta_core import V100, Device, hookimpl
 from volta_core.errors import DuplicateDeclarationError, IncompatiblePluginError, PluginError
 from volta_core.manager import VoltaPluginManager, is_compatible
 from volta_core.types import (
+    AttentionLayer,
+    CheckpointKV,
+    KernelConfig,
+    KVRequest,
+    KVVerdict,
     QuantClaim,
     QuantConfig,
     QuantLayer,
@@ -167,3 +172,58 @@ def test_no_postprocess_plugin_keeps_the_split(manager: VoltaPluginManager) -> N
     split = ReasoningSplit("r", "c")
     context = ReasoningContext("p", "<think>r</think>c", (), "stop", streaming=False)
     assert manager.postprocess_reasoning(split, context) is split
+
+
+def test_select_attention_uses_plugin_backends_then_builtins(
+    manager: VoltaPluginManager, fake_plugin: Any, backend: Any
+) -> None:
+    manager.register(
+        fake_plugin(volta_attention_backends=[backend("VOLTA", head_sizes={256})]), "a"
+    )
+    layer = AttentionLayer("l", 256, 8, 2, "float16", "auto")
+    assert manager.select_attention(layer, V100).backend.name == "VOLTA"
+    wide = AttentionLayer("g", 512, 8, 2, "float16", "auto")
+    choice = manager.select_attention(wide, V100)
+    assert choice.backend.name == "TRITON_ATTN"
+    assert [r.backend for r in choice.refusals] == ["VOLTA"]
+
+
+def test_decide_kv_cache_combines_every_plugin(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    def no_e4m3(request: KVRequest) -> KVVerdict | None:
+        if request.kv_cache_dtype == "fp8" and not request.device.has_fp8_e4m3:
+            return KVVerdict.reject("no e4m3 below sm_89")
+        return None
+
+    manager.register(fake_plugin(volta_kv_cache_verdict=no_e4m3), "rule")
+    manager.register(fake_plugin(volta_kv_cache_verdict=KVVerdict.accept("fine")), "easy")
+    rejected = manager.decide_kv_cache(KVRequest("fp8", CheckpointKV(), V100))
+    assert rejected.accepted is False
+    assert rejected.reasons == ("rule: no e4m3 below sm_89",)
+    accepted = manager.decide_kv_cache(KVRequest("fp8_e5m2", CheckpointKV(), V100))
+    assert accepted.accepted is True
+    assert [name for name, _ in accepted.verdicts] == ["easy"]
+
+
+def test_kernel_configs_are_attributed(manager: VoltaPluginManager, fake_plugin: Any) -> None:
+    cfg = KernelConfig("k", "pkg.mod:kernel", {"x": "*fp16"}, {"BLOCK": 64})
+    manager.register(
+        fake_plugin(volta_kernel_configs=lambda device: [cfg] if device == V100 else []), "k"
+    )
+    assert manager.kernel_configs(V100) == [("k", cfg)]
+    assert manager.kernel_configs(Device((9, 0))) == []
+
+
+def test_resolve_quant_through_hooks(manager: VoltaPluginManager, fake_plugin: Any) -> None:
+    def claim(config: QuantConfig, layer: QuantLayer, device: Device) -> QuantClaim | None:
+        return QuantClaim("w4", "m:W4", detail=layer.prefix) if config.method == "ct" else None
+
+    manager.register(
+        fake_plugin(volta_quant_methods=[QuantMethodSpec("w4", "m:W4")], volta_quant_method=claim),
+        "q",
+    )
+    layer = QuantLayer("linear", "model.layers.0.mlp.up_proj", 10, 20)
+    resolution = manager.resolve_quant(QuantConfig("ct"), layer, V100)
+    assert (resolution.source, resolution.claim and resolution.claim.detail) == ("q", layer.prefix)
+    assert manager.resolve_quant(QuantConfig("other"), layer, V100).claim is None

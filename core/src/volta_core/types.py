@@ -353,6 +353,8 @@ class ReasoningContext:
     finish_reason: str | None
     streaming: bool
     delta: str = ""
+    in_reasoning: bool | None = None
+    """Whether the prompt left a think block open (None: the engine did not say)."""
 
 
 @dataclass(frozen=True)

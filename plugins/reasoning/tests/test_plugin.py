@@ -3,6 +3,7 @@ truncation post-processing rule (seed 004)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import subprocess
 import sys
@@ -119,3 +120,13 @@ def test_other_splits_are_left_to_the_engine(
 ) -> None:
     ctx = ReasoningContext("qwen3", decode(ids), tuple(ids), finish_reason, streaming)
     assert volta_reasoning.plugin.volta_reasoning_postprocess(engine, ctx) is None
+
+
+def test_blanked_truncated_reasoning_uses_the_prompts_mode(manager: VoltaPluginManager) -> None:
+    """Both fields blanked: only the prompt (``in_reasoning``) says the text was reasoning."""
+    ids = [4, 5]
+    blanked = ReasoningSplit(None, "")
+    opened = dataclasses.replace(context(ids), in_reasoning=True)
+    assert manager.postprocess_reasoning(blanked, opened) == ReasoningSplit("Step one", None)
+    closed = dataclasses.replace(context(ids), in_reasoning=False)
+    assert manager.postprocess_reasoning(blanked, closed) == ReasoningSplit(None, "Step one")

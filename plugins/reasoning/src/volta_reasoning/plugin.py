@@ -51,13 +51,17 @@ def volta_reasoning_postprocess(
     Seed 004: a fork re-decoded content from the empty content-id list of a truncated output and
     returned ``""``. For ``finish_reason == "length"``, a split that loses text, or that blanks
     content to ``""`` where none exists, is replaced by this plugin's split of the whole text.
-    The mode comes from the incoming split (reasoning present means the engine parser was in a
-    think block); the output's own leading ``<think>`` is recognised either way. Anything else,
+    The mode is the context's ``in_reasoning`` (decided from the prompt by the adapter); when the
+    engine did not say, it is guessed from the incoming split (reasoning present means a think
+    block was open). The output's own leading ``<think>`` is recognised either way. Anything else,
     and streaming deltas (a per-delta view cannot place held-back text), is left as it is.
     """
     if context.streaming or context.finish_reason != "length":
         return None
-    restored = _PARSER.split(context.text, in_reasoning=split.reasoning is not None)
+    in_reasoning = context.in_reasoning
+    if in_reasoning is None:
+        in_reasoning = split.reasoning is not None
+    restored = _PARSER.split(context.text, in_reasoning=in_reasoning)
     blanked = split.content == "" and restored.content is None
     if blanked or _loses_text(context.text, split):
         return restored

@@ -1,0 +1,126 @@
+"""Launch configurations: the one table the wrappers launch from and the SM70 gate checks.
+
+Pure Python (no torch, no triton), so the ``volta_kernel_configs`` hook lists exactly what the
+wrappers in :mod:`volta_fp8kv.ops` would launch without importing a kernel.
+
+SM70 gets small tiles (at most 1024 elements of K and of V per program, 4 warps): the kernels are
+memory-bound, and Volta's register file is what limits occupancy. SM80+ (the H100 measurements)
+move twice as many tokens per program to keep more bytes in flight.
+"""
+
+from __future__ import annotations
+
+from volta_core.device import Device
+from volta_core.types import KernelConfig
+
+#: The padded head sizes (next power of two of ``max(head_size_k, head_size_v)``) configured:
+#: 64 up to 512 (Gemma 4's global layers use 512).
+HEAD_PADS: tuple[int, ...] = (64, 128, 256, 512)
+
+#: Kernel name -> import path of the ``@triton.jit`` function.
+KERNELS = {
+    "cache_write": "volta_fp8kv.kernels.cache_write:cache_write_kernel",
+    "gather": "volta_fp8kv.kernels.gather:gather_kernel",
+}
+
+#: ``FMT`` constexpr per cache format (see :mod:`volta_fp8kv.kernels.fp8_bits`).
+FORMAT_CODES = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
+
+_SIGNATURES = {
+    "cache_write": (
+        ("key_ptr", "*fp16"),
+        ("value_ptr", "*fp16"),
+        ("cache_ptr", "CACHE"),
+        ("slot_ptr", "*i64"),
+        ("k_scale_ptr", "*fp32"),
+        ("v_scale_ptr", "*fp32"),
+        *(
+            (name, "i32")
+            for name in (
+                "num_tokens",
+                "num_slots",
+                "block_size",
+                "head_size_k",
+                "head_size_v",
+                "stride_key_t",
+                "stride_key_h",
+                "stride_value_t",
+                "stride_value_h",
+                "stride_cache_b",
+                "stride_cache_h",
+                "stride_cache_n",
+                "stride_scale",
+            )
+        ),
+    ),
+    "gather": (
+        ("cache_ptr", "CACHE"),
+        ("key_out_ptr", "*fp16"),
+        ("value_out_ptr", "*fp16"),
+        ("block_table_ptr", "*i32"),
+        ("seq_lens_ptr", "*i32"),
+        ("cu_seqlens_ptr", "*i32"),
+        ("k_scale_ptr", "*fp32"),
+        ("v_scale_ptr", "*fp32"),
+        *(
+            (name, "i32")
+            for name in (
+                "num_blocks",
+                "block_size",
+                "head_size_k",
+                "head_size_v",
+                "stride_table_s",
+                "stride_cache_b",
+                "stride_cache_h",
+                "stride_cache_n",
+                "stride_key_out_t",
+                "stride_key_out_h",
+                "stride_value_out_t",
+                "stride_value_out_h",
+                "stride_scale",
+            )
+        ),
+    ),
+}
+
+
+def head_pad(head_size_k: int, head_size_v: int) -> int:
+    """The ``HEAD_PAD`` constexpr for a layer: next power of two, at least 16."""
+    size = max(head_size_k, head_size_v, 16)
+    return 1 << (size - 1).bit_length()
+
+
+def tile(capability: tuple[int, int], head_pad_: int) -> tuple[int, int]:
+    """``(BLOCK_T, num_warps)`` for a device and padded head size (same for both kernels)."""
+    budget = 1024 if capability < (8, 0) else 4096
+    return max(1, budget // head_pad_), 4
+
+
+def formats_for(device: Device) -> tuple[str, ...]:
+    """Cache formats the kernels are launched with on ``device`` (e4m3 only where it exists)."""
+    return ("float16", "fp8_e5m2", "fp8_e4m3") if device.has_fp8_e4m3 else ("float16", "fp8_e5m2")
+
+
+def kernel_configs(device: Device) -> list[KernelConfig]:
+    """Every launch configuration the wrappers would use on ``device``, for the compile gate."""
+    configs = []
+    for kernel, path in KERNELS.items():
+        for fmt in formats_for(device):
+            cache_type = "*fp16" if fmt == "float16" else "*u8"
+            signature = {
+                name: (cache_type if kind == "CACHE" else kind)
+                for name, kind in _SIGNATURES[kernel]
+            }
+            for pad in HEAD_PADS:
+                block_t, num_warps = tile(device.capability, pad)
+                configs.append(
+                    KernelConfig(
+                        name=f"fp8kv.{kernel}[{fmt},head_pad={pad}]",
+                        kernel=path,
+                        signature=signature,
+                        constexprs={"FMT": FORMAT_CODES[fmt], "HEAD_PAD": pad, "BLOCK_T": block_t},
+                        num_warps=num_warps,
+                        num_stages=1,
+                    )
+                )
+    return configs

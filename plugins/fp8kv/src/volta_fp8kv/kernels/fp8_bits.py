@@ -1,0 +1,97 @@
+"""FP8 encode/decode in integer arithmetic on the float32 bit pattern, as Triton device functions.
+
+Why integers and not Triton's fp8 casts (FACTS.md 2): ``fp8e4nv`` does not compile below SM89,
+Triton 3.9 breaks every cast to ``fp8e5`` on sm_70, Triton's own sm<80 e5m2 encoder rounds ties
+away from zero, and the interpreter's fp8 conversions are wrong. Shifts, adds and compares
+compile on every target and run the same in the interpreter, and the cache only ever holds
+``uint8`` codes.
+
+Encoding rounds to nearest, ties to even, exactly like ``torch`` converting float32 to
+``float8_e5m2`` / ``float8_e4m3fn``, with one deliberate difference: it *saturates* (finite
+values and infinities beyond the largest finite code become that code, as PTX ``satfinite``
+does), where torch turns e5m2 overflow into infinity. NaN stays NaN with its sign.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+#: Format codes shared by the kernels (``FMT`` constexpr): raw copy, e5m2, e4m3fn.
+FMT_RAW = 0
+FMT_E5M2 = 1
+FMT_E4M3 = 2
+
+
+@triton.jit
+def encode_fp8(x, EXP_BIAS: tl.constexpr, MAN_BITS: tl.constexpr, MAX_CODE: tl.constexpr):
+    """float32 tensor -> uint8 FP8 codes (round to nearest even, saturating, NaN kept)."""
+    bits = x.to(tl.int32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = bits & 0x7FFFFFFF
+    # Normal range: rebias the exponent and round the mantissa's dropped bits to nearest even.
+    drop: tl.constexpr = 23 - MAN_BITS
+    rebased = mag - ((127 - EXP_BIAS) << 23)
+    q_normal = (rebased + ((1 << (drop - 1)) - 1) + ((rebased >> drop) & 1)) >> drop
+    # Subnormal range: the value in units of the smallest subnormal, rounded to nearest even.
+    exponent = mag >> 23
+    mantissa = (mag & 0x7FFFFF) | 0x800000
+    shift = tl.minimum(151 - EXP_BIAS - MAN_BITS - exponent, 31)
+    half_minus_one = (tl.full(shift.shape, 1, tl.int32) << (shift - 1)) - 1
+    q_sub = (mantissa + half_minus_one + ((mantissa >> shift) & 1)) >> shift
+    is_normal = mag >= ((128 - EXP_BIAS) << 23)
+    q = tl.minimum(tl.where(is_normal, q_normal, q_sub), MAX_CODE)
+    q = tl.where(mag > 0x7F800000, 0x7F, q)
+    return (q | sign).to(tl.uint8)
+
+
+@triton.jit
+def decode_fp8(
+    code,
+    EXP_BIAS: tl.constexpr,
+    MAN_BITS: tl.constexpr,
+    E4M3FN: tl.constexpr,
+    SUBNORMAL_UNIT: tl.constexpr,
+):
+    """uint8 FP8 codes -> float32 (exact: every FP8 value is a float32).
+
+    ``SUBNORMAL_UNIT`` is the smallest subnormal, ``2**(1 - EXP_BIAS - MAN_BITS)``.
+    """
+    c = code.to(tl.int32)
+    exp_mask: tl.constexpr = (1 << (7 - MAN_BITS)) - 1
+    exponent = (c >> MAN_BITS) & exp_mask
+    mantissa = c & ((1 << MAN_BITS) - 1)
+    sign_bits = (c & 0x80) << 24
+    normal_bits = ((exponent + (127 - EXP_BIAS)) << 23) | (mantissa << (23 - MAN_BITS))
+    if E4M3FN:  # noqa: SIM108 (a constexpr branch, resolved at compile time)
+        # e4m3fn has no infinities: only S.1111.111 is NaN.
+        special = (c & 0x7F) == 0x7F
+    else:
+        special = exponent == exp_mask
+    # Infinities keep a zero mantissa and NaNs a nonzero one.
+    normal_bits = tl.where(special, 0x7F800000 | (mantissa << (23 - MAN_BITS)), normal_bits)
+    magnitude = tl.where(
+        exponent == 0,
+        mantissa.to(tl.float32) * SUBNORMAL_UNIT,
+        normal_bits.to(tl.float32, bitcast=True),
+    )
+    return tl.where(sign_bits != 0, -magnitude, magnitude)
+
+
+@triton.jit
+def quantize_tile(x, scale, FMT: tl.constexpr):
+    """Scale (IEEE division, as ``x / scale`` in torch) and encode a float32 tile to codes."""
+    y = tl.math.div_rn(x, scale)
+    if FMT == 1:
+        return encode_fp8(y, 15, 2, 0x7B)
+    else:
+        return encode_fp8(y, 7, 3, 0x7E)
+
+
+@triton.jit
+def dequantize_tile(code, scale, FMT: tl.constexpr):
+    """Decode codes and multiply by the scale in float32 (one rounding, as in torch)."""
+    if FMT == 1:
+        return decode_fp8(code, 15, 2, False, 1.52587890625e-05) * scale
+    else:
+        return decode_fp8(code, 7, 3, True, 0.001953125) * scale

@@ -1,0 +1,319 @@
+"""Host wrappers: check every input, then launch the cache-write and gather kernels.
+
+Every problem with the inputs is one :class:`KVCacheInputError` (a ``ValueError``) naming what is
+wrong, raised before any kernel launch: nothing is written out of bounds, dropped or garbled.
+Checking slot indices and block-table entries against the cache needs one device-to-host read;
+``check_indices=False`` skips it for callers that guarantee them (a CUDA-graph-captured step),
+and the kernels still mask anything outside the cache so memory stays safe.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from volta_fp8kv import configs
+from volta_fp8kv.format import CacheFormat, cache_format
+from volta_fp8kv.scales import KVScales, unit_scales
+
+_INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+class KVCacheInputError(ValueError):
+    """An input the cache kernels refuse: wrong shape, dtype, device, index or scale."""
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    """The device's compute capability; CPU tensors (the interpreter) run the SM70 configs."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device)
+    return (7, 0)
+
+
+def _check_format(fmt: CacheFormat, cache: torch.Tensor) -> None:
+    if cache.dtype != fmt.storage_dtype:
+        what = (
+            "uint8 codes (vLLM stores FP8 caches as uint8)"
+            if fmt.storage_dtype == (torch.uint8)
+            else "float16 values"
+        )
+        raise KVCacheInputError(
+            f"a {fmt.value} cache holds {what}, but the cache tensor is {cache.dtype}"
+        )
+    if fmt.needs_e4m3 and _capability(cache.device) < (8, 9):
+        raise KVCacheInputError(
+            f"fp8_e4m3 caches need compute capability 8.9 or newer; {cache.device} is "
+            f"{_capability(cache.device)}: use fp8_e5m2"
+        )
+
+
+def _check_rank(cache: torch.Tensor) -> None:
+    if cache.dim() != 4:
+        raise KVCacheInputError(
+            "the cache must be 4-D [num_blocks, num_kv_heads, block_size, head_size_k + "
+            f"head_size_v], got shape {tuple(cache.shape)}"
+        )
+
+
+def _check_cache(cache: torch.Tensor, num_kv_heads: int, entry: int) -> None:
+    _check_rank(cache)
+    if cache.shape[1] != num_kv_heads or cache.shape[3] != entry:
+        raise KVCacheInputError(
+            f"the cache has shape {tuple(cache.shape)}: expected [num_blocks, {num_kv_heads}, "
+            f"block_size, {entry}] for {num_kv_heads} KV heads and head_size_k + head_size_v "
+            f"= {entry}"
+        )
+    if cache.stride(3) != 1:
+        raise KVCacheInputError(
+            f"the cache's last dim must be contiguous (stride 1), got strides {cache.stride()}"
+        )
+
+
+def _check_scales(
+    scales: KVScales | None, fmt: CacheFormat, num_kv_heads: int, device: torch.device
+) -> KVScales:
+    if scales is None:
+        return unit_scales(device)
+    if not isinstance(scales, KVScales):
+        raise KVCacheInputError(
+            f"scales must be a KVScales (built by volta_fp8kv.scales), got {type(scales).__name__}"
+        )
+    for name, tensor in (("k_scale", scales.k), ("v_scale", scales.v)):
+        if tensor.dtype != torch.float32 or tensor.dim() != 1:
+            raise KVCacheInputError(
+                f"{name} must be 1-D float32, got {tensor.dtype} {tuple(tensor.shape)}"
+            )
+        if tensor.numel() not in (1, num_kv_heads):
+            raise KVCacheInputError(
+                f"{name} has {tensor.numel()} values for {num_kv_heads} KV heads on this rank: "
+                "give one value (per-tensor) or one per KV head (shard per-head scales with "
+                "volta_fp8kv.scales.shard_per_head)"
+            )
+        if tensor.device != device:
+            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {device}")
+    if scales.k.numel() != scales.v.numel():
+        # One stride serves both: expand a per-tensor side to per-head.
+        scales = KVScales(
+            scales.k.expand(num_kv_heads).contiguous(), scales.v.expand(num_kv_heads).contiguous()
+        )
+    return scales
+
+
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    kv_cache_dtype: str,
+    scales: KVScales | None = None,
+    *,
+    check_indices: bool = True,
+) -> None:
+    """Store ``key``/``value`` (``[num_tokens, num_kv_heads, head_size_k|v]``) into ``cache``.
+
+    Token ``i`` goes to slot ``slot_mapping[i]``; negative slots are padding and are skipped.
+    FP8 formats store ``fp8(x / scale)`` (scales per tensor or per KV head; None means 1.0);
+    float16 stores the values unchanged and ignores scales.
+    """
+    fmt = cache_format(kv_cache_dtype)
+    if key.dim() != 3 or value.dim() != 3:
+        raise KVCacheInputError(
+            f"key and value must be 3-D [num_tokens, num_kv_heads, head_size], got "
+            f"{tuple(key.shape)} and {tuple(value.shape)}"
+        )
+    num_tokens, num_kv_heads, head_size_k = key.shape
+    if value.shape[:2] != key.shape[:2]:
+        raise KVCacheInputError(
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} disagree on tokens or heads"
+        )
+    head_size_v = value.shape[2]
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype not in _INPUT_DTYPES:
+            raise KVCacheInputError(
+                f"{name} must be float16, bfloat16 or float32, got {tensor.dtype}"
+            )
+        if tensor.stride(2) != 1:
+            raise KVCacheInputError(
+                f"{name}'s last dim must be contiguous, strides {tensor.stride()}"
+            )
+        if tensor.device != cache.device:
+            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {cache.device}")
+    if fmt is CacheFormat.FLOAT16 and (key.dtype != torch.float16 or value.dtype != torch.float16):
+        raise KVCacheInputError(
+            f"a float16 cache stores float16 K/V, got {key.dtype}/{value.dtype}"
+        )
+    _check_format(fmt, cache)
+    _check_cache(cache, num_kv_heads, head_size_k + head_size_v)
+    if slot_mapping.dim() != 1 or slot_mapping.shape[0] != num_tokens:
+        raise KVCacheInputError(
+            f"slot_mapping must be 1-D with one slot per token ({num_tokens}), got shape "
+            f"{tuple(slot_mapping.shape)}"
+        )
+    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.device != cache.device:
+        raise KVCacheInputError(
+            f"slot_mapping must be int32/int64 on {cache.device}, got {slot_mapping.dtype} on "
+            f"{slot_mapping.device}"
+        )
+    scales = _check_scales(scales, fmt, num_kv_heads, cache.device)
+    num_blocks, _, block_size, _ = cache.shape
+    num_slots = num_blocks * block_size
+    if num_tokens == 0:
+        return
+    if check_indices:
+        top = int(slot_mapping.max())
+        if top >= num_slots:
+            raise KVCacheInputError(
+                f"slot_mapping holds slot {top}, past the cache's {num_slots} slots "
+                f"({num_blocks} blocks of {block_size})"
+            )
+    pad = configs.head_pad(head_size_k, head_size_v)
+    block_t, num_warps = configs.tile(_capability(cache.device), pad)
+    from volta_fp8kv.kernels.cache_write import cache_write_kernel
+
+    grid = (triton_cdiv(num_tokens, block_t), num_kv_heads)
+    cache_write_kernel[grid](
+        key,
+        value,
+        cache,
+        slot_mapping,
+        scales.k,
+        scales.v,
+        num_tokens,
+        num_slots,
+        block_size,
+        head_size_k,
+        head_size_v,
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        cache.stride(0),
+        cache.stride(1),
+        cache.stride(2),
+        1 if scales.per_head else 0,
+        FMT=fmt.kernel_code,
+        HEAD_PAD=pad,
+        BLOCK_T=block_t,
+        num_warps=num_warps,
+        num_stages=1,
+    )
+
+
+def gather_kv_cache(
+    cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    kv_cache_dtype: str,
+    head_size_k: int,
+    scales: KVScales | None = None,
+    *,
+    max_seq_len: int | None = None,
+    out_dtype: torch.dtype = torch.float16,
+    check_indices: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cached K and V of each sequence, dequantized, as ``[sum(seq_lens), H, head_size]``.
+
+    Sequence ``i`` has ``seq_lens[i]`` tokens whose blocks are ``block_table[i, :]`` (int32, as
+    vLLM's block table); its rows start at ``sum(seq_lens[:i])``. Values are
+    ``decode(code) * scale`` rounded once to ``out_dtype``.
+    """
+    fmt = cache_format(kv_cache_dtype)
+    _check_format(fmt, cache)
+    _check_rank(cache)
+    num_blocks, num_kv_heads, block_size, entry = cache.shape
+    head_size_v = entry - head_size_k
+    if not 0 < head_size_k < entry:
+        raise KVCacheInputError(
+            f"head_size_k {head_size_k} does not split the cache's last dim of {entry} into K and V"
+        )
+    _check_cache(cache, num_kv_heads, entry)
+    if out_dtype not in (torch.float16, torch.float32):
+        raise KVCacheInputError(
+            f"out_dtype must be float16 (the workspace) or float32 (verification), got {out_dtype}"
+        )
+    if block_table.dim() != 2 or block_table.dtype != torch.int32:
+        raise KVCacheInputError(
+            f"block_table must be 2-D int32 [num_seqs, max_blocks], got {block_table.dtype} "
+            f"{tuple(block_table.shape)}"
+        )
+    if block_table.stride(1) != 1:
+        raise KVCacheInputError("block_table rows must be contiguous")
+    num_seqs = block_table.shape[0]
+    if seq_lens.dim() != 1 or seq_lens.shape[0] != num_seqs or seq_lens.dtype != torch.int32:
+        raise KVCacheInputError(
+            f"seq_lens must be 1-D int32 with one length per sequence ({num_seqs}), got "
+            f"{seq_lens.dtype} {tuple(seq_lens.shape)}"
+        )
+    for name, tensor in (("block_table", block_table), ("seq_lens", seq_lens)):
+        if tensor.device != cache.device:
+            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {cache.device}")
+    scales = _check_scales(scales, fmt, num_kv_heads, cache.device)
+    # The output size is a host number: one read of seq_lens is unavoidable.
+    lens_host = seq_lens.cpu()
+    if num_seqs and int(lens_host.min()) < 0:
+        raise KVCacheInputError(f"seq_lens holds a negative length {int(lens_host.min())}")
+    longest = int(lens_host.max()) if num_seqs else 0
+    if longest > block_table.shape[1] * block_size:
+        raise KVCacheInputError(
+            f"a sequence of {longest} tokens needs {triton_cdiv(longest, block_size)} blocks, "
+            f"but block_table has {block_table.shape[1]} columns"
+        )
+    if max_seq_len is not None and max_seq_len < longest:
+        raise KVCacheInputError(
+            f"max_seq_len {max_seq_len} is below the longest sequence {longest}"
+        )
+    total = int(lens_host.sum())
+    key = torch.empty((total, num_kv_heads, head_size_k), dtype=out_dtype, device=cache.device)
+    value = torch.empty((total, num_kv_heads, head_size_v), dtype=out_dtype, device=cache.device)
+    if total == 0:
+        return key, value
+    if check_indices:
+        used = torch.arange(block_table.shape[1]) < (
+            (lens_host[:, None] + block_size - 1) // block_size
+        )
+        entries = block_table.cpu()[used]
+        if entries.numel() and (int(entries.min()) < 0 or int(entries.max()) >= num_blocks):
+            bad = int(entries.max()) if int(entries.max()) >= num_blocks else int(entries.min())
+            raise KVCacheInputError(
+                f"block_table holds block {bad}, outside the cache's {num_blocks} blocks"
+            )
+    cu_seqlens = torch.zeros(num_seqs, dtype=torch.int32)
+    cu_seqlens[1:] = torch.cumsum(lens_host, 0)[:-1]
+    cu_seqlens = cu_seqlens.to(cache.device)
+    pad = configs.head_pad(head_size_k, head_size_v)
+    block_t, num_warps = configs.tile(_capability(cache.device), pad)
+    from volta_fp8kv.kernels.gather import gather_kernel
+
+    grid = (num_seqs, triton_cdiv(max_seq_len or longest, block_t), num_kv_heads)
+    gather_kernel[grid](
+        cache,
+        key,
+        value,
+        block_table,
+        seq_lens,
+        cu_seqlens,
+        scales.k,
+        scales.v,
+        num_blocks,
+        block_size,
+        head_size_k,
+        head_size_v,
+        block_table.stride(0),
+        cache.stride(0),
+        cache.stride(1),
+        cache.stride(2),
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        1 if scales.per_head else 0,
+        FMT=fmt.kernel_code,
+        HEAD_PAD=pad,
+        BLOCK_T=block_t,
+        num_warps=num_warps,
+        num_stages=1,
+    )
+    return key, value
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)

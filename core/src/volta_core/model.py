@@ -103,12 +103,7 @@ class ModelDescription:
 
 
 def _load_transformers_config(raw: Mapping[str, Any], name: str) -> Any:
-    try:
-        from transformers import AutoConfig
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise UsageError(
-            "reading model configs needs transformers: pip install 'vllm-volta-core[plan]'"
-        ) from exc
+    from transformers import AutoConfig
     model_type = raw.get("model_type")
     if not isinstance(model_type, str):
         raise UsageError(f"{name}: config has no model_type")

@@ -227,3 +227,15 @@ def test_resolve_quant_through_hooks(manager: VoltaPluginManager, fake_plugin: A
     resolution = manager.resolve_quant(QuantConfig("ct"), layer, V100)
     assert (resolution.source, resolution.claim and resolution.claim.detail) == ("q", layer.prefix)
     assert manager.resolve_quant(QuantConfig("other"), layer, V100).claim is None
+
+
+@pytest.mark.parametrize(
+    ("name", "impl"), [("has space", "m:C"), ("", "m:C"), ("ok", "no_colon"), ("ok", "m:")]
+)
+def test_malformed_declarations_are_refused(
+    manager: VoltaPluginManager, fake_plugin: Any, name: str, impl: str
+) -> None:
+    plugin = fake_plugin(volta_reasoning_parsers=[ReasoningParserSpec(name, impl)])
+    with pytest.raises(PluginError, match="names are letters"):
+        manager.register(plugin, "bad")
+    assert manager.pm.get_plugin("bad") is None

@@ -13,6 +13,7 @@ import enum
 import functools
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -124,6 +125,9 @@ def _env_flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_IMPL_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
 #: Declaration families whose names must be unique across plugins: (hook, label).
 _DECLARATIONS: tuple[tuple[str, str], ...] = (
     ("volta_attention_backends", "attention backend"),
@@ -191,7 +195,15 @@ class VoltaPluginManager:
         """Collect the new plugin's declared names and refuse any already declared elsewhere."""
         provides: dict[str, tuple[str, ...]] = {}
         for hook, label in _DECLARATIONS:
-            mine = [decl.name for plugin, decl in self._declarations(hook) if plugin == name]
+            own = [decl for plugin, decl in self._declarations(hook) if plugin == name]
+            for decl in own:
+                if not _NAME_RE.match(decl.name) or not _IMPL_RE.match(decl.impl):
+                    raise PluginError(
+                        f"plugin {name!r} ({distribution}) declares {label} {decl.name!r} with "
+                        f"impl {decl.impl!r}: names are letters, digits, '.', '_' or '-', and "
+                        "impl is 'package.module:Attribute'"
+                    )
+            mine = [decl.name for decl in own]
             for other, decl in self._declarations(hook):
                 if other != name and decl.name in mine:
                     other_dist = self.records[other].distribution if other in self.records else ""

@@ -146,12 +146,20 @@ def encode_reference(x: torch.Tensor, scale: torch.Tensor, fmt: CacheFormat) -> 
     return y.to(dtype).view(torch.uint8)
 
 
-def decode_reference(codes: torch.Tensor, scale: torch.Tensor, fmt: CacheFormat) -> torch.Tensor:
-    """float32 values of ``codes`` (``[..., H, D]``) times the per-head ``scale``."""
-    dtype = fmt.torch_fp8_dtype
-    if dtype is None:
+def decode_reference(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    fmt: CacheFormat,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Values of ``codes`` (``[..., H, D]``) times the per-head ``scale``, computed in ``dtype``.
+
+    float32 is what the gather kernel computes (one rounding); float64 is exact.
+    """
+    fp8 = fmt.torch_fp8_dtype
+    if fp8 is None:
         raise ValueError("float16 caches store values, not codes")
-    return codes.view(dtype).float() * scale.float().reshape(-1, 1)
+    return codes.view(fp8).to(dtype) * scale.to(dtype).reshape(-1, 1)
 
 
 def attention_reference(
@@ -182,8 +190,8 @@ def attention_scale_folded(
     """
     group = q.shape[0] // k_codes.shape[1]
     one = torch.ones(1)
-    k_dec = decode_reference(k_codes, one, fmt).double().repeat_interleave(group, dim=1)
-    v_dec = decode_reference(v_codes, one, fmt).double().repeat_interleave(group, dim=1)
+    k_dec = decode_reference(k_codes, one, fmt, torch.float64).repeat_interleave(group, dim=1)
+    v_dec = decode_reference(v_codes, one, fmt, torch.float64).repeat_interleave(group, dim=1)
     s_k = k_scale.double().reshape(-1).expand(k_codes.shape[1]).repeat_interleave(group)
     s_v = v_scale.double().reshape(-1).expand(v_codes.shape[1]).repeat_interleave(group)
     logits = torch.einsum("hd,thd->ht", q.double(), k_dec) * (softmax_scale * s_k[:, None])

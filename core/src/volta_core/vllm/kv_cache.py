@@ -1,0 +1,109 @@
+"""KV-cache dtype decisions as the adapter applies them, free of vLLM.
+
+The host's combined verdict (:meth:`VoltaPluginManager.decide_kv_cache`) decides before vLLM's
+own gate (``_init_kv_cache_quant``) can refuse. What that means for an attention layer is one of
+three :class:`KVMethod` values, which the quantization-config subclasses in
+:mod:`volta_core.vllm.compat` turn into vLLM objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from volta_core.checkpoint import checkpoint_kv, quant_config
+from volta_core.device import Device
+from volta_core.manager import VoltaPluginManager
+from volta_core.resolution import require_accepted
+from volta_core.types import (
+    KVDecision,
+    KVRequest,
+    KVScaleScheme,
+    QuantConfig,
+    VerdictStatus,
+    canonical_kv_dtype,
+)
+
+COMPRESSED_TENSORS = "compressed-tensors"
+
+
+class KVMethod(str, enum.Enum):
+    """What an attention layer of a quantized checkpoint gets for its KV cache."""
+
+    ENGINE = "engine"
+    """vLLM's own KV-cache method and gate, unchanged."""
+    UNIT_SCALES = "unit_scales"
+    """No KV-cache method: vLLM keeps k/v scales at 1.0 and its fp8 gate does not apply."""
+    CHECKPOINT_SCALES = "checkpoint_scales"
+    """The checkpoint's K/V scales are loaded, and vLLM's e5m2 gate is not applied to them."""
+
+
+def kv_request(
+    kv_cache_dtype: str,
+    quant_raw: Mapping[str, Any] | None,
+    device: Device,
+    activation_dtype: str,
+) -> KVRequest:
+    """Describe a KV-cache dtype request the way the plan command does (one reading)."""
+    checkpoint = checkpoint_kv(quant_config(quant_raw))
+    return KVRequest(kv_cache_dtype, checkpoint, device, activation_dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _decide(manager: VoltaPluginManager, request: KVRequest) -> KVDecision:
+    return manager.decide_kv_cache(request)
+
+
+def decide(manager: VoltaPluginManager, request: KVRequest) -> KVDecision:
+    """The host's combined verdict, computed once per process and request.
+
+    Raises :class:`~volta_core.errors.KVCacheDtypeRejected` with every plugin's reason when the
+    request is rejected.
+    """
+    return require_accepted(_decide(manager, request))
+
+
+def attention_kv_method(config: QuantConfig, decision: KVDecision | None) -> KVMethod:
+    """Which KV-cache method an attention layer of this checkpoint gets.
+
+    - A compressed-tensors checkpoint without ``kv_cache_scheme`` is weight-only: it ships no
+      KV scales, so its attention layers get no KV-cache method at all (seed 000), whatever
+      the KV dtype.
+    - An e5m2 cache the host accepted: the checkpoint's scales where an accepting verdict says
+      it uses them (``scales`` starting with ``checkpoint``) and the checkpoint has some, unit
+      scales otherwise (seed 004: dense FP8-weight checkpoints boot with unit scales).
+    - Everything else, and no decision (no device to judge for, or no plugin had an opinion):
+      the engine's own method and rule.
+    """
+    if config.method == COMPRESSED_TENSORS and config.kv_cache_scheme is None:
+        return KVMethod.UNIT_SCALES
+    if decision is None or decision.accepted is not True:
+        return KVMethod.ENGINE
+    request = decision.request
+    if canonical_kv_dtype(request.kv_cache_dtype, request.activation_dtype) != "fp8_e5m2":
+        return KVMethod.ENGINE
+    uses_checkpoint = any(
+        verdict.scales.startswith("checkpoint")
+        for _, verdict in decision.verdicts
+        if verdict.status is VerdictStatus.ACCEPT
+    )
+    if uses_checkpoint and request.checkpoint.scheme is not KVScaleScheme.NONE:
+        return KVMethod.CHECKPOINT_SCALES
+    return KVMethod.UNIT_SCALES
+
+
+def describe(decision: KVDecision) -> str:
+    """One log line: the outcome and every plugin's warning."""
+    request = decision.request
+    outcome = {True: "accepted", False: "rejected", None: "left to vLLM (no plugin opinion)"}[
+        decision.accepted
+    ]
+    line = (
+        f"--kv-cache-dtype {request.kv_cache_dtype} on {request.device.sm} "
+        f"({request.checkpoint.source or 'checkpoint'}): {outcome}"
+    )
+    if decision.warnings:
+        line += "; warnings: " + "; ".join(decision.warnings)
+    return line

@@ -1,0 +1,125 @@
+"""The ``vllm.general_plugins`` entry point: apply the Volta plugins in every vLLM process.
+
+vLLM calls :func:`register` in the API server, the engine core and each worker, possibly more
+than once. It is idempotent, never breaks engine start (a failure is logged once and the
+adapter steps aside, unless ``VLLM_VOLTA_STRICT=1``), and cheap when nothing applies: with no
+declared parser nothing of vLLM's reasoning machinery is touched, and nothing imports torch
+that vLLM has not imported already.
+
+What it applies, each family on its own so one failing does not take the others down:
+
+1. reasoning parsers declared by plugins, registered with vLLM under their names (and any
+   aliases from ``VLLM_VOLTA_REASONING_ALIASES``, e.g. ``qwen3=qwen3-volta``);
+2. the ``compressed-tensors`` and ``fp8`` quantization configs, replaced by subclasses that
+   ask the host first (plugin quant claims, the KV-cache verdict);
+3. on CUDA compute capability 7.x, the plugin attention backend bound to
+   ``AttentionBackendEnum.CUSTOM`` (routing itself is the Volta platform's,
+   :mod:`volta_core.vllm.platform`).
+
+``VLLM_VOLTA_DEVICE`` (``sm70``, ``7.0``...) names the device the host judges quant claims and
+KV-cache dtypes for where vLLM reports no CUDA capability (the CPU build); attention is never
+routed on such a device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from volta_core.device import Device, parse_device
+from volta_core.manager import ENV_STRICT, VoltaPluginManager, get_plugin_manager
+from volta_core.vllm import attention, compat, report
+from volta_core.vllm.reasoning import ENV_ALIASES, aliases
+
+log = logging.getLogger("volta_core.vllm")
+
+ENV_DEVICE = "VLLM_VOLTA_DEVICE"
+
+_applied = False
+
+
+def judge_device() -> Device | None:
+    """The device quant claims and KV verdicts are judged for (see the module docstring)."""
+    named = os.environ.get(ENV_DEVICE)
+    if named:
+        return parse_device(named)
+    if "vllm.platforms" not in sys.modules:
+        return None
+    return compat.current_cuda_device()
+
+
+def _strict() -> bool:
+    return os.environ.get(ENV_STRICT, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _register_parsers(manager: VoltaPluginManager) -> None:
+    declared = manager.reasoning_parsers()
+    if not declared:
+        return
+    extra = aliases(os.environ.get(ENV_ALIASES), [spec.name for _, spec in declared])
+    for plugin, spec in declared:
+        names = [spec.name] + [alias for alias, name in extra.items() if name == spec.name]
+        compat.register_reasoning_parser(names, compat.make_reasoning_parser(spec, manager))
+        report.event("reasoning_parser", names=names, plugin=plugin)
+
+
+def _register_quantization(manager: VoltaPluginManager) -> None:
+    if "torch" not in sys.modules:
+        log.info("vllm-volta: vLLM has not imported torch here; quantization configs unchanged")
+        return
+    overrides = compat.make_quantization_overrides(manager, judge_device)
+    compat.register_quantization_overrides(overrides)
+    report.event("quantization_override", names=sorted(overrides))
+
+
+def _bind_attention(manager: VoltaPluginManager) -> None:
+    device = compat.current_cuda_device() if "vllm.platforms" in sys.modules else None
+    if not attention.routes(device):
+        return
+    custom = [spec for _, spec in manager.attention_backends() if spec.vllm_name == "CUSTOM"]
+    if custom:
+        compat.bind_custom_backend(max(custom, key=lambda spec: spec.priority))
+
+
+def register() -> None:
+    """Apply the Volta plugins to this vLLM process (once)."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    reason = compat.unsupported_reason()
+    installed = compat.installed_vllm()
+    if reason is not None:
+        log.warning("%s", reason)
+        report.set_fields(vllm=installed, supported=False)
+        return
+    try:
+        manager = get_plugin_manager()
+    except Exception as exc:
+        if _strict():
+            raise
+        log.error("vllm-volta: plugin discovery failed; vLLM runs without Volta plugins: %s", exc)
+        return
+    report.set_fields(
+        vllm=installed,
+        supported=True,
+        plugins={name: record.status.value for name, record in sorted(manager.records.items())},
+    )
+    for family, apply in (
+        ("reasoning parsers", _register_parsers),
+        ("quantization", _register_quantization),
+        ("attention backends", _bind_attention),
+    ):
+        try:
+            apply(manager)
+        except Exception as exc:
+            if _strict() or manager.strict:
+                raise
+            log.error(
+                "vllm-volta: %s were not applied (%s: %s); vLLM's own behaviour stands",
+                family,
+                type(exc).__name__,
+                exc,
+            )
+            report.event("failed", family=family, error=f"{type(exc).__name__}: {exc}")

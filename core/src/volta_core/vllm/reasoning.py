@@ -1,0 +1,141 @@
+"""One request's reasoning split, as the vLLM reasoning-parser wrapper drives it; free of vLLM.
+
+A plugin declares an engine-independent parser (``ReasoningParserSpec.impl``) with
+``starts_in_reasoning(prompt)``, ``split(text, in_reasoning=...)`` and
+``stream(in_reasoning=...)``. :class:`ReasoningSession` holds what one request needs: whether
+the prompt left a think block open, the streaming state, and the text and token ids seen so
+far, and it runs the host's post-processing hook
+(:meth:`~volta_core.manager.VoltaPluginManager.postprocess_reasoning`) on every split it
+returns, non-streaming and streaming alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from volta_core.manager import VoltaPluginManager
+from volta_core.types import ReasoningContext, ReasoningParserSpec, ReasoningSplit
+
+#: Environment variable naming extra vLLM names for Volta parsers: ``qwen3=qwen3-volta,...``.
+ENV_ALIASES = "VLLM_VOLTA_REASONING_ALIASES"
+
+
+def load_object(path: str) -> Any:
+    """Import ``package.module:Name`` (the form declarations use)."""
+    module, _, name = path.partition(":")
+    if not name:
+        raise ValueError(f"{path!r} is not of the form 'package.module:Name'")
+    return getattr(importlib.import_module(module), name)
+
+
+@functools.cache
+def parser_instance(impl: str) -> Any:
+    """One engine-independent parser per implementation (they are stateless)."""
+    return load_object(impl)()
+
+
+def aliases(value: str | None, known: Sequence[str]) -> dict[str, str]:
+    """Parse ``alias=name,...``; an entry naming an unknown parser is an error naming it."""
+    result: dict[str, str] = {}
+    for entry in (value or "").split(","):
+        if not entry.strip():
+            continue
+        alias, sep, name = (part.strip() for part in entry.partition("="))
+        if not sep or not alias or not name:
+            raise ValueError(f"{ENV_ALIASES} entry {entry!r} is not of the form alias=parser")
+        if name not in known:
+            raise ValueError(
+                f"{ENV_ALIASES} maps {alias!r} to {name!r}, which no Volta plugin declares "
+                f"(declared: {', '.join(known) or 'none'})"
+            )
+        result[alias] = name
+    return result
+
+
+def default_in_reasoning(chat_template_kwargs: Mapping[str, Any] | None) -> bool:
+    """The mode to assume when vLLM never showed the prompt (see :class:`ReasoningSession`)."""
+    return bool((chat_template_kwargs or {}).get("enable_thinking", True))
+
+
+class ReasoningSession:
+    """The reasoning split of one generated output.
+
+    The mode (did the prompt leave ``<think>`` open?) comes from the rendered prompt whenever
+    vLLM shows it: :meth:`set_prompt`. vLLM 0.32/0.33 show it on the streaming path and, for a
+    non-streaming request, through its reasoning-end check before generation; where neither
+    happened (``n > 1`` choices after the first, structured-output grammars from the parser)
+    the session falls back to the request's ``enable_thinking`` template argument.
+    """
+
+    def __init__(
+        self,
+        spec: ReasoningParserSpec,
+        manager: VoltaPluginManager,
+        *,
+        in_reasoning: bool = True,
+    ) -> None:
+        self.spec = spec
+        self.manager = manager
+        self.parser = parser_instance(spec.impl)
+        self.in_reasoning = in_reasoning
+        self.prompt_seen = False
+        self._stream: Any = None
+        self._text = ""
+        self._token_ids: list[int] = []
+        self._content_started = False
+
+    def set_prompt(self, prompt: str) -> None:
+        self.in_reasoning = bool(self.parser.starts_in_reasoning(prompt))
+        self.prompt_seen = True
+
+    def _post(self, split: ReasoningSplit, *, streaming: bool, delta: str) -> ReasoningSplit:
+        context = ReasoningContext(
+            parser=self.spec.name,
+            text=self._text,
+            token_ids=tuple(self._token_ids),
+            finish_reason=None,
+            streaming=streaming,
+            delta=delta,
+        )
+        return self.manager.postprocess_reasoning(split, context)
+
+    def split(self, text: str, token_ids: Sequence[int] = ()) -> ReasoningSplit:
+        """Non-streaming: split the whole output."""
+        self._text, self._token_ids = text, list(token_ids)
+        split = self.parser.split(text, in_reasoning=self.in_reasoning)
+        return self._post(split, streaming=False, delta="")
+
+    def feed(self, delta: str, token_ids: Sequence[int] = ()) -> ReasoningSplit:
+        """Streaming: the part of this delta (and anything held back before) released now."""
+        if self._stream is None:
+            self._stream = self.parser.stream(in_reasoning=self.in_reasoning)
+        self._text += delta
+        self._token_ids.extend(token_ids)
+        split = self._stream.feed(delta)
+        if split.content and split.content.strip():
+            self._content_started = True
+        return self._post(split, streaming=True, delta=delta)
+
+    def finish(self) -> ReasoningSplit | None:
+        """Streaming: release what the stream still holds; None if nothing was streamed."""
+        if self._stream is None:
+            return None
+        stream, self._stream = self._stream, None
+        return self._post(stream.finish(), streaming=True, delta="")
+
+    @property
+    def in_content(self) -> bool:
+        """Whether the streamed output has reached content that is passed through verbatim.
+
+        True only once content other than the whitespace a tag trims has been released and the
+        stream holds nothing back: from there on the parser passes text through unchanged, so
+        vLLM may stream the rest itself (as content, or into a tool-call parser) and the
+        concatenated deltas still equal the non-streaming split.
+        """
+        stream = self._stream
+        return (
+            stream is not None and self._content_started and stream.in_content and not stream.held
+        )

@@ -1,0 +1,254 @@
+"""Which kernel and tile each call uses, per device, and the list the SM70 gate checks.
+
+Kept free of torch and triton: the plugin's ``volta_kernel_configs`` hook returns
+:func:`kernel_configs`, and the launcher (:mod:`volta_ct_wna16.ops`) asks :func:`choose` for the
+launch of each call, so the gate checks exactly the configurations that run.
+
+Two tables. On SM70 ``tl.dot`` runs on the FMA units (FACTS.md 2), so decode tiles are modest
+(no spills) and one to four tokens use the plain-FMA GEMV rather than a dot padded to 16 rows;
+above 32 tokens the weights are dequantized once and the product goes to cuBLAS, which still
+has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80 and newer (the H100
+the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are wider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+from volta_core.device import Device
+from volta_core.types import KernelConfig
+
+SPLITK = "splitk"
+GEMM = "gemm"
+DEQUANT_MATMUL = "dequant_matmul"
+
+KERNELS = "volta_ct_wna16.kernels"
+
+#: The most tokens the decode (split-K) kernel takes.
+DECODE_MAX_M = 16
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch choice: the path, its tile, and how many programs split-K aims for per SM.
+
+    ``block_k`` counts input elements (packed words times the pack factor).
+    """
+
+    path: str
+    block_m: int = 1
+    block_n: int = 32
+    block_k: int = 256
+    use_dot: bool = False
+    num_warps: int = 4
+    programs_per_sm: int = 4
+    group_m: int = 8
+
+    def scaled_for_bits(self, bits: int) -> Launch:
+        """The same tile in packed words for 8-bit weights (half the elements per word)."""
+        if bits == 4 or self.path == DEQUANT_MATMUL:
+            return self
+        return replace(self, block_k=self.block_k // 2) if self.path == SPLITK else self
+
+
+@dataclass(frozen=True)
+class Table:
+    """The launches of one device family, by number of tokens."""
+
+    gemv: Launch
+    """1 token."""
+    small: Launch
+    """2 to 4 tokens."""
+    decode: Launch
+    """5 to 16 tokens."""
+    gemm: Launch
+    """17 up to ``dequant_from`` tokens."""
+    dequant_from: int | None
+    """From this many tokens on, dequantize and call cuBLAS (None: never)."""
+    dequant: Launch = Launch(DEQUANT_MATMUL, block_n=32, block_k=128)
+
+
+SM70 = Table(
+    gemv=Launch(SPLITK, block_m=1, block_n=32, block_k=256, programs_per_sm=8),
+    small=Launch(SPLITK, block_m=4, block_n=32, block_k=128, programs_per_sm=8),
+    decode=Launch(SPLITK, block_m=16, block_n=32, block_k=128, use_dot=True, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=32, num_warps=8),
+    dequant_from=33,
+)
+
+SM90 = Table(
+    gemv=Launch(SPLITK, block_m=1, block_n=32, block_k=512, programs_per_sm=8),
+    small=Launch(SPLITK, block_m=16, block_n=64, block_k=256, use_dot=True, programs_per_sm=4),
+    decode=Launch(SPLITK, block_m=16, block_n=64, block_k=256, use_dot=True, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=128, block_n=128, block_k=64, num_warps=8),
+    dequant_from=None,
+)
+
+
+def table_for(capability: tuple[int, int]) -> Table:
+    """SM70 tiles on Volta (and Turing), SM90 tiles on anything with tensor-core ``tl.dot``."""
+    return SM70 if capability < (8, 0) else SM90
+
+
+def choose(m: int, capability: tuple[int, int], bits: int, table: Table | None = None) -> Launch:
+    """The launch for ``m`` tokens on a device of ``capability`` with ``bits``-bit weights."""
+    t = table or table_for(capability)
+    if m <= 1:
+        launch = t.gemv
+    elif m <= 4:
+        launch = t.small
+    elif m <= DECODE_MAX_M:
+        launch = t.decode
+    elif t.dequant_from is not None and m >= t.dequant_from:
+        launch = t.dequant
+    else:
+        launch = t.gemm
+    return launch.scaled_for_bits(bits)
+
+
+def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
+    """How many input splits, and the input length of each (a multiple of ``block_k``).
+
+    Enough programs to keep every SM busy with ``programs_per_sm`` of them, but never a split
+    shorter than one tile.
+    """
+    n_blocks = -(-n // launch.block_n)
+    k_blocks = -(-k // launch.block_k)
+    want = max(1, -(-(launch.programs_per_sm * sm_count) // n_blocks))
+    splits = min(want, k_blocks)
+    per_split = -(-k_blocks // splits) * launch.block_k
+    return -(-k // per_split), per_split
+
+
+_SPLITK_SIG = {
+    "x_ptr": "*fp16",
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*u8",
+    "b_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "ws_ptr": "*fp32",
+    "M": "i32",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "NG": "i32",
+    "GROUP": "i32",
+    "stride_xm": "i32",
+    "stride_om": "i32",
+    "K_PER_SPLIT": "i32",
+}
+
+_GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "K_PER_SPLIT")}
+
+_REDUCE_SIG = {
+    "ws_ptr": "*fp32",
+    "b_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "M": "i32",
+    "N": "i32",
+    "SPLITS": "i32",
+    "stride_om": "i32",
+}
+
+_DEQUANT_SIG = {
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*u8",
+    "out_ptr": "*fp16",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "NG": "i32",
+    "GROUP": "i32",
+}
+
+#: Block of the split-K reduction (outputs per program).
+REDUCE_BLOCK = 1024
+#: Warps of the split-K reduction.
+REDUCE_WARPS = 4
+
+
+def _launches(table: Table) -> list[Launch]:
+    seen: list[Launch] = []
+    for launch in (table.gemv, table.small, table.decode, table.gemm, table.dequant):
+        if launch.path == GEMM and table.dequant_from is not None and table.dequant_from <= 17:
+            continue
+        if launch.path == DEQUANT_MATMUL and table.dequant_from is None:
+            continue
+        if launch not in seen:
+            seen.append(launch)
+    return seen
+
+
+def _variants(table: Table) -> Iterator[KernelConfig]:
+    for base in _launches(table):
+        for bits in (4, 8):
+            launch = base.scaled_for_bits(bits)
+            for zp in (False, True):
+                tag = f"w{bits}{'a' if zp else 's'}"
+                tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+                if launch.path == SPLITK:
+                    # split-K writes partials (bias added by the reduction) or, unsplit, the output.
+                    for use_ws, bias in ((True, False), (False, False), (False, True)):
+                        yield KernelConfig(
+                            name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_{tag}"
+                            f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}",
+                            kernel=f"{KERNELS}:wna16_splitk_kernel",
+                            signature=_SPLITK_SIG,
+                            constexprs={
+                                "BITS": bits,
+                                "HAS_ZP": zp,
+                                "HAS_BIAS": bias,
+                                "USE_WS": use_ws,
+                                "USE_DOT": launch.use_dot,
+                                "BLOCK_M": launch.block_m,
+                                "BLOCK_N": launch.block_n,
+                                "BLOCK_K": launch.block_k,
+                            },
+                            num_warps=launch.num_warps,
+                        )
+                elif launch.path == GEMM:
+                    for bias in (False, True):
+                        yield KernelConfig(
+                            name=f"gemm_{tile}_{tag}{'_bias' if bias else ''}",
+                            kernel=f"{KERNELS}:wna16_gemm_kernel",
+                            signature=_GEMM_SIG,
+                            constexprs={
+                                "BITS": bits,
+                                "HAS_ZP": zp,
+                                "HAS_BIAS": bias,
+                                "BLOCK_M": launch.block_m,
+                                "BLOCK_N": launch.block_n,
+                                "BLOCK_K": launch.block_k,
+                                "GROUP_M": launch.group_m,
+                            },
+                            num_warps=launch.num_warps,
+                        )
+                else:
+                    yield KernelConfig(
+                        name=f"dequant_n{launch.block_n}k{launch.block_k}_{tag}",
+                        kernel=f"{KERNELS}:wna16_dequant_kernel",
+                        signature=_DEQUANT_SIG,
+                        constexprs={
+                            "BITS": bits,
+                            "HAS_ZP": zp,
+                            "BLOCK_N": launch.block_n,
+                            "BLOCK_K": launch.block_k,
+                        },
+                        num_warps=launch.num_warps,
+                    )
+    for bias in (False, True):
+        yield KernelConfig(
+            name=f"splitk_reduce{'_bias' if bias else ''}",
+            kernel=f"{KERNELS}:wna16_reduce_kernel",
+            signature=_REDUCE_SIG,
+            constexprs={"HAS_BIAS": bias, "BLOCK": REDUCE_BLOCK},
+            num_warps=REDUCE_WARPS,
+        )
+
+
+def kernel_configs(device: Device) -> list[KernelConfig]:
+    """Every kernel configuration :func:`choose` can launch on ``device``."""
+    return list(_variants(table_for(device.capability)))

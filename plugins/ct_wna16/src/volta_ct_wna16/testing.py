@@ -1,0 +1,209 @@
+"""Test and benchmark data: compressed-tensors checkpoints of random fp16 weights.
+
+:func:`library_checkpoint` has the ``compressed-tensors`` library itself quantize and compress a
+linear layer (its min-max scales and zero points, its ``pack-quantized`` compressor), which is
+what real checkpoints are made with. :func:`fresh_checkpoint` makes the same tensors with this
+package's packer for machines without the library (the GPU machine); the CPU tests prove the two
+identical bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from volta_ct_wna16.layout import pack_int32
+from volta_ct_wna16.scheme import WeightScheme
+
+#: Library-made checkpoints carried to machines without compressed-tensors (the GPU machine):
+#: ``python -m volta_ct_wna16.testing PATH`` writes them.
+LIBRARY_FIXTURES = Path(
+    os.environ.get(
+        "CT_WNA16_FIXTURES",
+        Path(__file__).resolve().parents[2] / ".fixtures" / "library_checkpoints.safetensors",
+    )
+)
+
+#: The shape of each layer in :data:`LIBRARY_FIXTURES` (N, K; neither a power of two).
+FIXTURE_SHAPE = (1000, 2304)
+
+
+@dataclass
+class Checkpoint:
+    """One layer's checkpoint tensors (compressed-tensors names) and its quantization config."""
+
+    tensors: dict[str, torch.Tensor]
+    config: dict[str, Any]
+    scheme: WeightScheme
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n, k = (int(v) for v in self.tensors["weight_shape"])
+        return n, k
+
+
+def quantization_config(scheme: WeightScheme, ignore: list[str] | None = None) -> dict[str, Any]:
+    """A ``quantization_config`` section as compressed-tensors 0.17 writes it (JSON types)."""
+    weights: dict[str, Any] = {
+        "num_bits": scheme.num_bits,
+        "type": "int",
+        "symmetric": scheme.symmetric,
+        "group_size": scheme.group_size,
+        "strategy": "group" if scheme.group_size else "channel",
+        "dynamic": False,
+        "actorder": None,
+    }
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "pack-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {
+            "group_0": {
+                "targets": ["Linear"],
+                "weights": weights,
+                "input_activations": None,
+                "output_activations": None,
+                "format": "pack-quantized",
+            }
+        },
+        "ignore": list(ignore or ["lm_head"]),
+        "kv_cache_scheme": None,
+    }
+
+
+def random_weight(n: int, k: int, generator: torch.Generator, shifted: bool) -> torch.Tensor:
+    """fp16 weights; ``shifted`` adds a per-row offset so asymmetric zero points vary."""
+    w = torch.randn(n, k, generator=generator) * 0.05
+    if shifted:
+        w += (torch.rand(n, 1, generator=generator) - 0.5) * 0.1
+    return w.to(torch.float16)
+
+
+def library_checkpoint(
+    n: int, k: int, scheme: WeightScheme, seed: int = 0, weight: torch.Tensor | None = None
+) -> Checkpoint:
+    """Quantize and compress a random ``[n, k]`` fp16 linear layer with compressed-tensors."""
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (
+        QuantizationArgs,
+        QuantizationConfig,
+        QuantizationScheme,
+        apply_quantization_config,
+    )
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    gen = torch.Generator().manual_seed(seed)
+    if weight is None:
+        weight = random_weight(n, k, gen, shifted=not scheme.symmetric)
+    model = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False, dtype=torch.float16))
+    linear = model[0]
+    linear.weight.data.copy_(weight)
+    args = QuantizationArgs(
+        num_bits=scheme.num_bits,
+        type="int",
+        symmetric=scheme.symmetric,
+        strategy="group" if scheme.group_size else "channel",
+        group_size=scheme.group_size,
+    )
+    config = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
+        format="pack-quantized",
+    )
+    apply_quantization_config(model, config)
+    group = scheme.group_for(k)
+    grouped = weight.float().unflatten(-1, (k // group, group))
+    scale, zero = calculate_qparams(grouped.amin(-1), grouped.amax(-1), args)
+    linear.weight_scale.data.copy_(scale.reshape(linear.weight_scale.shape))
+    if not scheme.symmetric:
+        linear.weight_zero_point.data.copy_(zero.reshape(linear.weight_zero_point.shape))
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+    compressor.compress_model(model)
+    tensors = {name: t.detach().clone() for name, t in linear.state_dict().items()}
+    return Checkpoint(tensors, quantization_config(scheme), scheme)
+
+
+def fresh_checkpoint(
+    n: int, k: int, scheme: WeightScheme, seed: int = 0, device: str | torch.device = "cpu"
+) -> Checkpoint:
+    """The same checkpoint as :func:`library_checkpoint`, made without the library.
+
+    Min-max scales and zero points as compressed-tensors computes them (0 always representable,
+    zero point rounded and clamped), values rounded half to even and clamped, then packed.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    weight = random_weight(n, k, gen, shifted=not scheme.symmetric).to(device)
+    return quantize_with_packer(weight, scheme)
+
+
+def quantize_with_packer(weight: torch.Tensor, scheme: WeightScheme) -> Checkpoint:
+    """Min-max quantize ``weight`` as compressed-tensors does and pack it with this package."""
+    n, k = weight.shape
+    bits = scheme.num_bits
+    qmin, qmax = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    group = scheme.group_for(k)
+    grouped = weight.float().unflatten(-1, (k // group, group))
+    lo = grouped.amin(-1).clamp(max=0)
+    hi = grouped.amax(-1).clamp(min=0)
+    if scheme.symmetric:
+        scale = torch.maximum(lo.abs(), hi) / ((qmax - qmin) / 2)
+        zero = torch.zeros_like(scale)
+    else:
+        scale = (hi - lo) / (qmax - qmin)
+        zero = (qmin - lo / scale).clamp(qmin, qmax)
+    zero = torch.round(zero).to(torch.int8)
+    scale = scale.to(weight.dtype)
+    scale = torch.where(scale == 0, torch.finfo(weight.dtype).eps, scale)
+    # As the library does: divide in the weight's dtype, add the zero point, clamp, round.
+    scaled = grouped.to(weight.dtype) / scale.unsqueeze(-1) + zero.to(weight.dtype).unsqueeze(-1)
+    q = torch.round(scaled.clamp(qmin, qmax)).reshape(n, k).to(torch.int8)
+    tensors = {
+        "weight_packed": pack_int32(q, bits, dim=1),
+        "weight_scale": scale,
+        "weight_shape": torch.tensor([n, k]),
+    }
+    if not scheme.symmetric:
+        tensors["weight_zero_point"] = pack_int32(zero, bits, dim=0)
+    return Checkpoint(tensors, quantization_config(scheme), scheme)
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||out - ref|| / ||ref||`` in float64 (NaN anywhere gives NaN)."""
+    out64, ref64 = out.double(), ref.double()
+    return float((out64 - ref64).norm() / ref64.norm())
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill an output with NaN before a launch, so an unwritten element cannot pass."""
+    return t.fill_(math.nan)
+
+
+def write_library_fixtures(path: Path = LIBRARY_FIXTURES) -> Path:
+    """One library-made checkpoint per supported scheme, keyed ``<label>/<tensor>``."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for bits in (4, 8):
+        for symmetric in (True, False):
+            for group in (32, 64, 128, None):
+                scheme = WeightScheme(bits, symmetric, group)
+                ckpt = library_checkpoint(*FIXTURE_SHAPE, scheme, seed=bits + group_seed(group))
+                tag = scheme.label.replace(" ", "-")
+                tensors.update({f"{tag}/{k}": v.contiguous() for k, v in ckpt.tensors.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))
+    return path
+
+
+def group_seed(group: int | None) -> int:
+    return 1000 if group is None else group
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(write_library_fixtures(Path(sys.argv[1]) if len(sys.argv) > 1 else LIBRARY_FIXTURES))

@@ -1,0 +1,149 @@
+"""The kernels against ``x @ dequant(W).T`` in float64, on library-made checkpoints.
+
+On CPU they run in the Triton interpreter with small shapes; the ``gpu`` tests run the same
+checks on CUDA for M from 1 to 4096 with larger N and K (none of them powers of two).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from volta_ct_wna16 import configs
+from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
+from volta_ct_wna16.ops import wna16_linear
+from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.testing import (
+    LIBRARY_FIXTURES,
+    Checkpoint,
+    fresh_checkpoint,
+    library_checkpoint,
+    poison_,
+    rel_error,
+)
+
+SCHEMES = [
+    WeightScheme(b, s, g) for b in (4, 8) for s in (True, False) for g in (32, 64, 128, None)
+]
+#: fp16 outputs of fp32-accumulated sums: one rounding of the output (2**-11 relative) and, on
+#: the dot paths, of each dequantized weight.
+TOLERANCE = 2e-3
+
+
+def packed(ckpt: Checkpoint, device: str = "cpu") -> PackedWeights:
+    n, k = ckpt.shape
+    t = {name: tensor.to(device) for name, tensor in ckpt.tensors.items()}
+    return prepare(
+        "test",
+        ckpt.scheme,
+        n=n,
+        k=k,
+        weight_packed=t["weight_packed"],
+        weight_scale=t["weight_scale"],
+        weight_zero_point=t.get("weight_zero_point"),
+        act_dtype=torch.float16,
+    )
+
+
+def check(pw: PackedWeights, m: int, bias: bool, launch=None, seed: int = 0) -> None:
+    device = pw.qweight.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(m, pw.k, generator=gen, device=device).to(torch.float16)
+    b = torch.randn(pw.n, generator=gen, device=device).to(torch.float16) if bias else None
+    ref = x.double() @ dequantize(pw).t()
+    if b is not None:
+        ref += b.double()
+    out = poison_(torch.empty(m, pw.n, dtype=torch.float16, device=device))
+    wna16_linear(x, pw, b, launch, out=out)
+    assert out.shape == (m, pw.n)
+    assert out.dtype == torch.float16
+    assert bool(torch.isfinite(out).all()), "unwritten (NaN-poisoned) or non-finite outputs"
+    err = rel_error(out, ref)
+    assert err < TOLERANCE, f"relative error {err:.2e} (m={m}, {launch})"
+
+
+def test_dequantize_matches_the_library_decompressor() -> None:
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+
+    for scheme in SCHEMES:
+        ckpt = library_checkpoint(24, 256, scheme, seed=5)
+        args = QuantizationArgs(
+            num_bits=scheme.num_bits,
+            symmetric=scheme.symmetric,
+            strategy="group" if scheme.group_size else "channel",
+            group_size=scheme.group_size,
+        )
+        state = PackedQuantizationCompressor.decompress(
+            dict(ckpt.tensors), QuantizationScheme(targets=["Linear"], weights=args)
+        )
+        ours = dequantize(packed(ckpt), torch.float16)
+        assert torch.equal(ours, state["weight"].to(torch.float16)), scheme.label
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_every_path_in_the_interpreter(scheme) -> None:
+    pw = packed(library_checkpoint(40, 384, scheme, seed=1))
+    # Each SM70 path by its token count, and each SM90 tile by explicit launch.
+    for m in (1, 3, 9, 20, 33):
+        check(pw, m, bias=m % 2 == 1)
+    for launch, m in ((configs.SM90.gemv, 1), (configs.SM90.decode, 5), (configs.SM90.gemm, 17)):
+        check(pw, m, bias=True, launch=launch.scaled_for_bits(scheme.num_bits))
+
+
+def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
+    pw = packed(library_checkpoint(24, 2304, WeightScheme(4, False, 128), seed=2))
+    one_split = configs.Launch(
+        configs.SPLITK, block_m=1, block_n=16, block_k=256, programs_per_sm=0
+    )
+    assert configs.split_count(pw.n, pw.k, one_split, 80)[0] == 1
+    assert configs.split_count(pw.n, pw.k, configs.SM70.gemv, 80)[0] > 1
+    check(pw, 1, bias=True, launch=one_split)
+    check(pw, 1, bias=True)
+
+
+def test_batch_dimensions_are_flattened() -> None:
+    pw = packed(library_checkpoint(40, 256, WeightScheme(8, True, 64), seed=3))
+    x = torch.randn(2, 3, 256).to(torch.float16)
+    out = wna16_linear(x, pw)
+    ref = x.double() @ dequantize(pw).t()
+    assert out.shape == (2, 3, 40)
+    assert rel_error(out, ref) < TOLERANCE
+
+
+def test_refuses_other_activation_dtypes_before_launch() -> None:
+    pw = packed(library_checkpoint(40, 256, WeightScheme(4, True, 128)))
+    with pytest.raises(TypeError, match="float16"):
+        wna16_linear(torch.randn(1, 256), pw)
+    with pytest.raises(ValueError, match="256"):
+        wna16_linear(torch.randn(1, 128).half(), pw)
+
+
+GPU_MS = (1, 2, 3, 4, 7, 16, 17, 33, 64, 127, 256, 1000, 2048, 4096)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_gpu_every_m(scheme) -> None:
+    pw = packed(fresh_checkpoint(1500, 2816, scheme, seed=7, device="cuda"), "cuda")
+    for i, m in enumerate(GPU_MS):
+        check(pw, m, bias=i % 2 == 0, seed=i)
+
+
+@pytest.mark.gpu
+def test_gpu_library_made_checkpoints() -> None:
+    from safetensors.torch import load_file
+
+    if not LIBRARY_FIXTURES.exists():
+        pytest.skip(f"{LIBRARY_FIXTURES} not carried to this machine")
+    tensors = load_file(str(LIBRARY_FIXTURES))
+    for scheme in SCHEMES:
+        tag = scheme.label.replace(" ", "-")
+        ckpt = Checkpoint(
+            {k.split("/", 1)[1]: v for k, v in tensors.items() if k.startswith(tag + "/")},
+            {},
+            scheme,
+        )
+        pw = packed(ckpt, "cuda")
+        for m in (1, 5, 16, 300):
+            check(pw, m, bias=True)

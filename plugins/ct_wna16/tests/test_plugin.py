@@ -1,0 +1,159 @@
+"""The hooks: what the plugin claims, declines and leaves alone, through the real host."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from volta_core.device import Device
+from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
+from volta_core.types import LayerKind, QuantClaim, QuantConfig, QuantDecline, QuantLayer
+from volta_ct_wna16 import plugin
+from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.testing import quantization_config
+
+V100 = Device((7, 0))
+T4 = Device((7, 5))
+H100 = Device((9, 0))
+A100 = Device((8, 0))
+
+
+@pytest.fixture(scope="module")
+def manager() -> VoltaPluginManager:
+    pm = VoltaPluginManager(strict=True)
+    pm.register(plugin, "ct_wna16", distribution="vllm-volta-ct-wna16", version="0.1.0")
+    return pm
+
+
+W4_G128 = WeightScheme(4, True, 128)
+
+
+def config(scheme: WeightScheme = W4_G128, **changes) -> QuantConfig:
+    raw = quantization_config(scheme, ignore=changes.pop("ignore", None))
+    raw["config_groups"]["group_0"]["weights"].update(changes.pop("weights", {}))
+    raw["config_groups"]["group_0"].update(changes)
+    return QuantConfig("compressed-tensors", raw)
+
+
+def linear(prefix: str = "model.layers.0.mlp.down_proj") -> QuantLayer:
+    return QuantLayer(LayerKind.LINEAR, prefix, 5120, 5120)
+
+
+def test_entry_point_is_installed() -> None:
+    eps = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    assert eps["ct_wna16"].value == "volta_ct_wna16.plugin"
+    assert eps["ct_wna16"].dist.metadata["Name"] == "vllm-volta-ct-wna16"
+
+
+def test_loading_the_plugin_imports_no_torch_triton_or_vllm() -> None:
+    code = (
+        "import sys, volta_ct_wna16.plugin as p; from volta_core.device import V100;"
+        "list(p.volta_kernel_configs(V100));"
+        "print(sorted(m for m in ('torch','triton','vllm') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [32, 64, 128, None])
+@pytest.mark.parametrize("device", [V100, T4, H100])
+def test_claims_supported_schemes(manager, bits, symmetric, group, device) -> None:
+    resolution = manager.resolve_quant(
+        config(WeightScheme(bits, symmetric, group)), linear(), device
+    )
+    assert isinstance(resolution.claim, QuantClaim)
+    assert resolution.source == "ct_wna16"
+    assert resolution.claim.impl == "volta_ct_wna16.linear:make_linear_method"
+    assert f"W{bits}A16" in resolution.claim.detail
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"weights": {"num_bits": 2}}, "2-bit"),
+        ({"weights": {"actorder": "group"}}, "g_idx"),
+        ({"weights": {"type": "float", "num_bits": 8}}, "not int"),
+        ({"weights": {"group_size": 16}}, "group size 16"),
+        ({"weights": {"strategy": "tensor"}}, "strategy 'tensor'"),
+        ({"weights": {"dynamic": True}}, "dynamic"),
+        ({"input_activations": {"num_bits": 8, "type": "int"}}, "activations"),
+        ({"format": "int-quantized"}, "format 'int-quantized'"),
+    ],
+)
+def test_declines_what_it_does_not_run_with_a_reason(manager, changes, reason) -> None:
+    resolution = manager.resolve_quant(config(**copy.deepcopy(changes)), linear(), V100)
+    assert resolution.claim is None
+    [(source, decline)] = resolution.declines
+    assert source == "ct_wna16"
+    assert isinstance(decline, QuantDecline)
+    assert reason in decline.reason
+
+
+def test_declines_fused_moe_experts(manager) -> None:
+    layer = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768)
+    [(_, decline)] = manager.resolve_quant(config(), layer, V100).declines
+    assert "fused MoE" in decline.reason
+
+
+def test_declines_untested_devices(manager) -> None:
+    resolution = manager.resolve_quant(config(), linear(), A100)
+    assert resolution.claim is None
+    assert "sm_80" in resolution.declines[0][1].reason
+
+
+@pytest.mark.parametrize(
+    ("ignore", "prefix"),
+    [
+        (["lm_head"], "lm_head"),
+        (["model.layers.0.mlp.gate"], "model.layers.0.mlp.gate"),
+        (["re:.*mlp.gate$"], "model.layers.3.mlp.gate"),
+        (["re:.*linear_attn.*"], "model.layers.1.linear_attn.in_proj_qkvz"),
+        (["re:.*self_attn.[qkv]_proj$"], "model.layers.2.self_attn.qkv_proj"),
+    ],
+)
+def test_ignored_modules_stay_unquantized(manager, ignore, prefix) -> None:
+    resolution = manager.resolve_quant(config(ignore=ignore), linear(prefix), V100)
+    assert resolution.claim is None
+    assert resolution.declines == ()
+
+
+def test_regex_ignore_uses_re_match_like_compressed_tensors(manager) -> None:
+    # re.match anchors at the start: "mlp.gate" alone does not match a dotted path.
+    cfg = config(ignore=["re:mlp.gate"])
+    assert manager.resolve_quant(cfg, linear("model.layers.0.mlp.gate"), V100).claim is not None
+
+
+def test_fused_module_with_partly_ignored_shards_is_declined(manager) -> None:
+    cfg = config(ignore=["model.layers.0.self_attn.q_proj"])
+    resolution = manager.resolve_quant(cfg, linear("model.layers.0.self_attn.qkv_proj"), V100)
+    assert resolution.claim is None
+    assert "disagree" in resolution.declines[0][1].reason
+
+
+def test_attention_and_embedding_layers_get_no_claim(manager) -> None:
+    for kind in (LayerKind.ATTENTION, LayerKind.EMBEDDING):
+        layer = QuantLayer(kind, "model.layers.0.self_attn.attn")
+        resolution = manager.resolve_quant(config(), layer, V100)
+        assert resolution.claim is None
+        assert resolution.declines == ()
+
+
+def test_other_methods_and_untargeted_layers_are_not_its_business(manager) -> None:
+    assert manager.resolve_quant(QuantConfig("awq", {}), linear(), V100).declines == ()
+    cfg = config(targets=["re:.*mlp.*"])
+    resolution = manager.resolve_quant(cfg, linear("model.layers.0.self_attn.o_proj"), V100)
+    assert resolution.claim is None
+    assert resolution.declines == ()
+    resolution = manager.resolve_quant(cfg, linear("model.layers.0.mlp.down_proj"), V100)
+    assert resolution.claim is not None
+
+
+def test_declares_its_method(manager) -> None:
+    [(source, spec)] = manager.quant_methods()
+    assert (source, spec.name, spec.impl) == ("ct_wna16", plugin.METHOD, plugin.FACTORY)

@@ -111,14 +111,31 @@ def compile_for(
 ) -> GateReport:
     """Compile one launch configuration of ``kernel`` for ``sm_<capability>`` and judge it.
 
-    :param kernel: a ``@triton.jit`` function; an interpreted one (``TRITON_INTERPRET=1`` at
-        its import) or an autotuner/heuristics wrapper is unwrapped to its Python function.
+    :param kernel: a ``@triton.jit`` function, or an autotuner/heuristics wrapper of one. A
+        kernel defined under ``TRITON_INTERPRET=1`` is compiled in a spawned worker process that
+        imports its module again with the interpreter off (see :func:`_runs_interpreted`).
     :param signature: argument name to Triton type (``*fp16``, ``i32``, ``fp32``...) for every
         runtime argument. Pointers are compiled as 16-byte aligned, as the JIT does for
         tensors from torch's allocator.
     :param constexprs: values of the ``tl.constexpr`` arguments.
     """
     constexprs = dict(constexprs or {})
+    if _runs_interpreted(kernel):
+        try:
+            location = _locate(kernel)
+        except TypeError as exc:
+            report = GateReport(name or _kernel_name(kernel), capability, num_warps, num_stages)
+            report.problems.append(str(exc))
+            return report
+        return _compile_elsewhere(
+            location,
+            dict(signature),
+            constexprs,
+            num_warps,
+            num_stages,
+            capability,
+            name or _kernel_name(kernel),
+        )
     report = GateReport(
         name=name or _kernel_name(kernel),
         capability=capability,
@@ -260,49 +277,173 @@ def make_ast_source(
 
 
 def as_jit_function(kernel: Any) -> Any:
-    """Return a ``triton.runtime.jit.JITFunction`` for ``kernel``, the kind the compiler takes.
+    """Unwrap ``kernel`` (autotuner, heuristics) to the ``JITFunction`` the compiler takes.
 
-    Under ``TRITON_INTERPRET=1``, ``@triton.jit`` returns an interpreted function that the
-    compiler cannot take. The JIT function is rebuilt from the underlying Python function, with
-    a copy of its globals in which the ``@triton.jit`` helpers it calls are rebuilt too.
+    Raises :class:`TypeError` for anything else, an interpreted function included.
     """
     from triton.runtime.jit import JITFunction
 
-    if isinstance(kernel, JITFunction):
-        return kernel
-    return _rebuild(kernel, JITFunction, {})
-
-
-def _rebuild(kernel: Any, jit_cls: type, memo: dict[int, Any]) -> Any:
-    if isinstance(kernel, jit_cls):
-        return kernel
     fn = kernel
-    while not isinstance(fn, types.FunctionType):  # interpreted function, autotuner, heuristics
+    while not isinstance(fn, JITFunction):
         inner = getattr(fn, "fn", None)
-        if inner is None:
+        if inner is None or inner is fn:
             raise TypeError(f"{kernel!r} is not a @triton.jit function")
-        if isinstance(inner, jit_cls):
-            return inner
         fn = inner
-    if id(fn) in memo:
-        return memo[id(fn)]
-    scope = dict(fn.__globals__)
-    clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
-    clone.__module__, clone.__qualname__ = fn.__module__, fn.__qualname__
-    clone.__doc__, clone.__annotations__ = fn.__doc__, dict(fn.__annotations__)
-    options = getattr(kernel, "kwargs", None) or {}
-    accepted = inspect.signature(jit_cls).parameters
-    rebuilt = jit_cls(clone, **{k: v for k, v in options.items() if k in accepted})
-    memo[id(fn)] = rebuilt
-    for var, value in scope.items():
-        if _is_interpreted(value):
-            scope[var] = _rebuild(value, jit_cls, memo)
-    return rebuilt
+    return fn
 
 
-def _is_interpreted(value: Any) -> bool:
-    return type(value).__name__ == "InterpretedFunction" and isinstance(
-        getattr(value, "fn", None), types.FunctionType
+def _python_function(kernel: Any) -> types.FunctionType:
+    """The Python function under a ``@triton.jit`` kernel, whatever wraps it."""
+    fn = kernel
+    while not isinstance(fn, types.FunctionType):
+        inner = getattr(fn, "fn", None)
+        if inner is None or inner is fn:
+            raise TypeError(f"{kernel!r} is not a @triton.jit function")
+        fn = inner
+    return fn
+
+
+def _runs_interpreted(kernel: Any) -> bool:
+    """Whether ``kernel`` or Triton's own library functions were built by the interpreter.
+
+    ``TRITON_INTERPRET=1`` at import turns every ``@triton.jit`` function into an interpreted
+    one, ``tl.cdiv``, ``tl.max`` and the tensor methods included: the compiler takes none of
+    them, so such a kernel is compiled in a worker process where the switch is off.
+    """
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    try:
+        as_jit_function(kernel)
+    except TypeError:
+        return True
+    return not isinstance(tl.cdiv, JITFunction)
+
+
+# -- the clean worker for kernels defined under the interpreter ---------------------------
+
+_INTERPRET_ENV = "TRITON_INTERPRET"
+
+
+class _Worker:
+    """A child Python, kept for the session, that compiles with the interpreter switched off.
+
+    Requests and reports travel as pickles over its stdin and stdout; the child points its own
+    file descriptor 1 at stderr first, so whatever Triton or ptxas prints cannot corrupt them.
+    A plain subprocess (not multiprocessing) never re-imports the caller's ``__main__``.
+    """
+
+    def __init__(self) -> None:
+        import sys
+
+        env = {k: v for k, v in os.environ.items() if k != _INTERPRET_ENV}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from volta_core.kernels.gate import _serve; _serve()"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+
+    def call(self, *request: Any) -> GateReport:
+        import pickle
+
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        if stdin is None or stdout is None:
+            raise RuntimeError("the gate's compile worker has no pipes")
+        pickle.dump(request, stdin)
+        stdin.flush()
+        try:
+            return pickle.load(stdout)
+        except EOFError as exc:
+            raise RuntimeError(
+                f"the gate's compile worker exited (code {self.proc.wait()})"
+            ) from exc
+
+
+_worker: _Worker | None = None
+
+
+def _compile_elsewhere(*request: Any) -> GateReport:
+    global _worker
+    if _worker is None or _worker.proc.poll() is not None:
+        _worker = _Worker()
+    return _worker.call(*request)
+
+
+def _serve() -> None:
+    """The worker's loop: one pickled request in, one pickled report out, until stdin closes."""
+    import pickle
+    import sys
+
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    requests = sys.stdin.buffer
+    while True:
+        try:
+            request = pickle.load(requests)
+        except EOFError:
+            return
+        pickle.dump(_compile_in_worker(*request), replies)
+        replies.flush()
+
+
+def _locate(kernel: Any) -> tuple[str, str, str]:
+    fn = _python_function(kernel)
+    return fn.__module__, fn.__qualname__, fn.__code__.co_filename
+
+
+def _load_kernel(module: str, qualname: str, filename: str) -> Any:
+    """Find the kernel again in the worker: by module name, else by the file it was defined in."""
+    import importlib.util
+
+    spec = None
+    with contextlib.suppress(ImportError, ValueError):
+        spec = importlib.util.find_spec(module)
+    same_file = (
+        spec is not None and spec.origin and Path(spec.origin).resolve() == Path(filename).resolve()
+    )
+    if same_file:
+        obj: Any = importlib.import_module(module)
+    else:  # a test module imported by path (pytest's importlib mode): load the file itself
+        private = f"_volta_gate_{abs(hash(filename))}"
+        spec = importlib.util.spec_from_file_location(private, filename)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {filename} to find {qualname}")
+        obj = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(obj)
+    for attr in qualname.split("."):
+        obj = getattr(obj, attr)
+    return obj
+
+
+def _compile_in_worker(
+    location: tuple[str, str, str],
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    num_stages: int,
+    capability: int,
+    name: str,
+) -> GateReport:
+    try:
+        kernel = _load_kernel(*location)
+    except Exception as exc:
+        report = GateReport(name, capability, num_warps, num_stages)
+        report.problems.append(
+            f"cannot load {location[1]} from {location[2]} with the interpreter off: "
+            f"{type(exc).__name__}: {exc}"
+        )
+        return report
+    return compile_for(
+        kernel,
+        signature,
+        constexprs,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        capability=capability,
+        name=name,
     )
 
 
@@ -323,9 +464,11 @@ def _describe_compile_error(exc: BaseException, capability: int) -> str:
         )
     else:
         prefix = f"does not compile for sm_{capability}: "
+    # Triton's message is the source up to the failing line, a caret, then the reason: keep
+    # the head (which error, where) and the tail (the line and the reason).
     lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) > 12:
-        lines = [*lines[:12], f"... ({len(lines) - 12} more lines)"]
+    if len(lines) > 14:
+        lines = [lines[0], f"... ({len(lines) - 13} lines)", *lines[-12:]]
     return prefix + "\n".join(lines)
 
 

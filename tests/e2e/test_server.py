@@ -1,0 +1,169 @@
+"""vLLM's OpenAI-compatible server with the Volta plugins, on the scripted W4A16 checkpoint.
+
+One server (started by the fixture on a free loopback port, always stopped) serves every test
+here: ``--reasoning-parser qwen3-volta``, ``--kv-cache-dtype fp8_e5m2`` on a weight-only
+compressed-tensors W4A16 checkpoint written by the compressed-tensors library, with
+``VLLM_PLUGINS=volta`` (vLLM's own LoRA resolver plugins filtered out) and the broken and
+future-API test plugins installed beside the real ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import engine_env, requires_vllm
+from reports import by_role, cli_args, events, read_reports
+from server import Server, serve
+from tiny_model import PLAIN_OUTPUT, THINKING_OUTPUT, THINKING_OUTPUT_TOKENS
+
+pytestmark = requires_vllm
+
+MESSAGES = [{"role": "user", "content": "hello there"}]
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("volta-reports")
+
+
+@pytest.fixture(scope="module")
+def server(
+    checkpoints: dict[str, Path], report_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    env = engine_env(VLLM_PLUGINS="volta", VLLM_VOLTA_REPORT_DIR=str(report_dir))
+    args = cli_args(kv_cache_dtype="fp8_e5m2", reasoning_parser="qwen3-volta")
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with serve(checkpoints["w4a16"], args, env, log) as running:
+        yield running
+
+
+def chat(server: Server, **body: Any) -> dict[str, Any]:
+    request = {"model": server.model, "messages": MESSAGES, "temperature": 0, **body}
+    return server.post("/v1/chat/completions", request)["choices"][0]
+
+
+def chat_stream(server: Server, **body: Any) -> tuple[str | None, str | None, str | None]:
+    """Concatenated reasoning and content deltas (None if none came) and the finish reason."""
+    request = {"model": server.model, "messages": MESSAGES, "temperature": 0, **body}
+    reasoning: list[str] = []
+    content: list[str] = []
+    finish = None
+    for event in server.stream("/v1/chat/completions", request):
+        for choice in event["choices"]:
+            delta = choice["delta"]
+            if delta.get("reasoning") is not None:
+                reasoning.append(delta["reasoning"])
+            if delta.get("content"):
+                content.append(delta["content"])
+            finish = choice.get("finish_reason") or finish
+    return ("".join(reasoning) if reasoning else None), ("".join(content) or None), finish
+
+
+def expected_split(text: str, *, in_reasoning: bool) -> tuple[str | None, str | None]:
+    from volta_reasoning.parser import Qwen3ReasoningParser
+
+    split = Qwen3ReasoningParser().split(text, in_reasoning=in_reasoning)
+    return split.reasoning, split.content
+
+
+def test_plugins_applied_in_api_server_engine_core_and_worker(
+    server: Server, report_dir: Path
+) -> None:
+    roles = by_role(read_reports(report_dir))
+    assert set(roles) == {"main", "engine_core", "worker"}, [r["process"] for r in roles.values()]
+    pids = {report["pid"] for report in roles.values()}
+    assert len(pids) == 3
+    for role, report in roles.items():
+        assert report["supported"] is True, role
+        plugins = report["plugins"]
+        assert plugins["reasoning"] == "loaded", (role, plugins)
+        assert plugins["test_broken"] == "failed", (role, plugins)
+        assert plugins["test_future_api"] == "refused", (role, plugins)
+        parsers = [name for e in events(report, "reasoning_parser") for name in e["names"]]
+        assert "qwen3-volta" in parsers, role
+        overrides = events(report, "quantization_override")
+        assert overrides == [
+            {"kind": "quantization_override", "names": ["compressed-tensors", "fp8"]}
+        ], role
+    # The worker built the model: the weight-only checkpoint's attention layers got no
+    # KV-cache method (seed 000), so fp8_e5m2 runs with unit scales.
+    assert events(roles["worker"], "attention_kv_method") == [
+        {
+            "kind": "attention_kv_method",
+            "method": "unit_scales",
+            "quant_method": "compressed-tensors",
+        }
+    ]
+    assert not [e for r in roles.values() for e in events(r, "failed")]
+
+
+def test_fp8_e5m2_on_weight_only_w4a16_boots_and_generates(server: Server) -> None:
+    log = server.log.read_text(errors="replace")
+    assert "Using fp8_e5m2 data type to store kv cache" in log
+    assert "quantization=compressed-tensors" in log
+    choice = chat(server, max_tokens=32)
+    assert choice["finish_reason"] == "stop"
+    assert choice["message"]["reasoning"] == "a b c"
+    assert choice["message"]["content"] == "answer text"
+
+
+def test_non_streaming_split_is_the_parsers(server: Server) -> None:
+    message = chat(server, max_tokens=32)["message"]
+    assert (message["reasoning"], message["content"]) == expected_split(
+        THINKING_OUTPUT, in_reasoning=True
+    )
+
+
+def test_streaming_equals_non_streaming(server: Server) -> None:
+    message = chat(server, max_tokens=32)["message"]
+    reasoning, content, finish = chat_stream(server, max_tokens=32)
+    assert (
+        (reasoning, content)
+        == (message["reasoning"], message["content"])
+        == ("a b c", "answer text")
+    )
+    assert finish == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
+def test_max_tokens_inside_think_keeps_partial_reasoning(server: Server, stream: bool) -> None:
+    if stream:
+        reasoning, content, finish = chat_stream(server, max_tokens=2)
+    else:
+        choice = chat(server, max_tokens=2)
+        reasoning, content = choice["message"]["reasoning"], choice["message"]["content"]
+        finish = choice["finish_reason"]
+    assert finish == "length"
+    assert reasoning == "a b"
+    assert (reasoning, content) == expected_split(
+        "".join(THINKING_OUTPUT_TOKENS[:2]), in_reasoning=True
+    )
+    assert content is None  # absent, as the parser's policy says: never blanked to ""
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
+def test_max_tokens_after_think_never_blanks_content(server: Server, stream: bool) -> None:
+    cut = THINKING_OUTPUT_TOKENS.index("answer") + 1
+    if stream:
+        reasoning, content, finish = chat_stream(server, max_tokens=cut)
+    else:
+        choice = chat(server, max_tokens=cut)
+        reasoning, content = choice["message"]["reasoning"], choice["message"]["content"]
+        finish = choice["finish_reason"]
+    assert finish == "length"
+    assert (reasoning, content) == ("a b c", "answer")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
+def test_non_thinking_request_is_all_content(server: Server, stream: bool) -> None:
+    kwargs = {"max_tokens": 32, "chat_template_kwargs": {"enable_thinking": False}}
+    if stream:
+        reasoning, content, _ = chat_stream(server, **kwargs)
+    else:
+        message = chat(server, **kwargs)["message"]
+        reasoning, content = message["reasoning"], message["content"]
+    assert reasoning is None
+    assert content == PLAIN_OUTPUT

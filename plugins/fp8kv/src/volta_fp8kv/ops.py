@@ -285,16 +285,45 @@ def gather_kv_cache(
             )
     cu_seqlens = torch.zeros(num_seqs, dtype=torch.int32)
     cu_seqlens[1:] = torch.cumsum(lens_host, 0)[:-1]
-    cu_seqlens = cu_seqlens.to(cache.device)
+    launch_gather(
+        cache,
+        block_table,
+        seq_lens,
+        cu_seqlens.to(cache.device),
+        max_seq_len or longest,
+        key,
+        value,
+        fmt,
+        scales,
+    )
+    return key, value
+
+
+def launch_gather(
+    cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seq_len: int,
+    key_out: torch.Tensor,
+    value_out: torch.Tensor,
+    fmt: CacheFormat,
+    scales: KVScales,
+) -> None:
+    """Launch the gather on inputs :func:`gather_kv_cache` has checked: no host reads, so a
+    caller with a preallocated workspace (or a captured CUDA graph) can reuse it per step.
+    """
+    num_blocks, num_kv_heads, block_size, _ = cache.shape
+    head_size_k, head_size_v = key_out.shape[2], value_out.shape[2]
     pad = configs.head_pad(head_size_k, head_size_v)
     block_t, num_warps = configs.tile(_capability(cache.device), pad)
     from volta_fp8kv.kernels.gather import gather_kernel
 
-    grid = (num_seqs, triton_cdiv(max_seq_len or longest, block_t), num_kv_heads)
+    grid = (block_table.shape[0], triton_cdiv(max_seq_len, block_t), num_kv_heads)
     gather_kernel[grid](
         cache,
-        key,
-        value,
+        key_out,
+        value_out,
         block_table,
         seq_lens,
         cu_seqlens,
@@ -308,10 +337,10 @@ def gather_kv_cache(
         cache.stride(0),
         cache.stride(1),
         cache.stride(2),
-        key.stride(0),
-        key.stride(1),
-        value.stride(0),
-        value.stride(1),
+        key_out.stride(0),
+        key_out.stride(1),
+        value_out.stride(0),
+        value_out.stride(1),
         1 if scales.per_head else 0,
         FMT=fmt.kernel_code,
         HEAD_PAD=pad,
@@ -319,7 +348,6 @@ def gather_kv_cache(
         num_warps=num_warps,
         num_stages=1,
     )
-    return key, value
 
 
 def triton_cdiv(a: int, b: int) -> int:

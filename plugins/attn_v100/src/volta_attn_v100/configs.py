@@ -1,0 +1,225 @@
+"""Tile configurations per device, and the declared limits the kernels are tested for.
+
+Pure Python (no torch, no triton): the plugin module reads the declared limits at discovery,
+and ``volta_kernel_configs`` lists every launch configuration without compiling anything.
+
+SM70 and SM80+ get separate tiles. On SM70 ``tl.dot`` runs on the FMA units and the register
+file is the limit (FACTS.md 2): small key tiles (16..32 keys), 4 warps, one stage since
+``num_stages`` does nothing there. On SM80+ (the H100 used for measurements) ``tl.dot`` runs on
+tensor cores: larger tiles and two stages of software pipelining.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from volta_core.types import KernelConfig
+
+#: Head sizes the kernels are tested for. 512 is not declared: Gemma-4's 512-dim global layers
+#: fall back per layer through the host (see the README for the SM70 gate figures at 512).
+HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 128, 256)
+
+#: Query rows per decode program: 16 serves one token per sequence with up to 16 query heads
+#: per KV head; 32 serves speculative verification (up to 8 tokens per sequence; larger head
+#: groups are split over several programs).
+DECODE_BLOCK_MS: tuple[int, ...] = (16, 32)
+
+#: Most query tokens per sequence on the split-KV decode path (speculative verification).
+MAX_DECODE_QUERY_LEN = 8
+
+#: Most KV partitions per sequence (the reduction kernel loads them all at once).
+MAX_SPLITS = 64
+
+#: KV storage of each declared KV dtype as Triton pointer types (fp8 is stored as bytes).
+KV_POINTER_TYPES: dict[str, str] = {"float16": "*fp16", "fp8_e5m2": "*u8"}
+
+KERNEL_MODULE = "volta_attn_v100.kernels"
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One launch shape: rows per program, keys per tile, warps and pipeline stages."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def head_pad(head_size: int) -> int:
+    """The power of two a head is padded to inside the kernels."""
+    return 1 << (head_size - 1).bit_length()
+
+
+def is_sm70_class(capability: tuple[int, int]) -> bool:
+    """Whether ``tl.dot`` runs on FMA units (below SM80 with Triton 3.3+)."""
+    return capability < (8, 0)
+
+
+def decode_tiles(head_size: int, block_m: int, capability: tuple[int, int]) -> Tiles:
+    """Tiles of the split-KV decode kernel for a head size and a row count.
+
+    SM70 figures from the compile gate (registers per thread, no spills): 16 keys per tile,
+    4 warps for 16 rows up to head size 128, 8 warps otherwise.
+    """
+    pad = head_pad(head_size)
+    if is_sm70_class(capability):
+        return Tiles(block_m, 16, 4 if block_m <= 16 and pad <= 128 else 8, 1)
+    if block_m <= 16:
+        return Tiles(block_m, 64 if pad <= 128 else 32, 4, 2)
+    return Tiles(block_m, 32 if pad <= 128 else 16, 4, 2)
+
+
+def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
+    """Tiles of the prefill kernel for a head size.
+
+    On SM70 the FMA-unrolled dots fill the register file: 32 rows x 16 keys with 8 warps up to
+    head size 128 and 16 rows at 256 are the largest tiles the gate passes without spills.
+    """
+    pad = head_pad(head_size)
+    if is_sm70_class(capability):
+        return Tiles(32 if pad <= 128 else 16, 16, 8, 1)
+    if pad <= 128:
+        return Tiles(128, 64, 8, 2)
+    return Tiles(64, 32, 4, 2)
+
+
+def reduce_warps(head_size: int) -> int:
+    """Warps of the split reduction (it holds ``MAX_SPLITS x head_pad`` floats).
+
+    8 for every head size: with 4 warps ptxas spilled 8 B at head size 64 on sm_70 (gate).
+    """
+    return 8
+
+
+_DECODE_SIGNATURE_HEAD = {
+    "q_ptr": "*fp16",
+    "kv_ptr": "*fp16",
+    "bt_ptr": "*i32",
+    "seq_lens_ptr": "*i32",
+    "q_start_ptr": "*i32",
+    "k_scale_ptr": "*fp32",
+    "v_scale_ptr": "*fp32",
+}
+_DECODE_SIGNATURE_TAIL = {
+    "part_acc_ptr": "*fp32",
+    "part_ml_ptr": "*fp32",
+    "sm_scale": "fp32",
+    "softcap": "fp32",
+    **{
+        name: "i32"
+        for name in [
+            "window",
+            "group",
+            "heads_per_prog",
+            "head_chunks",
+            "num_q_heads",
+            "page_size",
+            "num_splits",
+            "scale_stride",
+            "stride_qt",
+            "stride_qh",
+            "stride_blk",
+            "stride_kvh",
+            "stride_slot",
+            "stride_bt",
+        ]
+    },
+}
+_PREFILL_SIGNATURE_TAIL = {
+    "sinks_ptr": "*fp32",
+    "out_ptr": "*fp16",
+    "sm_scale": "fp32",
+    "softcap": "fp32",
+    **{
+        name: "i32"
+        for name in [
+            "window",
+            "has_sinks",
+            "group",
+            "heads_per_prog",
+            "head_chunks",
+            "num_seqs",
+            "page_size",
+            "scale_stride",
+            "stride_qt",
+            "stride_qh",
+            "stride_blk",
+            "stride_kvh",
+            "stride_slot",
+            "stride_bt",
+            "stride_ot",
+            "stride_oh",
+        ]
+    },
+}
+_REDUCE_SIGNATURE = {
+    "part_acc_ptr": "*fp32",
+    "part_ml_ptr": "*fp32",
+    "sinks_ptr": "*fp32",
+    "out_ptr": "*fp16",
+    "q_start_ptr": "*i32",
+    "num_seqs": "i32",
+    "num_q_heads": "i32",
+    "num_splits": "i32",
+    "has_sinks": "i32",
+    "stride_ot": "i32",
+    "stride_oh": "i32",
+}
+
+
+def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
+    """Every configuration the launchers would use on a device of this capability."""
+    configs: list[KernelConfig] = []
+    kv_dtypes = ("float16", "fp8_e5m2")
+    for head_size in HEAD_SIZES:
+        pad = head_pad(head_size)
+        for kv_dtype in kv_dtypes:
+            kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
+            fp8 = kv_dtype != "float16"
+            for block_m in DECODE_BLOCK_MS:
+                tiles = decode_tiles(head_size, block_m, capability)
+                configs.append(
+                    KernelConfig(
+                        name=f"decode_d{head_size}_m{block_m}_{kv_dtype}",
+                        kernel=f"{KERNEL_MODULE}:paged_decode_kernel",
+                        signature={**kv_sig, **_DECODE_SIGNATURE_TAIL},
+                        constexprs={
+                            "HEAD_SIZE": head_size,
+                            "HEAD_PAD": pad,
+                            "BLOCK_M": tiles.block_m,
+                            "BLOCK_N": tiles.block_n,
+                            "KV_FP8": fp8,
+                        },
+                        num_warps=tiles.num_warps,
+                        num_stages=tiles.num_stages,
+                    )
+                )
+            tiles = prefill_tiles(head_size, capability)
+            configs.append(
+                KernelConfig(
+                    name=f"prefill_d{head_size}_{kv_dtype}",
+                    kernel=f"{KERNEL_MODULE}:paged_prefill_kernel",
+                    signature={**kv_sig, **_PREFILL_SIGNATURE_TAIL},
+                    constexprs={
+                        "HEAD_SIZE": head_size,
+                        "HEAD_PAD": pad,
+                        "BLOCK_M": tiles.block_m,
+                        "BLOCK_N": tiles.block_n,
+                        "KV_FP8": fp8,
+                    },
+                    num_warps=tiles.num_warps,
+                    num_stages=tiles.num_stages,
+                )
+            )
+        configs.append(
+            KernelConfig(
+                name=f"reduce_d{head_size}",
+                kernel=f"{KERNEL_MODULE}:split_reduce_kernel",
+                signature=dict(_REDUCE_SIGNATURE),
+                constexprs={"HEAD_SIZE": head_size, "HEAD_PAD": pad, "MAX_SPLITS": MAX_SPLITS},
+                num_warps=reduce_warps(head_size),
+                num_stages=1,
+            )
+        )
+    return configs

@@ -1,0 +1,106 @@
+"""Pieces shared by the decode and prefill kernels: KV tile loads and the online-softmax loop.
+
+Both kernels read keys and values from vLLM's paged cache, one layer's view
+``[num_blocks, num_kv_heads, block_size, head_size_k + head_size_v]`` with K in the first
+``HEAD_SIZE`` elements of the last dimension and V in the next ``HEAD_SIZE``. The block, head
+and slot strides are passed in, so any physical order vLLM's ``KVCacheLayout`` picks works as
+long as the last dimension is contiguous (the launchers check that).
+
+A program owns ``BLOCK_M`` query rows: some query tokens of one sequence times some query heads
+that share one KV head (GQA), so each KV tile is read once for the whole head group.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+#: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
+#: ``exp(-inf - NEG_BIG) = 0`` instead of ``exp(-inf + inf) = nan``.
+NEG_BIG = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr):
+    """Load a K or V tile as fp16.
+
+    fp8 e5m2 is the high byte of an fp16 with the same sign, exponent width and bias, so the
+    exact decode is ``byte << 8`` reinterpreted as fp16 (no fp8 conversion instruction, which
+    SM70 lacks and the Triton interpreter gets wrong).
+    """
+    if KV_FP8:
+        raw = tl.load(ptrs, mask=mask, other=0)
+        return (raw.to(tl.int16) << 8).to(tl.float16, bitcast=True)
+    else:
+        return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def attend_tiles(
+    q,
+    m_i,
+    l_i,
+    acc,
+    kv_ptr,
+    bt_row_ptr,
+    kv_head_off,
+    stride_blk,
+    stride_slot,
+    page_size,
+    q_abs,
+    seq_len,
+    tile_lo,
+    tile_hi,
+    qk_scale,
+    v_scale,
+    softcap,
+    window,
+    HEAD_SIZE: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KV_FP8: tl.constexpr,
+):
+    """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
+
+    Scale folding (the fp8 KV algebra): scores are ``(q . k_stored) * sm_scale * k_scale``, so the
+    K scale is applied after Q.K on the small score tile, and the V scale multiplies the
+    probabilities before P.V, so no K or V tile is ever dequantized by a multiply. ``l_i`` sums
+    the unscaled probabilities, so ``acc / l_i`` is the attention output in real units.
+
+    Masks: key position ``< seq_len``, causal ``k_pos <= q_abs`` and, when ``window > 0``, the
+    sliding window ``q_abs - k_pos < window`` (vLLM's ``sliding_window`` convention).
+    ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to the scaled scores.
+    """
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d < HEAD_SIZE
+    for tile in range(tile_lo, tile_hi):
+        k_pos = tile * BLOCK_N + offs_n
+        n_mask = k_pos < seq_len
+        page = tl.load(bt_row_ptr + k_pos // page_size, mask=n_mask, other=0)
+        row_off = page.to(tl.int64) * stride_blk + (k_pos % page_size) * stride_slot + kv_head_off
+        k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
+        kv_mask = n_mask[:, None] & d_mask[None, :]
+        k = load_kv_tile(k_ptrs, kv_mask, KV_FP8)
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+        if softcap > 0:
+            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
+        keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
+        if window > 0:
+            keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
+        s = tl.where(keep, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8)
+        acc = acc * alpha[:, None] + tl.dot((p * v_scale).to(tl.float16), v)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+@triton.jit
+def first_tile(lowest_q_abs, window, BLOCK_N: tl.constexpr):
+    """The first key tile any row can see: 0, or the sliding window's start."""
+    start = tl.where(window > 0, tl.maximum(lowest_q_abs - window + 1, 0), 0)
+    return start // BLOCK_N

@@ -1,0 +1,138 @@
+"""Variable-length causal prefill over the paged cache (chunked prefill, prefix caching).
+
+vLLM writes the new tokens' K and V into the paged cache before attention runs, so a prefill
+chunk attends to ``seq_len`` cached keys: the cached prefix plus the chunk itself, causally. The
+kernel therefore reads every key from the paged cache, which makes chunked prefill, prefix
+caching and mixed prefill/decode batches one code path.
+
+Rows of a program are ``query token x head`` as in decode (``row = t * heads_per_prog + g``),
+``BLOCK_M // heads_per_prog`` query tokens of one sequence. Programs are numbered over all
+sequences' query blocks without a host-side table: sequence ``b`` starts at program
+``q_start[b] // block_q + b`` (an upper bound on the blocks before it), found by binary search;
+programs past a sequence's last block run no tile and store nothing.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from volta_attn_v100.kernels.common import NEG_BIG, attend_tiles, first_tile
+
+
+@triton.jit
+def paged_prefill_kernel(
+    q_ptr,
+    kv_ptr,
+    bt_ptr,
+    seq_lens_ptr,
+    q_start_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
+    sinks_ptr,
+    out_ptr,
+    sm_scale,
+    softcap,
+    window,
+    has_sinks,
+    group,
+    heads_per_prog,
+    head_chunks,
+    num_seqs,
+    page_size,
+    scale_stride,
+    stride_qt,
+    stride_qh,
+    stride_blk,
+    stride_kvh,
+    stride_slot,
+    stride_bt,
+    stride_ot,
+    stride_oh,
+    HEAD_SIZE: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KV_FP8: tl.constexpr,
+):
+    """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
+    pid = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    kv_head = pid_h // head_chunks
+    chunk = pid_h % head_chunks
+    block_q = BLOCK_M // heads_per_prog
+
+    lo_seq = 0
+    hi_seq = num_seqs
+    while lo_seq < hi_seq:
+        mid = (lo_seq + hi_seq) // 2
+        if tl.load(q_start_ptr + mid) // block_q + mid <= pid:
+            lo_seq = mid + 1
+        else:
+            hi_seq = mid
+    seq = lo_seq - 1
+    q_begin = tl.load(q_start_ptr + seq)
+    q_len = tl.load(q_start_ptr + seq + 1) - q_begin
+    q_block = pid - (q_begin // block_q + seq)
+    block_valid = q_block * block_q < q_len
+    seq_len = tl.load(seq_lens_ptr + seq)
+    rows = tl.arange(0, BLOCK_M)
+    t = q_block * block_q + rows // heads_per_prog
+    head_in_group = chunk * heads_per_prog + rows % heads_per_prog
+    row_valid = block_valid & (t < q_len) & (head_in_group < group)
+    q_head = kv_head * group + head_in_group
+    token = q_begin + t
+    context = seq_len - q_len
+    q_abs = tl.where(row_valid, context + t, -1)
+
+    offs_d = tl.arange(0, HEAD_PAD)
+    d_mask = offs_d[None, :] < HEAD_SIZE
+    q_ptrs = q_ptr + token[:, None].to(tl.int64) * stride_qt + q_head[:, None] * stride_qh
+    q = tl.load(q_ptrs + offs_d[None, :], mask=row_valid[:, None] & d_mask)
+
+    if KV_FP8:
+        k_scale = tl.load(k_scale_ptr + kv_head * scale_stride)
+        v_scale = tl.load(v_scale_ptr + kv_head * scale_stride)
+    else:
+        k_scale = 1.0
+        v_scale = 1.0
+
+    last_key = tl.minimum(context + (q_block + 1) * block_q, seq_len)
+    tile_lo = first_tile(context + q_block * block_q, window, BLOCK_N)
+    tile_hi = tl.where(block_valid, tl.cdiv(last_key, BLOCK_N), tile_lo)
+
+    m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    m_i, l_i, acc = attend_tiles(
+        q,
+        m_i,
+        l_i,
+        acc,
+        kv_ptr,
+        bt_ptr + seq.to(tl.int64) * stride_bt,
+        kv_head * stride_kvh,
+        stride_blk,
+        stride_slot,
+        page_size,
+        q_abs,
+        seq_len,
+        tile_lo,
+        tile_hi,
+        sm_scale * k_scale,
+        v_scale,
+        softcap,
+        window,
+        HEAD_SIZE,
+        HEAD_PAD,
+        BLOCK_N,
+        KV_FP8,
+    )
+
+    sink = tl.load(sinks_ptr + q_head, mask=row_valid & (has_sinks > 0), other=NEG_BIG)
+    m_fin = tl.maximum(m_i, sink.to(tl.float32))
+    alpha = tl.exp(m_i - m_fin)
+    denom = l_i * alpha + tl.exp(sink.to(tl.float32) - m_fin)
+    out = acc * (alpha / tl.where(denom > 0, denom, 1.0))[:, None]
+    o_ptrs = out_ptr + token[:, None].to(tl.int64) * stride_ot + q_head[:, None] * stride_oh
+    tl.store(o_ptrs + offs_d[None, :], out.to(tl.float16), mask=row_valid[:, None] & d_mask)

@@ -1,0 +1,466 @@
+"""Launchers: check the inputs once, pick the tiles for the device, launch the kernels.
+
+Every problem with the inputs is one :class:`AttentionInputError` naming what is wrong, raised
+before any kernel is launched: a bad head size, dtype or stride would otherwise read the cache
+at the wrong place, and a block table pointing past the cache would read another layer's memory.
+
+``paged_attention`` serves every batch vLLM sends: batches whose sequences all have at most
+:data:`~volta_attn_v100.configs.MAX_DECODE_QUERY_LEN` new tokens go to the split-KV decode
+kernel and its reduction, anything longer to the prefill kernel. Both read all keys from the
+paged cache (vLLM writes the new tokens' K/V there first), which covers chunked prefill,
+prefix caching and mixed batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from volta_attn_v100.configs import (
+    HEAD_SIZES,
+    MAX_DECODE_QUERY_LEN,
+    MAX_SPLITS,
+    decode_tiles,
+    head_pad,
+    prefill_tiles,
+    reduce_warps,
+)
+
+#: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
+KV_STORAGE: dict[str, torch.dtype] = {"float16": torch.float16, "fp8_e5m2": torch.uint8}
+
+#: Capability whose tiles run when the tensors are not on a GPU (the Triton interpreter):
+#: the interpreter then exercises exactly the SM70 configurations.
+INTERPRETER_CAPABILITY = (7, 0)
+
+#: Fewest keys a decode partition gets when the context is split (shorter splits cost more in
+#: the reduction than they win in parallelism).
+MIN_KEYS_PER_SPLIT = 256
+
+
+class AttentionInputError(ValueError):
+    """Input the Volta attention kernels cannot run, found before any launch."""
+
+
+@dataclass(frozen=True)
+class KVScales:
+    """Dequantization scales of an fp8 cache: one per tensor or one per KV head (float32)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+
+    @property
+    def stride(self) -> int:
+        """0 for a per-tensor scale, 1 for per-head scales (the kernels' ``scale_stride``)."""
+        return 0 if self.k.numel() == 1 else 1
+
+
+def _capability(device: torch.device) -> tuple[int, int]:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return (major, minor)
+    return INTERPRETER_CAPABILITY
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def _fail(message: str) -> None:
+    raise AttentionInputError(message)
+
+
+def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
+    """The cache as the kernels read it: fp16, or fp8 e5m2 as raw bytes.
+
+    A cache holding ``torch.float8_e5m2`` is viewed as ``uint8``; any other mismatch between the
+    declared KV dtype and the tensor is an error (reading fp16 as bytes, or the reverse, would
+    produce garbage silently).
+    """
+    if kv_cache_dtype not in KV_STORAGE:
+        _fail(
+            f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention kernels "
+            f"(supported: {', '.join(sorted(KV_STORAGE))})"
+        )
+    if kv_cache_dtype == "fp8_e5m2" and kv_cache.dtype == torch.float8_e5m2:
+        kv_cache = kv_cache.view(torch.uint8)
+    expected = KV_STORAGE[kv_cache_dtype]
+    if kv_cache.dtype != expected:
+        _fail(
+            f"KV cache tensor has dtype {kv_cache.dtype} but the layer's KV-cache dtype is "
+            f"{kv_cache_dtype!r}, stored as {expected}"
+        )
+    return kv_cache
+
+
+def _scales(
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    num_kv_heads: int,
+    device: torch.device,
+    check_values: bool,
+) -> KVScales:
+    """Scales as float32 vectors; with ``check_values`` also finite and positive (the cache
+    stores ``x / scale``, as the fp8kv plugin writes it)."""
+    out = []
+    for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if value is None:
+            value = 1.0
+        t = torch.as_tensor(value, dtype=torch.float32, device=device).reshape(-1).contiguous()
+        if t.numel() not in (1, num_kv_heads):
+            _fail(
+                f"{name} has {t.numel()} elements; expected 1 (per tensor) or "
+                f"{num_kv_heads} (per KV head)"
+            )
+        if check_values and not bool((torch.isfinite(t) & (t > 0)).all()):
+            _fail(f"{name} must be finite and positive, got {t.tolist()}")
+        out.append(t)
+    if out[0].numel() != out[1].numel():
+        _fail("k_scale and v_scale must have the same granularity (both per tensor or per head)")
+    return KVScales(out[0], out[1])
+
+
+def check_inputs(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    sinks: torch.Tensor | None,
+    *,
+    check_bounds: bool,
+) -> None:
+    """Shapes, dtypes, devices and (when ``check_bounds``) the block table's targets.
+
+    ``check_bounds`` reads the block table, sequence lengths and query offsets back to the host
+    (a synchronisation), so CUDA-graph captured decode passes False and relies on the engine.
+    """
+    if query.dim() != 3:
+        _fail(f"query must be [num_tokens, num_heads, head_size], got shape {tuple(query.shape)}")
+    num_tokens, num_heads, head_size = query.shape
+    if head_size not in HEAD_SIZES:
+        _fail(
+            f"head size {head_size} is not supported by the Volta attention kernels "
+            f"(supported: {', '.join(map(str, HEAD_SIZES))})"
+        )
+    if query.dtype != torch.float16:
+        _fail(f"query dtype {query.dtype} is not supported: the Volta kernels run float16")
+    if out.shape != query.shape or out.dtype != torch.float16:
+        _fail(
+            f"output must be float16 of shape {tuple(query.shape)}, "
+            f"got {out.dtype} {tuple(out.shape)}"
+        )
+    if query.stride(2) != 1 or out.stride(2) != 1:
+        _fail("query and output must be contiguous in the head dimension")
+    if kv_cache.dim() != 4 or kv_cache.shape[3] != 2 * head_size:
+        _fail(
+            "KV cache must be [num_blocks, num_kv_heads, block_size, 2 * head_size] = "
+            f"[*, *, *, {2 * head_size}], got {tuple(kv_cache.shape)}"
+        )
+    if kv_cache.stride(3) != 1:
+        _fail("KV cache must be contiguous in its last (K|V) dimension")
+    num_kv_heads, block_size = kv_cache.shape[1], kv_cache.shape[2]
+    if num_heads % num_kv_heads:
+        _fail(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+    if block_size % 16:
+        _fail(f"block size {block_size} is not a multiple of 16")
+    devices = {t.device for t in (query, kv_cache, block_table, seq_lens, query_start_loc, out)}
+    if len(devices) != 1:
+        _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    for name, t in (
+        ("block_table", block_table),
+        ("seq_lens", seq_lens),
+        ("query_start_loc", query_start_loc),
+    ):
+        if t.dtype != torch.int32:
+            _fail(f"{name} must be int32, got {t.dtype}")
+    if block_table.dim() != 2 or block_table.stride(1) != 1:
+        _fail("block_table must be a 2-D tensor contiguous in its last dimension")
+    num_seqs = seq_lens.shape[0]
+    if query_start_loc.shape != (num_seqs + 1,) or block_table.shape[0] < num_seqs:
+        _fail(
+            f"{num_seqs} sequences need query_start_loc of {num_seqs + 1} entries and a block "
+            f"table of at least {num_seqs} rows; got {tuple(query_start_loc.shape)} and "
+            f"{tuple(block_table.shape)}"
+        )
+    if sinks is not None and (sinks.shape != (num_heads,) or sinks.device != query.device):
+        _fail(f"sinks must have one value per query head ({num_heads}) on {query.device}")
+    if not check_bounds or num_seqs == 0:
+        return
+    starts = query_start_loc.tolist()
+    lens = seq_lens.tolist()
+    if starts[0] != 0 or starts[-1] > num_tokens:
+        _fail(f"query_start_loc must start at 0 and end within {num_tokens} tokens, got {starts}")
+    pages_needed = [math.ceil(n / block_size) for n in lens]
+    if max(pages_needed) > block_table.shape[1]:
+        _fail(
+            f"a sequence of {max(lens)} tokens needs {max(pages_needed)} blocks but the block "
+            f"table has {block_table.shape[1]} columns"
+        )
+    for seq, (n, q0, q1) in enumerate(zip(lens, starts[:-1], starts[1:], strict=True)):
+        if q1 < q0 or q1 - q0 > n:
+            _fail(f"sequence {seq} has {q1 - q0} query tokens but only {n} tokens in all")
+    used = (
+        torch.arange(block_table.shape[1], device=block_table.device)[None, :]
+        < torch.tensor(pages_needed, device=block_table.device)[:, None]
+    )
+    rows = block_table[:num_seqs]
+    bad = used & ((rows < 0) | (rows >= kv_cache.shape[0]))
+    if bool(bad.any()):
+        seq, col = (int(i) for i in bad.nonzero()[0])
+        _fail(
+            f"block table entry [{seq}, {col}] = {int(rows[seq, col])} points past the KV cache "
+            f"of {kv_cache.shape[0]} blocks"
+        )
+
+
+def default_num_splits(num_seqs: int, num_kv_programs: int, max_seq_len: int, device) -> int:
+    """Partitions per sequence so that decode fills the GPU: about two programs per SM."""
+    base = max(1, num_seqs * num_kv_programs)
+    wanted = max(1, math.ceil(2 * _num_sms(torch.device(device)) / base))
+    by_length = max(1, math.ceil(max_seq_len / MIN_KEYS_PER_SPLIT))
+    return min(MAX_SPLITS, wanted, by_length)
+
+
+def paged_attention(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    max_query_len: int,
+    max_seq_len: int,
+    sm_scale: float,
+    kv_cache_dtype: str = "float16",
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+    sliding_window: int | None = None,
+    logits_soft_cap: float = 0.0,
+    sinks: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    path: str | None = None,
+    check_bounds: bool = True,
+) -> torch.Tensor:
+    """Causal attention of ``query`` over the paged KV cache, written into ``out``.
+
+    :param query: ``[num_tokens, num_heads, head_size]`` float16; the tokens of sequence ``i``
+        are ``query_start_loc[i]:query_start_loc[i + 1]`` and are its last tokens.
+    :param kv_cache: one layer's cache ``[num_blocks, num_kv_heads, block_size, 2 * head_size]``
+        (K then V in the last dimension, any strides for the first three), float16 or uint8
+        (fp8 e5m2, also accepted as ``torch.float8_e5m2``).
+    :param seq_lens: int32 total tokens of each sequence (cached prefix plus new tokens).
+    :param k_scale: fp8 only: real K = stored K x k_scale (a float, one value, or one per KV
+        head); applied to the scores after Q.K. ``v_scale`` likewise, applied to the
+        probabilities before P.V. Ignored for a float16 cache.
+    :param sliding_window: keys with ``q_pos - k_pos >= sliding_window`` are masked (vLLM's
+        convention); None for full attention.
+    :param logits_soft_cap: ``cap * tanh(s / cap)`` on the scaled scores; 0 for none.
+    :param sinks: float32 per query head: a logit in every row's softmax denominator.
+    :param num_splits: decode partitions per sequence (default: fill the GPU).
+    :param path: ``"decode"`` or ``"prefill"`` to force a kernel; default picks by query length.
+    """
+    kv = cache_view(kv_cache, kv_cache_dtype)
+    check_inputs(
+        query, kv, block_table, seq_lens, query_start_loc, out, sinks, check_bounds=check_bounds
+    )
+    if sliding_window is not None and sliding_window <= 0:
+        _fail(f"sliding window must be positive, got {sliding_window}")
+    if logits_soft_cap < 0:
+        _fail(f"logits soft cap must be 0 (none) or positive, got {logits_soft_cap}")
+    if path is None:
+        path = "decode" if max_query_len <= MAX_DECODE_QUERY_LEN else "prefill"
+    if path == "decode" and max_query_len > MAX_DECODE_QUERY_LEN:
+        _fail(
+            f"the decode kernel takes at most {MAX_DECODE_QUERY_LEN} query tokens per sequence, "
+            f"got {max_query_len}"
+        )
+    if path not in ("decode", "prefill"):
+        _fail(f"path must be 'decode' or 'prefill', got {path!r}")
+    num_seqs = seq_lens.shape[0]
+    if num_seqs == 0 or query.shape[0] == 0:
+        return out
+    num_kv_heads = kv.shape[1]
+    scales = _scales(k_scale, v_scale, num_kv_heads, query.device, check_bounds)
+    sinks_f32 = sinks.to(torch.float32).contiguous() if sinks is not None else scales.k
+    args = _Common(
+        query=query,
+        kv=kv,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        query_start_loc=query_start_loc,
+        out=out,
+        scales=scales,
+        sinks=sinks_f32,
+        has_sinks=int(sinks is not None),
+        sm_scale=float(sm_scale),
+        softcap=float(logits_soft_cap),
+        window=int(sliding_window or 0),
+        fp8=kv_cache_dtype != "float16",
+    )
+    if path == "decode":
+        _launch_decode(args, max_query_len, max_seq_len, num_splits)
+    else:
+        _launch_prefill(args)
+    return out
+
+
+@dataclass(frozen=True)
+class _Common:
+    query: torch.Tensor
+    kv: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    out: torch.Tensor
+    scales: KVScales
+    sinks: torch.Tensor
+    has_sinks: int
+    sm_scale: float
+    softcap: float
+    window: int
+    fp8: bool
+
+    @property
+    def group(self) -> int:
+        return self.query.shape[1] // self.kv.shape[1]
+
+    @property
+    def group_pad(self) -> int:
+        return 1 << (self.group - 1).bit_length()
+
+
+def _launch_decode(
+    a: _Common, max_query_len: int, max_seq_len: int, num_splits: int | None
+) -> None:
+    from volta_attn_v100.kernels import paged_decode_kernel, split_reduce_kernel
+
+    num_tokens, num_heads, head_size = a.query.shape
+    num_seqs = a.seq_lens.shape[0]
+    num_kv_heads = a.kv.shape[1]
+    q_pad = 1 << (max(max_query_len, 1) - 1).bit_length()
+    block_m = 16 if q_pad * min(a.group_pad, 16) <= 16 else 32
+    heads_per_prog = min(a.group_pad, block_m // q_pad)
+    head_chunks = math.ceil(a.group / heads_per_prog)
+    capability = _capability(a.query.device)
+    tiles = decode_tiles(head_size, block_m, capability)
+    if num_splits is None:
+        num_splits = default_num_splits(
+            num_seqs, num_kv_heads * head_chunks, max_seq_len, a.query.device
+        )
+    if not 1 <= num_splits <= MAX_SPLITS:
+        _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
+    pad = head_pad(head_size)
+    part_acc = torch.empty(
+        (num_tokens, num_heads, num_splits, pad), dtype=torch.float32, device=a.query.device
+    )
+    part_ml = torch.empty(
+        (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=a.query.device
+    )
+    paged_decode_kernel[(num_seqs, num_kv_heads * head_chunks, num_splits)](
+        a.query,
+        a.kv,
+        a.block_table,
+        a.seq_lens,
+        a.query_start_loc,
+        a.scales.k,
+        a.scales.v,
+        part_acc,
+        part_ml,
+        a.sm_scale,
+        a.softcap,
+        a.window,
+        a.group,
+        heads_per_prog,
+        head_chunks,
+        num_heads,
+        a.kv.shape[2],
+        num_splits,
+        a.scales.stride,
+        a.query.stride(0),
+        a.query.stride(1),
+        a.kv.stride(0),
+        a.kv.stride(1),
+        a.kv.stride(2),
+        a.block_table.stride(0),
+        HEAD_SIZE=head_size,
+        HEAD_PAD=pad,
+        BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n,
+        KV_FP8=a.fp8,
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+    )
+    split_reduce_kernel[(num_tokens, num_heads)](
+        part_acc,
+        part_ml,
+        a.sinks,
+        a.out,
+        a.query_start_loc,
+        num_seqs,
+        num_heads,
+        num_splits,
+        a.has_sinks,
+        a.out.stride(0),
+        a.out.stride(1),
+        HEAD_SIZE=head_size,
+        HEAD_PAD=pad,
+        MAX_SPLITS=MAX_SPLITS,
+        num_warps=reduce_warps(head_size),
+        num_stages=1,
+    )
+
+
+def _launch_prefill(a: _Common) -> None:
+    from volta_attn_v100.kernels import paged_prefill_kernel
+
+    num_tokens, _, head_size = a.query.shape
+    num_seqs = a.seq_lens.shape[0]
+    num_kv_heads = a.kv.shape[1]
+    tiles = prefill_tiles(head_size, _capability(a.query.device))
+    heads_per_prog = min(a.group_pad, tiles.block_m)
+    head_chunks = math.ceil(a.group / heads_per_prog)
+    block_q = tiles.block_m // heads_per_prog
+    grid = (num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)
+    paged_prefill_kernel[grid](
+        a.query,
+        a.kv,
+        a.block_table,
+        a.seq_lens,
+        a.query_start_loc,
+        a.scales.k,
+        a.scales.v,
+        a.sinks,
+        a.out,
+        a.sm_scale,
+        a.softcap,
+        a.window,
+        a.has_sinks,
+        a.group,
+        heads_per_prog,
+        head_chunks,
+        num_seqs,
+        a.kv.shape[2],
+        a.scales.stride,
+        a.query.stride(0),
+        a.query.stride(1),
+        a.kv.stride(0),
+        a.kv.stride(1),
+        a.kv.stride(2),
+        a.block_table.stride(0),
+        a.out.stride(0),
+        a.out.stride(1),
+        HEAD_SIZE=head_size,
+        HEAD_PAD=head_pad(head_size),
+        BLOCK_M=tiles.block_m,
+        BLOCK_N=tiles.block_n,
+        KV_FP8=a.fp8,
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+    )

@@ -1,0 +1,57 @@
+"""The plugin module (entry point ``attn_v100``): declarations only, no torch/triton/vllm.
+
+The declaration states exactly what the kernels are tested for; everything else (head size
+512, e4m3 KV, ALiBi, encoder attention) falls back per layer through the host. The kernels and
+the vLLM classes are named by import path and imported only when a layer uses them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from volta_attn_v100.configs import HEAD_SIZES, KV_POINTER_TYPES, kernel_configs
+from volta_core import Device, hookimpl
+from volta_core.types import AttentionBackendSpec, AttentionFeature, KernelConfig
+
+VOLTA_HOST_API = "1.0"
+
+#: The backend's name in plans and listings.
+BACKEND_NAME = "VOLTA_ATTN_V100"
+
+#: Lowest and highest compute capability the kernels are proven on: SM70 through the compile
+#: gate and the interpreter (SM70 tiles), SM90 on the H100 (SM80+ tiles).
+MIN_CAPABILITY = (7, 0)
+MAX_CAPABILITY = (9, 0)
+
+FEATURES = frozenset(
+    {
+        AttentionFeature.SLIDING_WINDOW,
+        AttentionFeature.LOGITS_SOFT_CAP,
+        AttentionFeature.SINKS,
+    }
+)
+
+SPEC = AttentionBackendSpec(
+    name=BACKEND_NAME,
+    impl="volta_attn_v100.backend:VoltaAttentionBackend",
+    priority=100,
+    min_capability=MIN_CAPABILITY,
+    max_capability=MAX_CAPABILITY,
+    dtypes=frozenset({"float16"}),
+    kv_cache_dtypes=frozenset(KV_POINTER_TYPES),
+    head_sizes=frozenset(HEAD_SIZES),
+    block_size_multiple=16,
+    features=FEATURES,
+    vllm_name="CUSTOM",
+    notes="Triton split-KV paged decode + paged prefill; fp16 and fp8_e5m2 KV",
+)
+
+
+@hookimpl
+def volta_attention_backends() -> Iterable[AttentionBackendSpec]:
+    return [SPEC]
+
+
+@hookimpl
+def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
+    return kernel_configs(device.capability)

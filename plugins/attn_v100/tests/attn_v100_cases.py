@@ -1,0 +1,190 @@
+"""Random paged-attention inputs and the float64 reference the kernels are checked against.
+
+A case is a batch of sequences with given (query length, total length) pairs, a KV cache with
+more blocks than needed, block tables pointing at shuffled blocks, random fp16 data (fp8 e5m2
+caches are quantized by torch, since the Triton interpreter's fp8 conversions are wrong,
+FACTS.md 2), and optional scales, window, soft cap and sinks.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class PagedCase:
+    query: torch.Tensor
+    kv_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    kv_cache_dtype: str
+    sm_scale: float
+    max_query_len: int
+    max_seq_len: int
+    k_scale: torch.Tensor | None = None
+    v_scale: torch.Tensor | None = None
+    sliding_window: int | None = None
+    logits_soft_cap: float = 0.0
+    sinks: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+    def kwargs(self) -> dict:
+        """Keyword arguments of :func:`volta_attn_v100.ops.paged_attention` for this case."""
+        return {
+            "max_query_len": self.max_query_len,
+            "max_seq_len": self.max_seq_len,
+            "sm_scale": self.sm_scale,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "k_scale": self.k_scale,
+            "v_scale": self.v_scale,
+            "sliding_window": self.sliding_window,
+            "logits_soft_cap": self.logits_soft_cap,
+            "sinks": self.sinks,
+        }
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.query, self.kv_cache, self.block_table, self.seq_lens, self.query_start_loc)
+
+
+def make_case(
+    lens: list[tuple[int, int]],
+    *,
+    head_size: int,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    block_size: int = 16,
+    kv_cache_dtype: str = "float16",
+    scales: str = "none",
+    sliding_window: int | None = None,
+    logits_soft_cap: float = 0.0,
+    sinks: bool = False,
+    device: str = "cpu",
+    seed: int = 0,
+    physical_order: tuple[int, int, int, int] = (0, 1, 2, 3),
+) -> PagedCase:
+    """Build a case. ``lens`` holds ``(query_len, seq_len)`` per sequence.
+
+    ``scales``: ``none`` (unit), ``tensor`` (one K and one V scale) or ``head`` (per KV head).
+    ``physical_order`` permutes the cache's memory layout (vLLM's ``KVCacheLayout``) while
+    keeping the logical ``[blocks, kv_heads, slots, 2 * head_size]`` view.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    num_seqs = len(lens)
+    pages = [math.ceil(n / block_size) for _, n in lens]
+    num_blocks = sum(pages) + 3
+    max_pages = max([*pages, 1]) + 1
+    perm = torch.randperm(num_blocks, generator=gen)
+    block_table = torch.zeros((num_seqs, max_pages), dtype=torch.int32)
+    used = 0
+    for i, n in enumerate(pages):
+        block_table[i, :n] = perm[used : used + n].to(torch.int32)
+        used += n
+    # Entries past a sequence's last block are never read: point them far past the cache.
+    for i, n in enumerate(pages):
+        block_table[i, n:] = 10**6
+    logical = (num_blocks, num_kv_heads, block_size, 2 * head_size)
+    storage = torch.uint8 if kv_cache_dtype == "fp8_e5m2" else torch.float16
+    physical = torch.empty([logical[d] for d in physical_order], dtype=storage)
+    inverse = [physical_order.index(d) for d in range(4)]
+    real = torch.randn(logical, generator=gen, dtype=torch.float32)
+    k_scale = v_scale = None
+    if kv_cache_dtype == "fp8_e5m2":
+        if scales == "tensor":
+            k_scale = torch.rand(1, generator=gen) * 0.5 + 0.25
+            v_scale = torch.rand(1, generator=gen) * 0.5 + 0.25
+        elif scales == "head":
+            k_scale = torch.rand(num_kv_heads, generator=gen) * 0.5 + 0.25
+            v_scale = torch.rand(num_kv_heads, generator=gen) * 0.5 + 0.25
+        ks = (k_scale if k_scale is not None else torch.ones(1)).view(1, -1, 1, 1)
+        vs = (v_scale if v_scale is not None else torch.ones(1)).view(1, -1, 1, 1)
+        stored = torch.cat([real[..., :head_size] / ks, real[..., head_size:] / vs], dim=-1).to(
+            torch.float8_e5m2
+        )
+        kv_view = physical.permute(*inverse)
+        kv_view.copy_(stored.view(torch.uint8))
+    else:
+        kv_view = physical.permute(*inverse)
+        kv_view.copy_(real.to(torch.float16))
+    q_lens = [q for q, _ in lens]
+    starts = [0]
+    for q in q_lens:
+        starts.append(starts[-1] + q)
+    query = torch.randn((starts[-1], num_heads, head_size), generator=gen).to(torch.float16)
+    sink_values = torch.randn(num_heads, generator=gen) * 2.0 if sinks else None
+
+    def dev(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device)
+
+    return PagedCase(
+        query=query.to(device),
+        kv_cache=kv_view.to(device) if device != "cpu" else kv_view,
+        block_table=block_table.to(device),
+        seq_lens=torch.tensor([n for _, n in lens], dtype=torch.int32, device=device),
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device=device),
+        kv_cache_dtype=kv_cache_dtype,
+        sm_scale=head_size**-0.5,
+        max_query_len=max(q_lens, default=0),
+        max_seq_len=max((n for _, n in lens), default=0),
+        k_scale=dev(k_scale),
+        v_scale=dev(v_scale),
+        sliding_window=sliding_window,
+        logits_soft_cap=logits_soft_cap,
+        sinks=dev(sink_values),
+    )
+
+
+def dequantized_cache(case: PagedCase) -> torch.Tensor:
+    """The cache in float64 real units: fp16 as is, fp8 e5m2 decoded and times its scales."""
+    kv = case.kv_cache.detach().cpu()
+    head_size = kv.shape[-1] // 2
+    if case.kv_cache_dtype == "float16":
+        return kv.to(torch.float64)
+    values = kv.view(torch.float8_e5m2).to(torch.float64)
+    nkv = kv.shape[1]
+    ks = case.k_scale.cpu().double() if case.k_scale is not None else torch.ones(1).double()
+    vs = case.v_scale.cpu().double() if case.v_scale is not None else torch.ones(1).double()
+    values[..., :head_size] *= ks.expand(nkv).view(1, nkv, 1, 1)
+    values[..., head_size:] *= vs.expand(nkv).view(1, nkv, 1, 1)
+    return values
+
+
+def reference(case: PagedCase) -> torch.Tensor:
+    """float64 attention for every query token: causal, window, soft cap and sinks as vLLM."""
+    cache = dequantized_cache(case)
+    _, num_kv_heads, block_size, width = cache.shape
+    head_size = width // 2
+    q_all = case.query.detach().cpu().double()
+    num_heads = q_all.shape[1]
+    group = num_heads // num_kv_heads
+    out = torch.zeros_like(q_all)
+    starts = case.query_start_loc.cpu().tolist()
+    lens = case.seq_lens.cpu().tolist()
+    table = case.block_table.cpu()
+    for b, seq_len in enumerate(lens):
+        q0, q1 = starts[b], starts[b + 1]
+        if q1 == q0:
+            continue
+        pos = torch.arange(seq_len)
+        blocks = table[b, pos // block_size].long()
+        rows = cache[blocks, :, pos % block_size, :]  # [seq_len, kv_heads, 2 * head_size]
+        k = rows[..., :head_size].repeat_interleave(group, dim=1)
+        v = rows[..., head_size:].repeat_interleave(group, dim=1)
+        q = q_all[q0:q1]
+        s = torch.einsum("thd,khd->htk", q, k) * case.sm_scale
+        if case.logits_soft_cap > 0:
+            s = case.logits_soft_cap * torch.tanh(s / case.logits_soft_cap)
+        q_abs = torch.arange(seq_len - (q1 - q0), seq_len)
+        keep = pos[None, :] <= q_abs[:, None]
+        if case.sliding_window:
+            keep &= (q_abs[:, None] - pos[None, :]) < case.sliding_window
+        s = s.masked_fill(~keep[None], float("-inf"))
+        if case.sinks is not None:
+            sink = case.sinks.detach().cpu().double().view(-1, 1, 1).expand(-1, q1 - q0, 1)
+            s = torch.cat([s, sink], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :seq_len]
+        out[q0:q1] = torch.einsum("htk,khd->thd", p, v)
+    return out

@@ -1,0 +1,47 @@
+"""The SM70 compile gate over every configuration ``volta_kernel_configs`` returns for a V100.
+
+Each configuration is compiled for sm_70 with the toolkit's gate: it must compile, spill no
+register and fit Volta's 96 KB of shared memory (and use no e4m3). The configuration list must
+cover every declared head size and KV dtype for each kernel, so the gate sees what a V100 runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from volta_attn_v100 import plugin
+from volta_core import V100
+from volta_core.kernels.gate import assert_gate_passes, check_kernel_config
+
+V100_CONFIGS = list(plugin.volta_kernel_configs(V100))
+
+
+def test_configs_cover_the_declaration() -> None:
+    covered = {
+        (c.kernel.rsplit(":", 1)[1], c.constexprs["HEAD_SIZE"], c.signature.get("kv_ptr"))
+        for c in V100_CONFIGS
+    }
+    for head_size in plugin.SPEC.head_sizes:
+        for kv_type in ("*fp16", "*u8"):
+            assert ("paged_decode_kernel", head_size, kv_type) in covered
+            assert ("paged_prefill_kernel", head_size, kv_type) in covered
+        assert ("split_reduce_kernel", head_size, None) in covered
+
+
+def test_sm70_and_sm90_tiles_differ() -> None:
+    from volta_core import Device
+
+    h100 = {c.name: c for c in plugin.volta_kernel_configs(Device((9, 0)))}
+    assert any(
+        h100[c.name].constexprs != c.constexprs or h100[c.name].num_warps != c.num_warps
+        for c in V100_CONFIGS
+    )
+    assert all(c.num_stages == 1 for c in V100_CONFIGS), "num_stages does nothing on SM70"
+
+
+@pytest.mark.parametrize("config", V100_CONFIGS, ids=[c.name for c in V100_CONFIGS])
+def test_sm70_gate(config) -> None:
+    report = check_kernel_config(config, capability=70)
+    assert_gate_passes(report)
+    assert report.n_spills == 0
+    assert report.shared_bytes <= 96 * 1024

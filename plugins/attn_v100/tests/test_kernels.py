@@ -1,0 +1,222 @@
+"""Decode and prefill kernels against the float64 reference (interpreter on CPU, CUDA with -m gpu).
+
+Outputs are poisoned (NaN) before every launch and every element is checked, so a row the
+kernel forgot to write fails. Every declared head size, KV dtype and feature is run through both
+kernels (the declaration test); the rest pins ragged batches, empty and single-token sequences,
+shuffled blocks, sliding windows shorter and longer than the context, speculative-verification
+queries, head groups split over programs, cache memory layouts and the fp8 scale algebra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
+
+from volta_attn_v100.ops import paged_attention
+from volta_attn_v100.plugin import SPEC
+
+#: fp16 output and fp16 probabilities in P.V: relative error well under 1e-3 in practice.
+TOL = 4e-3
+
+DECODE_LENS = [(1, 1), (1, 37), (0, 5), (1, 70), (1, 16)]
+PREFILL_LENS = [(20, 37), (1, 1), (0, 9), (33, 33), (3, 50)]
+FEATURE_KWARGS = {
+    None: {},
+    "sliding_window": {"sliding_window": 7},
+    "logits_soft_cap": {"logits_soft_cap": 2.5},
+    "sinks": {"sinks": True},
+}
+
+
+def run(case: PagedCase, **kwargs) -> torch.Tensor:
+    out = torch.full_like(case.query, float("nan"))
+    paged_attention(*case.tensors(), out, **case.kwargs(), **kwargs)
+    return out
+
+
+def check(out: torch.Tensor, case: PagedCase, what: str, tol: float = TOL) -> None:
+    ref = reference(case)
+    got = out.detach().cpu().double()
+    bad = ~torch.isfinite(got)
+    assert not bad.any(), (
+        f"{what}: {int(bad.sum())} elements unwritten/NaN, first {bad.nonzero()[0]}"
+    )
+    err = float((got - ref).norm() / ref.norm())
+    assert err <= tol, f"{what}: relative error {err:.2e} > {tol:.0e}"
+
+
+def declared_combinations() -> list:
+    """Every (head size, KV dtype, feature) the declaration admits, with both kernels."""
+    features = [None, *sorted(f.value for f in SPEC.features)]
+    return [
+        pytest.param(
+            head_size, kv_dtype, feature, path, id=f"{path}-d{head_size}-{kv_dtype}-{feature}"
+        )
+        for head_size, kv_dtype, feature, path in itertools.product(
+            sorted(SPEC.head_sizes), sorted(SPEC.kv_cache_dtypes), features, ("decode", "prefill")
+        )
+    ]
+
+
+def test_declared_features_are_the_tested_ones() -> None:
+    assert set(FEATURE_KWARGS) - {None} == {f.value for f in SPEC.features}
+    assert SPEC.dtypes == {"float16"}
+    assert SPEC.kv_cache_dtypes == {"float16", "fp8_e5m2"}
+
+
+@pytest.mark.parametrize(("head_size", "kv_dtype", "feature", "path"), declared_combinations())
+def test_every_declared_combination(head_size, kv_dtype, feature, path) -> None:
+    lens = DECODE_LENS if path == "decode" else PREFILL_LENS
+    case = make_case(
+        lens,
+        head_size=head_size,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        seed=head_size,
+        **FEATURE_KWARGS[feature],
+    )
+    out = run(case, path=path, num_splits=3 if path == "decode" else None)
+    check(out, case, f"{path} d{head_size} {kv_dtype} {feature}")
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+@pytest.mark.parametrize("window", [1, 5, 16, 40, 1000])
+def test_sliding_window_shorter_and_longer_than_context(path, kv_dtype, window) -> None:
+    lens = [(1, 45), (2, 30), (1, 3)] if path == "decode" else [(30, 45), (17, 17), (1, 3)]
+    case = make_case(
+        lens, head_size=64, kv_cache_dtype=kv_dtype, sliding_window=window, seed=window
+    )
+    check(
+        run(case, path=path, num_splits=4 if path == "decode" else None), case, f"window {window}"
+    )
+
+
+@pytest.mark.parametrize("q_len", [2, 3, 5, 8])
+@pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 2), (8, 1), (16, 1)])
+def test_speculative_verification_queries(q_len, num_heads, num_kv_heads) -> None:
+    """2..8 query tokens per sequence on the decode path, causal among themselves; groups of
+    8 and 16 heads do not fit one program with 8 tokens and are split over programs."""
+    lens = [(q_len, q_len + 29), (q_len, q_len), (1, 9)]
+    case = make_case(
+        lens, head_size=128, num_heads=num_heads, num_kv_heads=num_kv_heads, seed=q_len
+    )
+    check(run(case, path="decode", num_splits=2), case, f"spec q_len={q_len} group={num_heads}")
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 7, 64])
+def test_split_counts_agree(num_splits) -> None:
+    """Any number of partitions, more than a sequence has tiles included, gives one answer."""
+    case = make_case([(1, 70), (1, 2), (1, 33)], head_size=96, sinks=True, seed=3)
+    check(run(case, path="decode", num_splits=num_splits), case, f"{num_splits} splits")
+
+
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+@pytest.mark.parametrize("order", [(0, 2, 1, 3), (1, 0, 2, 3), (2, 1, 0, 3)])
+def test_physical_cache_layouts(path, order) -> None:
+    """The logical [blocks, kv_heads, slots, K|V] view over other memory orders (strides)."""
+    lens = [(1, 40), (1, 5)] if path == "decode" else [(24, 40), (5, 5)]
+    case = make_case(lens, head_size=80, physical_order=order, kv_cache_dtype="fp8_e5m2")
+    check(run(case, path=path), case, f"layout {order}")
+
+
+@pytest.mark.parametrize("block_size", [32, 64])
+def test_larger_blocks(block_size) -> None:
+    case = make_case([(8, 70), (1, 33)], head_size=64, block_size=block_size, seed=block_size)
+    check(run(case, path="prefill"), case, f"prefill block {block_size}")
+    check(run(case, path="decode"), case, f"decode block {block_size}")
+
+
+@pytest.mark.parametrize("scales", ["tensor", "head"])
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+def test_fp8_scale_algebra(scales, path) -> None:
+    """fp8 with scales equals fp16 attention over the dequantized cache (stored x scale).
+
+    Pins the folding documented by the fp8kv plugin: K scale after Q.K, V scale on the
+    probabilities before P.V. Swapping the two scales, or dropping one, fails this test since
+    the drawn K and V scales differ.
+    """
+    lens = [(1, 50), (4, 20)] if path == "decode" else [(20, 50), (4, 20)]
+    case = make_case(lens, head_size=128, kv_cache_dtype="fp8_e5m2", scales=scales, seed=11)
+    assert not torch.equal(case.k_scale, case.v_scale)
+    out = run(case, path=path)
+    check(out, case, f"fp8 {scales} scales")
+    fp16 = dataclasses.replace(
+        case,
+        kv_cache=dequantized_cache(case).to(device=case.query.device, dtype=torch.float16),
+        kv_cache_dtype="float16",
+        k_scale=None,
+        v_scale=None,
+    )
+    out16 = run(fp16, path=path)
+    err = float((out.double() - out16.double()).norm() / out16.double().norm())
+    assert err < 2e-3, f"fp8 path differs from fp16 over dequantized values by {err:.2e}"
+
+
+def test_padding_tokens_untouched() -> None:
+    """Tokens after the last sequence (CUDA-graph padding) are neither read nor written."""
+    case = make_case([(1, 20), (1, 7)], head_size=64)
+    padded = torch.randn(5, *case.query.shape[1:]).to(torch.float16)
+    case.query = torch.cat([case.query, padded])
+    out = torch.full_like(case.query, float("nan"))
+    paged_attention(*case.tensors(), out, **case.kwargs())
+    assert torch.isnan(out[2:]).all()
+    case.query = case.query[:2]
+    check(out[:2], case, "padded batch")
+
+
+def test_decode_and_prefill_kernels_agree() -> None:
+    case = make_case([(1, 60), (3, 9), (2, 2)], head_size=256, kv_cache_dtype="fp8_e5m2")
+    a = run(case, path="decode")
+    b = run(case, path="prefill")
+    check(a, case, "decode")
+    check(b, case, "prefill")
+
+
+# -- GPU: the same checks at serving sizes ---------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
+def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
+    kwargs = dict(FEATURE_KWARGS[feature])
+    if feature == "sliding_window":
+        kwargs["sliding_window"] = 300
+    decode = make_case(
+        [(1, 1), (1, 777), (0, 4), (1, 2048), (4, 1500), (1, 4096)],
+        head_size=head_size,
+        num_heads=8,
+        num_kv_heads=2,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        device="cuda",
+        seed=head_size,
+        **kwargs,
+    )
+    check(run(decode), decode, f"gpu decode d{head_size} {kv_dtype} {feature}")
+    prefill = make_case(
+        [(300, 1000), (1, 1), (512, 512), (77, 2000), (0, 5)],
+        head_size=head_size,
+        num_heads=8,
+        num_kv_heads=2,
+        kv_cache_dtype=kv_dtype,
+        scales="tensor" if kv_dtype != "float16" else "none",
+        device="cuda",
+        seed=head_size + 1,
+        **kwargs,
+    )
+    check(run(prefill), prefill, f"gpu prefill d{head_size} {kv_dtype} {feature}")
+
+
+@pytest.mark.gpu
+def test_gpu_small_for_sanitizer() -> None:
+    """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs."""
+    for path, lens in (("decode", [(1, 70), (2, 33)]), ("prefill", [(40, 70), (1, 1)])):
+        case = make_case(lens, head_size=128, kv_cache_dtype="fp8_e5m2", sinks=True, device="cuda")
+        check(run(case, path=path), case, f"sanitizer {path}")

@@ -1,0 +1,76 @@
+"""The plugin as the host sees it: light to load, declared through the entry point, and
+per-layer selection that gives 512-dim layers (not declared) to the host's fallback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from volta_core import V100, VoltaPluginManager
+from volta_core.errors import NoAttentionBackendError
+from volta_core.types import AttentionFeature, AttentionLayer
+
+
+def test_loading_the_plugin_imports_no_heavy_module() -> None:
+    code = (
+        "import sys, volta_attn_v100.plugin as p; list(p.volta_attention_backends()); "
+        "list(p.volta_kernel_configs(__import__('volta_core').V100)); "
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'vllm')]; "
+        "print(heavy); assert not heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def manager() -> VoltaPluginManager:
+    m = VoltaPluginManager()
+    m.load_entrypoints(["attn_v100"])
+    return m
+
+
+def test_entry_point_declares_the_backend() -> None:
+    backends = dict((spec.name, (plugin, spec)) for plugin, spec in manager().attention_backends())
+    plugin, spec = backends["VOLTA_ATTN_V100"]
+    assert plugin == "attn_v100"
+    assert spec.vllm_name == "CUSTOM"
+    assert spec.impl == "volta_attn_v100.backend:VoltaAttentionBackend"
+    assert {64, 80, 96, 128, 256} <= spec.head_sizes
+    assert 512 not in spec.head_sizes
+
+
+def layer(head_size: int, kv: str = "auto", **kw) -> AttentionLayer:
+    return AttentionLayer(
+        prefix=f"model.layers.0.self_attn.d{head_size}",
+        head_size=head_size,
+        num_heads=8,
+        num_kv_heads=2,
+        dtype="float16",
+        kv_cache_dtype=kv,
+        **kw,
+    )
+
+
+def test_gemma4_like_layers_split_between_backends() -> None:
+    m = manager()
+    sliding = m.select_attention(
+        layer(256, features={AttentionFeature.SLIDING_WINDOW, AttentionFeature.LOGITS_SOFT_CAP}),
+        V100,
+    )
+    assert sliding.backend.name == "VOLTA_ATTN_V100"
+    global_ = m.select_attention(layer(512), V100)
+    assert global_.backend.name == "TRITON_ATTN"
+    assert "head size 512" in global_.refusals[0].reason
+
+
+def test_fp8_e5m2_on_v100_and_e4m3_refused() -> None:
+    m = manager()
+    assert m.select_attention(layer(128, "fp8_e5m2"), V100).backend.name == "VOLTA_ATTN_V100"
+    with pytest.raises(NoAttentionBackendError, match="VOLTA_ATTN_V100: KV-cache dtype fp8_e4m3"):
+        m.select_attention(layer(128, "fp8_e4m3"), V100)
+
+
+def test_alibi_falls_back() -> None:
+    choice = manager().select_attention(layer(128, features={AttentionFeature.ALIBI}), V100)
+    assert choice.backend.name == "TRITON_ATTN"
+    assert "alibi" in choice.refusals[0].reason

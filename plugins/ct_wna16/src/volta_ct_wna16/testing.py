@@ -30,7 +30,7 @@ LIBRARY_FIXTURES = Path(
 )
 
 #: The shape of each layer in :data:`LIBRARY_FIXTURES` (N, K; neither a power of two).
-FIXTURE_SHAPE = (1000, 2304)
+FIXTURE_SHAPE = (600, 1152)
 
 
 @dataclass
@@ -78,9 +78,10 @@ def quantization_config(scheme: WeightScheme, ignore: list[str] | None = None) -
 
 def random_weight(n: int, k: int, generator: torch.Generator, shifted: bool) -> torch.Tensor:
     """fp16 weights; ``shifted`` adds a per-row offset so asymmetric zero points vary."""
-    w = torch.randn(n, k, generator=generator) * 0.05
+    device = generator.device
+    w = torch.randn(n, k, generator=generator, device=device) * 0.05
     if shifted:
-        w += (torch.rand(n, 1, generator=generator) - 0.5) * 0.1
+        w += (torch.rand(n, 1, generator=generator, device=device) - 0.5) * 0.1
     return w.to(torch.float16)
 
 
@@ -135,8 +136,8 @@ def fresh_checkpoint(
     Min-max scales and zero points as compressed-tensors computes them (0 always representable,
     zero point rounded and clamped), values rounded half to even and clamped, then packed.
     """
-    gen = torch.Generator().manual_seed(seed)
-    weight = random_weight(n, k, gen, shifted=not scheme.symmetric).to(device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weight = random_weight(n, k, gen, shifted=not scheme.symmetric)
     return quantize_with_packer(weight, scheme)
 
 

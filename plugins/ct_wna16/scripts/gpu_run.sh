@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One GPU call: the kernels' GPU tests, then the benchmark (table printed last).
+#   bash plugins/ct_wna16/scripts/gpu_run.sh [bench options, e.g. --sweep]
+# Run from the repository root on the device machine (no vllm, no compressed-tensors there):
+# library-made checkpoints come as plugins/ct_wna16/.fixtures (python -m volta_ct_wna16.testing).
+set -uo pipefail
+here=plugins/ct_wna16
+out=${OUT:-/tmp/ct_wna16_out}
+mkdir -p "$out"
+export PYTHONPATH=core/src:$here/src PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=$PWD/$here/.tcache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+timeout 150 python3 -m pytest -p volta_core.kernels.testing -m gpu $here/tests/test_kernels.py \
+  -q -p no:cacheprovider --rootdir=$here 2>&1 | tee "$out/gpu_tests.log" | tail -15
+timeout 200 python3 -m volta_ct_wna16.bench --out "$out" "$@" 2>&1 | tee "$out/bench.log" | tail -80
+tar czf "$out/tcache.tgz" -C $here .tcache 2>/dev/null || true

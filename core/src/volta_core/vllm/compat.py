@@ -533,7 +533,8 @@ def _calling_layer_prefix() -> str | None:
 def selector_layer(selector_config: Any, num_heads: int | None) -> attention.SelectorLayer:
     """vLLM's ``AttentionSelectorConfig`` as plain values."""
     get = selector_config._asdict().get
-    attn_type = str(get("attn_type") or "decoder")
+    raw_type = get("attn_type") or "decoder"
+    attn_type = str(getattr(raw_type, "value", raw_type))
     special = None
     if get("use_mla"):
         special = "MLA"

@@ -13,14 +13,15 @@ sources on ``PYTHONPATH``) load it with ``-p volta_core.kernels.testing``.
   unwritten elements show, and compare against a float64 reference.
 * The ``kernel_device`` fixture: ``"cuda"`` with a GPU, ``"cpu"`` under the interpreter.
 
-Loading this module is cheap: torch is imported only on a machine that has NVIDIA device nodes
-(to ask whether CUDA really works there) and inside the helpers.
+Loading this module is cheap: torch is imported only on a machine that shows an NVIDIA driver (to
+ask whether CUDA really works there) and inside the helpers.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ _cuda: bool | None = None
 def cuda_available() -> bool:
     """Whether a CUDA device can run kernels here; decided once per process.
 
-    A machine without NVIDIA device nodes answers without importing torch, so CPU-only runs
+    A machine with no sign of an NVIDIA driver answers without importing torch, so CPU-only runs
     (CI) stay fast; where the nodes exist, torch decides (and honours ``CUDA_VISIBLE_DEVICES``).
     """
     global _cuda
@@ -53,13 +54,22 @@ def cuda_available() -> bool:
 def _probe_cuda() -> bool:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
         return False
-    if not any(Path("/dev").glob("nvidia[0-9]*")):
+    if not _nvidia_driver_present():
         return False
     try:
         import torch
     except ImportError:
         return False
     return bool(torch.cuda.is_available())
+
+
+def _nvidia_driver_present() -> bool:
+    """Cheap signs of an NVIDIA driver: device nodes, the driver's proc entry, nvidia-smi."""
+    return (
+        any(Path("/dev").glob("nvidia[0-9]*"))
+        or Path("/proc/driver/nvidia").exists()
+        or shutil.which("nvidia-smi") is not None
+    )
 
 
 def _use_interpreter_without_cuda() -> None:

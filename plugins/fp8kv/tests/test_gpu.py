@@ -33,8 +33,13 @@ def test_every_fp16_bit_pattern_on_gpu(fmt):
     write_kv_cache(x.to(CUDA), x.to(CUDA), cache, torch.arange(512, device=CUDA), fmt.value)
     rows = cache.cpu().reshape(512, 256)
     want = encode_reference(x, torch.ones(1), fmt)[:, 0]
-    assert torch.equal(rows[:, :128], want)
-    assert torch.equal(rows[:, 128:], want)
+    nan = x[:, 0].isnan()
+    for half in (rows[:, :128], rows[:, 128:]):
+        # Bit-exact on every non-NaN pattern (63,490 of them); NaN stays NaN, but GPUs
+        # canonicalise NaNs in float arithmetic, so a NaN's sign is not kept there.
+        assert torch.equal(half[~nan], want[~nan])
+        assert ((half[nan] & 0x7F) == 0x7F).all()
+    assert int((~nan).sum()) == 65536 - 2 * 1023
 
 
 @pytest.mark.parametrize("fmt", formats(), ids=lambda f: f.value)

@@ -6,8 +6,9 @@ dequantize of the same amount, bytes per token of each format, and the accuracy 
 :mod:`volta_fp8kv.accuracy` at full size. Writes ``fp8kv_bench.json`` and ``fp8kv_bench.png``
 under DIR and prints a table last.
 
-Timing: the median of CUDA-event-timed launches after warm-up, rotating four input sets (about
-200 MB, four times the H100's L2) so no run reads what the previous one left in cache.
+Timing: the median of CUDA-event-timed CUDA-graph replays after warm-up (see :func:`median_time`),
+rotating four input sets (about 200 MB, four times the H100's L2) so no launch reads what the
+previous one left in cache.
 """
 
 from __future__ import annotations
@@ -40,8 +41,14 @@ COPY_ELEMENTS = 128 * 2**20
 DEVICE = "cuda"
 
 
-def median_time(launch: Callable[[int], Any], sets: int = SETS) -> float:
-    """Median seconds of ``launch(i)`` over ITERS runs, input set ``i % sets`` each time."""
+def median_time(launch: Callable[[int], Any], sets: int = SETS, graph: bool = True) -> float:
+    """Median seconds of one ``launch(i)`` (input set ``i``), over ITERS timed repetitions.
+
+    With ``graph`` (the default) one launch per input set is captured in a CUDA graph and the
+    graph replayed between two events: kernels run back to back as in vLLM's graph mode, and
+    Python's launch overhead (tens of microseconds, more than these kernels take) is not
+    measured. ``graph=False`` times eager calls one by one, host work included.
+    """
     for i in range(WARMUP):
         launch(i % sets)
     if DEVICE != "cuda":
@@ -50,14 +57,24 @@ def median_time(launch: Callable[[int], Any], sets: int = SETS) -> float:
             launch(i % sets)
         return (time.perf_counter() - begin) / ITERS
     torch.cuda.synchronize()
+    if graph:
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
+            for i in range(sets):
+                launch(i)
+        cuda_graph.replay()
+        torch.cuda.synchronize()
     times = []
     for i in range(ITERS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        launch(i % sets)
+        if graph:
+            cuda_graph.replay()
+        else:
+            launch(i % sets)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / (sets if graph else 1))
     return statistics.median(times)
 
 
@@ -95,7 +112,8 @@ def bench_cache_write(fmt: CacheFormat, scales: KVScales | None, check: bool) ->
             s["key"], s["value"], s["cache"], s["slots"], fmt.value, scales, check_indices=check
         )
 
-    seconds = median_time(launch)
+    # The checked call reads the slots back to the host: it cannot be captured, time it eagerly.
+    seconds = median_time(launch, graph=not check)
     moved = (
         2 * TOKENS * HEADS * HEAD_SIZE * 2  # K and V read (fp16)
         + TOKENS * 8  # slots
@@ -132,6 +150,27 @@ def bench_gather(fmt: CacheFormat, scales: KVScales | None) -> dict[str, Any]:
         "gb_per_s": moved / seconds / 1e9,
         "roundtrip_rel_error_k": err,
     }
+
+
+def compiled_kernels() -> list[dict[str, Any]]:
+    """Registers and spills of every kernel variant this run compiled (Triton's own figures)."""
+    from volta_fp8kv.kernels.cache_write import cache_write_kernel
+    from volta_fp8kv.kernels.gather import gather_kernel
+
+    found = []
+    for name, jit in (("cache_write", cache_write_kernel), ("gather", gather_kernel)):
+        for kernel_cache, *_ in getattr(jit, "device_caches", {}).values():
+            for compiled in kernel_cache.values():
+                constants = getattr(compiled, "src", None)
+                found.append(
+                    {
+                        "kernel": name,
+                        "constexprs": str(getattr(constants, "constants", "")),
+                        "n_regs": getattr(compiled, "n_regs", None),
+                        "n_spills": getattr(compiled, "n_spills", None),
+                    }
+                )
+    return found
 
 
 def versions() -> dict[str, str]:
@@ -233,6 +272,8 @@ def run(out: Path) -> dict[str, Any]:
         "e5m2 bytes/token == fp16 / 2": 2 * results["bytes_per_token"]["fp8_e5m2"]
         == results["bytes_per_token"]["float16"],
     }
+    if DEVICE == "cuda":
+        results["compiled"] = compiled_kernels()
     (out / "fp8kv_bench.json").write_text(json.dumps(results, indent=2))
     _chart(results, out / "fp8kv_bench.png")
     return results
@@ -282,6 +323,10 @@ def table(results: dict[str, Any]) -> str:
     for setting, errs in results["accuracy"].items():
         for key, value in errs.items():
             lines.append(f"attention rel. error {setting} {key}: {value:.4f}")
+    for entry in results.get("compiled", []):
+        lines.append(
+            f"compiled {entry['kernel']}: {entry['n_regs']} registers, {entry['n_spills']} spills"
+        )
     for target, ok in results["targets"].items():
         lines.append(f"target {target}: {'MET' if ok else 'MISSED'}")
     return "\n".join(lines)

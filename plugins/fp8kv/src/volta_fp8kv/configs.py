@@ -3,18 +3,22 @@
 Pure Python (no torch, no triton), so the ``volta_kernel_configs`` hook lists exactly what the
 wrappers in :mod:`volta_fp8kv.ops` would launch without importing a kernel.
 
-SM70 gets small tiles (at most 1024 elements of K and of V per program, 4 warps): the kernels are
-memory-bound, and Volta's register file is what limits occupancy. SM80+ (the H100 measurements)
-move twice as many tokens per program to keep more bytes in flight.
+SM70 gets small tiles (at most 1024 elements and 8 tokens of K and of V per program, 4 warps):
+the kernels are memory-bound, and Volta's register file is what limits occupancy. SM80+ (the H100
+measurements) move up to twice as many (2048 elements, 16 tokens) to keep more bytes in flight;
+4096 elements, or 32 tokens of 64, spilled at sm_90.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from volta_core.device import Device
 from volta_core.types import KernelConfig
 
 #: The padded head sizes (next power of two of ``max(head_size_k, head_size_v)``) configured:
-#: 64 up to 512 (Gemma 4's global layers use 512).
+#: 64 up to 512 (Gemma 4's global layers use 512). Each comes ``FULL`` (both head sizes equal
+#: the pad: unmasked, vectorized rows) and masked (head sizes such as 80 or 96, or K != V).
 HEAD_PADS: tuple[int, ...] = (64, 128, 256, 512)
 
 #: Kernel name -> import path of the ``@triton.jit`` function.
@@ -32,8 +36,8 @@ _SIGNATURES = {
         ("value_ptr", "*fp16"),
         ("cache_ptr", "CACHE"),
         ("slot_ptr", "*i64"),
-        ("k_scale_ptr", "*fp32"),
-        ("v_scale_ptr", "*fp32"),
+        ("k_inv_scale_ptr", "*fp32"),
+        ("v_inv_scale_ptr", "*fp32"),
         *(
             (name, "i32")
             for name in (
@@ -92,8 +96,10 @@ def head_pad(head_size_k: int, head_size_v: int) -> int:
 
 def tile(capability: tuple[int, int], head_pad_: int) -> tuple[int, int]:
     """``(BLOCK_T, num_warps)`` for a device and padded head size (same for both kernels)."""
-    budget = 1024 if capability < (8, 0) else 4096
-    return max(1, budget // head_pad_), 4
+    if capability < (8, 0):
+        # Volta: at most 1024 elements and 8 tokens a program (16 rows of 64 spilled at sm_70).
+        return max(1, min(8, 1024 // head_pad_)), 4
+    return max(1, min(16, 2048 // head_pad_)), 4
 
 
 def formats_for(device: Device) -> tuple[str, ...]:
@@ -111,14 +117,19 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
                 name: (cache_type if kind == "CACHE" else kind)
                 for name, kind in _SIGNATURES[kernel]
             }
-            for pad in HEAD_PADS:
+            for pad, full in itertools.product(HEAD_PADS, (True, False)):
                 block_t, num_warps = tile(device.capability, pad)
                 configs.append(
                     KernelConfig(
-                        name=f"fp8kv.{kernel}[{fmt},head_pad={pad}]",
+                        name=f"fp8kv.{kernel}[{fmt},head_pad={pad}{'' if full else ',masked'}]",
                         kernel=path,
                         signature=signature,
-                        constexprs={"FMT": FORMAT_CODES[fmt], "HEAD_PAD": pad, "BLOCK_T": block_t},
+                        constexprs={
+                            "FMT": FORMAT_CODES[fmt],
+                            "HEAD_PAD": pad,
+                            "FULL": full,
+                            "BLOCK_T": block_t,
+                        },
                         num_warps=num_warps,
                         num_stages=1,
                     )

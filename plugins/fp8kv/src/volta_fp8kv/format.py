@@ -19,10 +19,15 @@ Element formats (``storage dtype`` is what the tensor holds):
 * ``fp8_e4m3``: storage ``uint8`` holding e4m3fn codes (bias 7, max 448, no infinities). SM89+.
 
 Scale semantics (one float32 ``s_k[h]`` and ``s_v[h]`` per KV head ``h``; a per-tensor scale is
-the same value for every head): writing stores ``code = fp8(x / s)`` rounded to nearest even and
-saturated to the largest finite code; reading recovers ``x̂ = decode(code) · s``. Attention never
-needs ``x̂`` itself: with ``softmax_scale`` the usual ``1/sqrt(head_size)``, for query head ``q``
-of KV head ``h``
+the same value for every head): writing stores ``code = fp8(x · r)`` with ``r = 1/s`` rounded once
+to float32 (computed when the scales are built), the product rounded once to float32, then to
+FP8 to nearest even and saturated to the largest finite code; reading recovers
+``x̂ = decode(code) · s``. (``x · r`` differs from vLLM's ``x / s`` by at most one float32 ulp
+before the FP8 rounding, which changes a code only when ``x / s`` lies within that ulp of an FP8
+rounding midpoint; a multiply is what makes the write kernel memory-bound on the H100.)
+
+Attention never needs ``x̂`` itself: with ``softmax_scale`` the usual ``1/sqrt(head_size)``,
+for query head ``q`` of KV head ``h``
 
 * K scale after Q·K:   ``logits[j] = (softmax_scale · s_k[h]) · (q · decode(K[j]))``
 * V scale on the probabilities before P·V:   ``out = (s_v[h] · p) · decode(V)``, with
@@ -135,13 +140,14 @@ def empty_cache(
 def encode_reference(x: torch.Tensor, scale: torch.Tensor, fmt: CacheFormat) -> torch.Tensor:
     """Codes the kernels must produce for ``x`` (``[..., H, D]``) with per-head ``scale``.
 
-    torch's float32 -> FP8 conversion (round to nearest even), made saturating: torch turns e5m2
-    overflow into infinity, the cache keeps the largest finite code instead.
+    ``x`` times the float32 reciprocal of the scale, then torch's float32 -> FP8 conversion
+    (round to nearest even), made saturating: torch turns e5m2 overflow into infinity, the cache
+    keeps the largest finite code instead.
     """
     dtype = fmt.torch_fp8_dtype
     if dtype is None:
         raise ValueError("float16 caches store values, not codes")
-    y = x.float() / scale.float().reshape(-1, 1)
+    y = x.float() * torch.reciprocal(scale.float()).reshape(-1, 1)
     y = torch.where(y.isnan(), y, y.clamp(-fmt.max_finite, fmt.max_finite))
     return y.to(dtype).view(torch.uint8)
 

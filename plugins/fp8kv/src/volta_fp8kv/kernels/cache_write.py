@@ -1,9 +1,9 @@
 """Cache write: new K/V tokens into the paged cache, quantized to FP8 or stored as fp16.
 
 One program per (block of ``BLOCK_T`` tokens, KV head): it loads the tokens' slots once and
-their K and V rows, divides by the head's scale, encodes (:mod:`.fp8_bits`) and stores into the
-packed ``[.., head_size_k + head_size_v]`` entries. A scalar scale is read through a stride of 0,
-so per-tensor and per-head scales run the same code.
+their K and V rows, multiplies by the head's reciprocal scale, encodes (:mod:`.fp8_bits`) and
+stores into the packed ``[.., head_size_k + head_size_v]`` entries. A scalar scale is read
+through a stride of 0, so per-tensor and per-head scales run the same code.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ def cache_write_kernel(
     value_ptr,
     cache_ptr,
     slot_ptr,
-    k_scale_ptr,
-    v_scale_ptr,
+    k_inv_scale_ptr,
+    v_inv_scale_ptr,
     num_tokens,
     num_slots,
     block_size,
@@ -37,6 +37,7 @@ def cache_write_kernel(
     stride_scale,
     FMT: tl.constexpr,
     HEAD_PAD: tl.constexpr,
+    FULL: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
     pid_t = tl.program_id(0)
@@ -54,8 +55,13 @@ def cache_write_kernel(
     )
     dims = tl.arange(0, HEAD_PAD)
     rows = tokens.to(tl.int64)
-    k_mask = valid[:, None] & (dims < head_size_k)[None, :]
-    v_mask = valid[:, None] & (dims < head_size_v)[None, :]
+    if FULL:
+        # Head sizes equal HEAD_PAD: no mask along the head dim, so loads and stores vectorize.
+        k_mask = valid[:, None]
+        v_mask = valid[:, None]
+    else:
+        k_mask = valid[:, None] & (dims < head_size_k)[None, :]
+        v_mask = valid[:, None] & (dims < head_size_v)[None, :]
     k = tl.load(
         key_ptr + (rows * stride_key_t + head * stride_key_h)[:, None] + dims[None, :],
         mask=k_mask,
@@ -72,7 +78,7 @@ def cache_write_kernel(
         tl.store(k_dst, k.to(cache_ptr.dtype.element_ty), mask=k_mask)
         tl.store(v_dst, v.to(cache_ptr.dtype.element_ty), mask=v_mask)
     else:
-        k_scale = tl.load(k_scale_ptr + head * stride_scale)
-        v_scale = tl.load(v_scale_ptr + head * stride_scale)
-        tl.store(k_dst, quantize_tile(k.to(tl.float32), k_scale, FMT), mask=k_mask)
-        tl.store(v_dst, quantize_tile(v.to(tl.float32), v_scale, FMT), mask=v_mask)
+        k_inv_scale = tl.load(k_inv_scale_ptr + head * stride_scale)
+        v_inv_scale = tl.load(v_inv_scale_ptr + head * stride_scale)
+        tl.store(k_dst, quantize_tile(k.to(tl.float32), k_inv_scale, FMT), mask=k_mask)
+        tl.store(v_dst, quantize_tile(v.to(tl.float32), v_inv_scale, FMT), mask=v_mask)

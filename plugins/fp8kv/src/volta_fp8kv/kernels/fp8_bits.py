@@ -9,7 +9,8 @@ compile on every target and run the same in the interpreter, and the cache only 
 Encoding rounds to nearest, ties to even, exactly like ``torch`` converting float32 to
 ``float8_e5m2`` / ``float8_e4m3fn``, with one deliberate difference: it *saturates* (finite
 values and infinities beyond the largest finite code become that code, as PTX ``satfinite``
-does), where torch turns e5m2 overflow into infinity. NaN stays NaN with its sign.
+does), where torch turns e5m2 overflow into infinity. NaN stays NaN (its sign survives in the
+interpreter; GPUs canonicalise NaNs in float arithmetic, so there the sign is not kept).
 """
 
 from __future__ import annotations
@@ -17,32 +18,36 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-#: Format codes shared by the kernels (``FMT`` constexpr): raw copy, e5m2, e4m3fn.
-FMT_RAW = 0
-FMT_E5M2 = 1
-FMT_E4M3 = 2
-
 
 @triton.jit
-def encode_fp8(x, EXP_BIAS: tl.constexpr, MAN_BITS: tl.constexpr, MAX_CODE: tl.constexpr):
-    """float32 tensor -> uint8 FP8 codes (round to nearest even, saturating, NaN kept)."""
+def encode_fp8(
+    x,
+    EXP_BIAS: tl.constexpr,
+    MAN_BITS: tl.constexpr,
+    MAX_CODE: tl.constexpr,
+    SUBNORMAL_MAGIC: tl.constexpr,
+):
+    """float32 tensor -> uint8 FP8 codes (round to nearest even, saturating, NaN kept).
+
+    ``SUBNORMAL_MAGIC`` is the power of two whose float32 ulp is the format's smallest
+    subnormal (2**7 for e5m2, 2**14 for e4m3): adding it to a magnitude below the smallest
+    normal rounds that magnitude to a whole number of subnormal steps, to nearest even, in
+    one float addition, and the step count is the low bits of the sum.
+    """
     bits = x.to(tl.int32, bitcast=True)
-    sign = (bits >> 24) & 0x80
     mag = bits & 0x7FFFFFFF
-    # Normal range: rebias the exponent and round the mantissa's dropped bits to nearest even.
+    # Normal range: rebias the exponent and round the dropped mantissa bits to nearest even.
     drop: tl.constexpr = 23 - MAN_BITS
     rebased = mag - ((127 - EXP_BIAS) << 23)
     q_normal = (rebased + ((1 << (drop - 1)) - 1) + ((rebased >> drop) & 1)) >> drop
-    # Subnormal range: the value in units of the smallest subnormal, rounded to nearest even.
-    exponent = mag >> 23
-    mantissa = (mag & 0x7FFFFF) | 0x800000
-    shift = tl.minimum(151 - EXP_BIAS - MAN_BITS - exponent, 31)
-    half_minus_one = (tl.full(shift.shape, 1, tl.int32) << (shift - 1)) - 1
-    q_sub = (mantissa + half_minus_one + ((mantissa >> shift) & 1)) >> shift
+    # Subnormal range (and zero).
+    magic_bits: tl.constexpr = (150 - EXP_BIAS + 1 - MAN_BITS) << 23
+    q_sub = (mag.to(tl.float32, bitcast=True) + SUBNORMAL_MAGIC).to(tl.int32, bitcast=True)
+    q_sub = q_sub - magic_bits
     is_normal = mag >= ((128 - EXP_BIAS) << 23)
     q = tl.minimum(tl.where(is_normal, q_normal, q_sub), MAX_CODE)
     q = tl.where(mag > 0x7F800000, 0x7F, q)
-    return (q | sign).to(tl.uint8)
+    return (q | ((bits >> 24) & 0x80)).to(tl.uint8)
 
 
 @triton.jit
@@ -77,19 +82,21 @@ def decode_fp8(
 
 
 @triton.jit
-def quantize_tile(x, scale, FMT: tl.constexpr):
-    """Scale (IEEE division, as ``x / scale`` in torch) and encode a float32 tile to codes."""
-    y = tl.math.div_rn(x, scale)
+def quantize_tile(x, inv_scale, FMT: tl.constexpr):
+    """Scale a float32 tile by the reciprocal scale (one rounding) and encode it to codes."""
+    y = x * inv_scale
     if FMT == 1:
-        return encode_fp8(y, 15, 2, 0x7B)
+        return encode_fp8(y, 15, 2, 0x7B, 128.0)
     else:
-        return encode_fp8(y, 7, 3, 0x7E)
+        return encode_fp8(y, 7, 3, 0x7E, 16384.0)
 
 
 @triton.jit
 def dequantize_tile(code, scale, FMT: tl.constexpr):
     """Decode codes and multiply by the scale in float32 (one rounding, as in torch)."""
     if FMT == 1:
-        return decode_fp8(code, 15, 2, False, 1.52587890625e-05) * scale
+        # e5m2 is the high byte of an fp16: shift, reinterpret, widen (exact).
+        as_fp16 = (code.to(tl.int32) << 8).to(tl.int16).to(tl.float16, bitcast=True)
+        return as_fp16.to(tl.float32) * scale
     else:
         return decode_fp8(code, 7, 3, True, 0.001953125) * scale

@@ -39,6 +39,7 @@ def gather_kernel(
     stride_scale,
     FMT: tl.constexpr,
     HEAD_PAD: tl.constexpr,
+    FULL: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -62,8 +63,13 @@ def gather_kernel(
     )
     rows = (tl.load(cu_seqlens_ptr + seq) + positions).to(tl.int64)
     dims = tl.arange(0, HEAD_PAD)
-    k_mask = in_seq[:, None] & (dims < head_size_k)[None, :]
-    v_mask = in_seq[:, None] & (dims < head_size_v)[None, :]
+    if FULL:
+        # Head sizes equal HEAD_PAD: no mask along the head dim, so loads and stores vectorize.
+        k_mask = in_seq[:, None]
+        v_mask = in_seq[:, None]
+    else:
+        k_mask = in_seq[:, None] & (dims < head_size_k)[None, :]
+        v_mask = in_seq[:, None] & (dims < head_size_v)[None, :]
     k_raw = tl.load(cache_ptr + src[:, None] + dims[None, :], mask=k_mask, other=0)
     v_raw = tl.load(cache_ptr + src[:, None] + head_size_k + dims[None, :], mask=v_mask, other=0)
     k_dst = (

@@ -152,6 +152,25 @@ def bench_gather(fmt: CacheFormat, scales: KVScales | None) -> dict[str, Any]:
     }
 
 
+def sweep_tiles(per_tensor: KVScales) -> dict[str, dict[str, float]]:
+    """Throughput against tokens per program (BLOCK_T, 4 warps), recording why
+    :func:`volta_fp8kv.configs.tile` chose what it chose."""
+    chosen = configs.tile
+    sweep: dict[str, dict[str, float]] = {}
+    try:
+        for block_t in (4, 8, 16, 32):
+            configs.tile = lambda capability, pad, b=block_t: (b, 4)
+            sweep[str(block_t)] = {
+                "cache_write_e5m2_gb_per_s": bench_cache_write(
+                    CacheFormat.FP8_E5M2, per_tensor, check=False
+                )["gb_per_s"],
+                "gather_e5m2_gb_per_s": bench_gather(CacheFormat.FP8_E5M2, per_tensor)["gb_per_s"],
+            }
+    finally:
+        configs.tile = chosen
+    return sweep
+
+
 def compiled_kernels() -> list[dict[str, Any]]:
     """Registers and spills of every kernel variant this run compiled (Triton's own figures)."""
     from volta_fp8kv.kernels.cache_write import cache_write_kernel
@@ -249,6 +268,8 @@ def run(out: Path) -> dict[str, Any]:
         for entry in group.values():
             entry["of_copy_bw"] = entry["gb_per_s"] / copy_bw
     results["cache_write"], results["gather"] = write, gather
+    if DEVICE == "cuda":
+        results["tile_sweep"] = sweep_tiles(per_tensor)
     results["per_head_vs_per_tensor_write"] = (
         write["e5m2_per_head"]["seconds"] / write["e5m2_per_tensor"]["seconds"]
     )
@@ -323,6 +344,11 @@ def table(results: dict[str, Any]) -> str:
     for setting, errs in results["accuracy"].items():
         for key, value in errs.items():
             lines.append(f"attention rel. error {setting} {key}: {value:.4f}")
+    for block_t, entry in results.get("tile_sweep", {}).items():
+        lines.append(
+            f"sweep BLOCK_T={block_t}: write e5m2 {entry['cache_write_e5m2_gb_per_s']:.0f} GB/s, "
+            f"gather e5m2 {entry['gather_e5m2_gb_per_s']:.0f} GB/s"
+        )
     for entry in results.get("compiled", []):
         lines.append(
             f"compiled {entry['kernel']}: {entry['n_regs']} registers, {entry['n_spills']} spills"

@@ -118,7 +118,7 @@ def write_kv_cache(
     """Store ``key``/``value`` (``[num_tokens, num_kv_heads, head_size_k|v]``) into ``cache``.
 
     Token ``i`` goes to slot ``slot_mapping[i]``; negative slots are padding and are skipped.
-    FP8 formats store ``fp8(x / scale)`` (scales per tensor or per KV head; None means 1.0);
+    FP8 formats store ``fp8(x · (1/scale))`` (scales per tensor or per KV head; None means 1.0);
     float16 stores the values unchanged and ignores scales.
     """
     fmt = _format(kv_cache_dtype)

@@ -9,7 +9,7 @@ same verdict. The rules (README, "KV-dtype policy"):
   dense FP8 weights without a ``kv_cache_scheme``, unquantized) gets unit scales: e5m2 has the
   exponent range of fp16, so fp16 activations need no scale.
 * A checkpoint that ships K/V scales (per-tensor or per-attention-head) has them honoured: the
-  cache stores ``fp8(x / scale)`` and attention multiplies back by the scale. Scales calibrated
+  cache stores ``fp8(x · (1/scale))`` and attention multiplies back by the scale. Scales calibrated
   for e4m3 are still applied on e5m2, with a warning that says exactly that and what it costs;
   scales calibrated for e5m2 are refused on an e4m3 cache, where they would saturate.
 
@@ -127,9 +127,9 @@ def _calibrated_for_e4m3_warnings(request: KVRequest) -> tuple[str, ...]:
     e4, e5 = FP8_MANTISSA_BITS["fp8_e4m3"], FP8_MANTISSA_BITS["fp8_e5m2"]
     applied = (
         f"the checkpoint's {_LAYOUT_WORDS[ckpt.scheme]} K/V scales, calibrated for {target}, "
-        "are applied unchanged to the e5m2 cache: each element is stored as e5m2(x / scale) "
-        "and attention multiplies back by the scale (K after Q·K, V on the probabilities "
-        "before P·V). The calibration aimed |x|/scale at e4m3's maximum "
+        "are applied unchanged to the e5m2 cache: each element is stored as "
+        "e5m2(x · (1/scale)) and attention multiplies back by the scale (K after Q·K, V on the "
+        "probabilities before P·V). The calibration aimed |x|/scale at e4m3's maximum "
         f"{FP8_MAX['fp8_e4m3']:g}; e5m2 reaches {FP8_MAX['fp8_e5m2']:g}, so nothing saturates "
         f"that e4m3 would have kept, but e5m2 has {e5} mantissa bits instead of {e4}: each "
         f"element rounds to within 2^-{e5 + 1} relative instead of 2^-{e4 + 1}, so the accuracy "

@@ -1,7 +1,7 @@
 """K and V scales: per-tensor or per-attention-head, from the checkpoint or 1.0, sharded for TP.
 
-A scale ``s`` is a *dequantization* multiplier, as in vLLM: the cache stores ``fp8(x / s)`` and a
-reader recovers ``x ≈ decode(code) * s`` (see :mod:`volta_fp8kv.format`). Per-attention-head
+A scale ``s`` is a *dequantization* multiplier, as in vLLM: the cache stores ``fp8(x · (1/s))``
+and a reader recovers ``x ≈ decode(code) * s`` (see :mod:`volta_fp8kv.format`). Per-attention-head
 scales (compressed-tensors ``strategy: attn_head``, vLLM PR #30141) have one entry per KV head;
 llm-compressor stores them as ``[num_kv_heads, 1, 1]``.
 

@@ -135,7 +135,8 @@ def measure(
     copies = max(2, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k // 2))))
     pws = weights(n, k, symmetric, copies)
     fp16_copies = max(1, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k * 2))))
-    dense = [dequantize_dense(pw, torch.float16) for pw in pws[:fp16_copies]]
+    # The unquantized layer's weight, [N, K] as vLLM's F.linear holds it.
+    dense = [dequantize_dense(pw, torch.float16).t().contiguous() for pw in pws[:fp16_copies]]
     rows = []
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -184,29 +185,22 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
     if m == 1:
         return [
             configs.Launch(s, block_m=1, block_n=bn, block_k=bk, programs_per_sm=p)
-            for bn in (16, 32, 64)
-            for bk in (256, 512)
-            for p in (1, 4, 8)
+            for bn in (256, 512, 1024)
+            for bk in (32, 64)
+            for p in (2, 4, 8)
         ]
     if m <= 16:
-        dot = [
+        return [
             configs.Launch(s, block_m=16, block_n=bn, block_k=bk, use_dot=True, programs_per_sm=p)
-            for bn in (32, 64, 128)
-            for bk in (128, 256)
+            for bn in (64, 128, 256)
+            for bk in (64, 128)
             for p in (2, 4)
         ]
-        fma = [configs.Launch(s, block_m=4, block_n=32, block_k=256, programs_per_sm=8)]
-        return (fma if m <= 4 else []) + dot
     gemm = [
         configs.Launch(configs.GEMM, block_m=bm, block_n=bn, block_k=bk, num_warps=w)
-        for bm, bn, bk, w in (
-            (64, 64, 64, 4),
-            (128, 128, 64, 8),
-            (128, 64, 64, 4),
-            (64, 128, 64, 4),
-        )
+        for bm, bn, bk, w in ((64, 64, 64, 4), (128, 128, 64, 8), (64, 128, 64, 4))
     ]
-    return [*gemm, configs.Launch(configs.DEQUANT_MATMUL, block_n=32, block_k=128)]
+    return [*gemm, configs.Launch(configs.DEQUANT_MATMUL, block_n=256, block_k=32)]
 
 
 def sweep(n: int, k: int, ms: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -295,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     flops = matmul_flops()
     swept: list[dict[str, Any]] = []
     if args.sweep:
-        for n, k in SHAPES:
-            swept += sweep(n, k, (1, 4, 16, 64, 2048))
+        for n, k in SHAPES[:2]:
+            swept += sweep(n, k, (1, 16, 64, 2048))
     rows: list[dict[str, Any]] = []
     for n, k in SHAPES:
         for symmetric in (True, False):

@@ -46,10 +46,13 @@ class Launch:
     group_m: int = 8
 
     def scaled_for_bits(self, bits: int) -> Launch:
-        """The same tile in packed words for 8-bit weights (half the elements per word)."""
-        if bits == 4 or self.path == DEQUANT_MATMUL:
+        """The GEMV tiles in packed words: 8-bit weights get half the elements per tile.
+
+        Dequantized-tile paths (``tl.dot``, GEMM, dequantize) keep their element tile.
+        """
+        if bits == 4 or self.path != SPLITK or self.use_dot:
             return self
-        return replace(self, block_k=self.block_k // 2) if self.path == SPLITK else self
+        return replace(self, block_k=self.block_k // 2)
 
 
 @dataclass(frozen=True)
@@ -66,23 +69,25 @@ class Table:
     """17 up to ``dequant_from`` tokens."""
     dequant_from: int | None
     """From this many tokens on, dequantize and call cuBLAS (None: never)."""
-    dequant: Launch = Launch(DEQUANT_MATMUL, block_n=32, block_k=128)
+    dequant: Launch
 
 
 SM70 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=32, block_k=256, programs_per_sm=8),
-    small=Launch(SPLITK, block_m=4, block_n=32, block_k=128, programs_per_sm=8),
-    decode=Launch(SPLITK, block_m=16, block_n=32, block_k=128, use_dot=True, programs_per_sm=4),
-    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=32, num_warps=8),
+    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, programs_per_sm=4),
+    small=Launch(SPLITK, block_m=4, block_n=64, block_k=32, programs_per_sm=4),
+    decode=Launch(SPLITK, block_m=16, block_n=32, block_k=64, use_dot=True, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=32, block_n=64, block_k=32, num_warps=4),
     dequant_from=33,
+    dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
 
 SM90 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=32, block_k=512, programs_per_sm=8),
-    small=Launch(SPLITK, block_m=16, block_n=64, block_k=256, use_dot=True, programs_per_sm=4),
-    decode=Launch(SPLITK, block_m=16, block_n=64, block_k=256, use_dot=True, programs_per_sm=4),
-    gemm=Launch(GEMM, block_m=128, block_n=128, block_k=64, num_warps=8),
-    dequant_from=None,
+    gemv=Launch(SPLITK, block_m=1, block_n=512, block_k=32, programs_per_sm=4),
+    small=Launch(SPLITK, block_m=16, block_n=128, block_k=64, use_dot=True, programs_per_sm=4),
+    decode=Launch(SPLITK, block_m=16, block_n=128, block_k=64, use_dot=True, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4),
+    dequant_from=512,
+    dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
 
 
@@ -133,7 +138,6 @@ _SPLITK_SIG = {
     "N": "i32",
     "K": "i32",
     "KW": "i32",
-    "NG": "i32",
     "GROUP": "i32",
     "stride_xm": "i32",
     "stride_om": "i32",
@@ -160,7 +164,6 @@ _DEQUANT_SIG = {
     "N": "i32",
     "K": "i32",
     "KW": "i32",
-    "NG": "i32",
     "GROUP": "i32",
 }
 

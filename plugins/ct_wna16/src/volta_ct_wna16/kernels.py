@@ -1,26 +1,30 @@
 """Triton kernels for ``y = x @ dequant(W).T (+ bias)`` with compressed-tensors int4/int8 weights.
 
-The weights stay in the checkpoint's packing: ``qweight`` int32 ``[N, ceil(K / pack)]`` with
-input element ``k`` of row ``n`` in bits ``bits * (k % pack)`` of word ``k // pack``, stored with
-the ``2**(bits-1)`` offset. Scales are ``[N, groups]`` in the activation dtype, zero points
-(asymmetric only) unpacked to uint8 ``[N, groups]`` holding the stored (offset) value, so that
-``w = (q - z) * s`` for both schemes, with ``z = 2**(bits-1)`` when symmetric.
+Layout (made at load time by :func:`volta_ct_wna16.layout.prepare`): ``qweight`` int32
+``[ceil(K / pack), N]``, the checkpoint's words transposed so that the output dimension is
+contiguous: word ``kw`` of column ``n`` holds input elements ``pack*kw .. pack*kw + pack-1`` of
+output ``n`` in bits ``bits*j``, offset by ``2**(bits-1)`` (compressed-tensors' packing). Every
+tile load is then a run of whole words along N (coalesced, vectorized), and the ``j``-th value of
+every word in a tile is one shift and mask away. Scales are ``[groups, N]`` fp16 and zero points
+(asymmetric only) uint8 ``[groups, N]`` holding the stored value, so ``w = (q - z) * s`` with
+``z = 2**(bits-1)`` when symmetric.
 
-Integers become floats without the slow int-to-float unit: ``q | 0x4B000000`` read as fp32 is
-``2**23 + q`` exactly (``q | 0x6400`` as fp16 is ``1024 + q``), so one subtraction of
-``2**23 + z`` (``1024 + z``) gives ``q - z`` exactly.
+Integers become floats without the int-to-float unit: ``q | 0x4B000000`` read as fp32 is
+``2**23 + q`` exactly (``q | 0x6400`` as fp16 is ``1024 + q``), so subtracting ``2**23 + z``
+(``1024 + z``) gives ``q - z`` exactly.
 
-Three kernels, chosen by :mod:`volta_ct_wna16.configs`:
+Kernels, chosen by :mod:`volta_ct_wna16.configs`:
 
-* :func:`wna16_splitk_kernel` for decode (M up to 16): each program reduces a ``BLOCK_K`` slice
-  of the input for ``BLOCK_N`` rows. ``USE_DOT=False`` accumulates with FMAs in fp32 (the path
-  for one to four tokens, where a padded ``tl.dot`` would waste the V100's FMA units);
-  ``USE_DOT=True`` dequantizes to fp16 and uses ``tl.dot`` (FMA on SM70, tensor cores on SM80+).
-  With split-K (``USE_WS``) programs write fp32 partial sums that :func:`wna16_reduce_kernel`
-  adds up, adding the bias and casting.
-* :func:`wna16_gemm_kernel`: tiled GEMM for larger M, dequantizing a ``[BLOCK_N, BLOCK_K]`` tile
-  in registers before each ``tl.dot``.
-* :func:`wna16_dequant_kernel`: writes the dequantized fp16 weight, for the prefill path that
+* :func:`wna16_splitk_kernel`, decode (M up to 16): each program covers ``BLOCK_N`` outputs over
+  one split of the input. ``BLOCK_M == 1`` without ``USE_DOT``: a GEMV that accumulates
+  ``x[k] * (q - z)`` per word slot with FMAs in fp32, scales once per word, and reduces across
+  the input only once at the end. ``BLOCK_M > 1`` without ``USE_DOT``: the same with a token
+  axis (SM70, 2 to 4 tokens). ``USE_DOT``: a dequantized fp16 tile (as in the GEMM) into one
+  ``tl.dot`` per step (FMA on SM70, tensor cores on SM80+). With split-K (``USE_WS``) programs
+  write fp32 partials that :func:`wna16_reduce_kernel` sums, adding the bias and casting.
+* :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
+  word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
+* :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
   hands the product to cuBLAS (tensor cores on a V100, which Triton's ``tl.dot`` no longer uses
   there: FACTS.md 2).
 """
@@ -30,10 +34,50 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-#: fp32 whose bit pattern is 0x4B000000: adding an integer below 2**23 to its bits adds it exactly.
-MAGIC_F32 = 8388608.0
-#: fp16 whose bit pattern is 0x6400 (1024.0), the same trick for integers below 1024.
-MAGIC_F16 = 1024.0
+
+@triton.jit
+def _slot_f16(t, c16, s16, j: tl.constexpr, BITS: tl.constexpr):
+    """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t``."""
+    q = ((t >> (BITS * j)) & ((1 << BITS) - 1)) | 0x6400
+    return (q.to(tl.uint16).to(tl.float16, bitcast=True) - c16) * s16
+
+
+@triton.jit
+def _slot_f32(t, c32, j: tl.constexpr, BITS: tl.constexpr):
+    """``q - z`` in fp32 (exact) for value ``j`` of every word of ``t``."""
+    q = ((t >> (BITS * j)) & ((1 << BITS) - 1)) | 0x4B000000
+    return q.to(tl.float32, bitcast=True) - c32
+
+
+@triton.jit
+def _load_words(
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    k0,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    BKP: tl.constexpr,
+    PACK: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BITS: tl.constexpr,
+):
+    """Words ``[BKP, BLOCK_N]`` from input element ``k0`` on, with their scales and zero points."""
+    rkp = tl.arange(0, BKP)
+    kp = k0 // PACK + rkp
+    ok = (kp[:, None] < KW) & n_ok[None, :]
+    # Unsigned, so shifts are logical and need no sign handling.
+    t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.uint32, bitcast=True)
+    g = (k0 + rkp * PACK) // GROUP
+    s = tl.load(s_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0.0)
+    if HAS_ZP:
+        z = tl.load(z_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.float32)
+    else:
+        z = tl.full([BKP, 1], 1 << (BITS - 1), tl.float32)
+    return t, s, z
 
 
 @triton.jit
@@ -49,7 +93,6 @@ def wna16_splitk_kernel(
     N,
     K,
     KW,
-    NG,
     GROUP,
     stride_xm,
     stride_om,
@@ -66,7 +109,6 @@ def wna16_splitk_kernel(
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension."""
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
-    MASK: tl.constexpr = (1 << BITS) - 1
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -77,55 +119,64 @@ def wna16_splitk_kernel(
     n_ok = rn < N
     k_begin = pid_k * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if USE_DOT:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    elif BLOCK_M == 1:
+        acc2 = tl.zeros([BKP, BLOCK_N], dtype=tl.float32)
+    else:
+        acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
-        kp = k0 // PACK + rkp
-        t = tl.load(
-            w_ptr + rn[:, None] * KW + kp[None, :],
-            mask=n_ok[:, None] & (kp[None, :] < KW),
-            other=0,
-        )
-        g = (k0 + rkp * PACK) // GROUP
-        g_mask = n_ok[:, None] & (g[None, :] < NG)
-        s = tl.load(s_ptr + rn[:, None] * NG + g[None, :], mask=g_mask, other=0.0)
-        if HAS_ZP:
-            z = tl.load(z_ptr + rn[:, None] * NG + g[None, :], mask=g_mask, other=0)
-        else:
-            z = tl.full([BLOCK_N, BKP], 1 << (BITS - 1), tl.int32)
         if USE_DOT:
-            c16 = (z.to(tl.float32) + 1024.0).to(tl.float16)
+            kk = k0 + tl.arange(0, BLOCK_K)
+            xk = tl.load(
+                x_ptr + rm[:, None] * stride_xm + kk[None, :],
+                mask=m_ok[:, None] & (kk[None, :] < k_end),
+                other=0.0,
+            )
+            w = _dequant_block(
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+            )
+            acc += tl.dot(xk, w)
+        elif BLOCK_M == 1:
+            t, s, z = _load_words(
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
+            )
+            c32 = z + 8388608.0
+            part = tl.zeros([BKP, BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(PACK):
-                q = ((t >> (BITS * j)) & MASK) | 0x6400
-                w = (q.to(tl.int16).to(tl.float16, bitcast=True) - c16) * s.to(tl.float16)
                 kk = k0 + rkp * PACK + j
-                xj = tl.load(
-                    x_ptr + rm[:, None] * stride_xm + kk[None, :],
-                    mask=m_ok[:, None] & (kk[None, :] < k_end),
-                    other=0.0,
-                )
-                acc += tl.dot(xj, tl.trans(w))
+                xj = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
+                part += xj[:, None] * _slot_f32(t, c32, j, BITS)
+            acc2 += part * s.to(tl.float32)
         else:
-            c32 = z.to(tl.float32) + 8388608.0
-            part = tl.zeros([BLOCK_M, BLOCK_N, BKP], dtype=tl.float32)
+            t, s, z = _load_words(
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
+            )
+            c32 = z + 8388608.0
+            part3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(PACK):
-                q = ((t >> (BITS * j)) & MASK) | 0x4B000000
-                w = q.to(tl.float32, bitcast=True) - c32
                 kk = k0 + rkp * PACK + j
                 xj = tl.load(
                     x_ptr + rm[:, None] * stride_xm + kk[None, :],
                     mask=m_ok[:, None] & (kk[None, :] < k_end),
                     other=0.0,
                 ).to(tl.float32)
-                part += xj[:, None, :] * w[None, :, :]
-            acc += tl.sum(part * s.to(tl.float32)[None, :, :], axis=2)
+                part3 += xj[:, :, None] * _slot_f32(t, c32, j, BITS)[None, :, :]
+            acc3 += part3 * s.to(tl.float32)[None, :, :]
+    if USE_DOT:
+        res = acc
+    elif BLOCK_M == 1:
+        res = tl.sum(acc2, axis=0)[None, :]
+    else:
+        res = tl.sum(acc3, axis=1)
     if USE_WS:
         ws = ws_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :]
-        tl.store(ws, acc, mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(ws, res, mask=m_ok[:, None] & n_ok[None, :])
     else:
         if HAS_BIAS:
-            acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            res += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         o = out_ptr + rm[:, None] * stride_om + rn[None, :]
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(o, res.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -154,23 +205,47 @@ def wna16_reduce_kernel(
 
 
 @triton.jit
-def _dequant_tile(
-    w_ptr, s_ptr, z_ptr, rn, kk, n_ok, k_ok, KW, NG, GROUP, BITS: tl.constexpr, HAS_ZP: tl.constexpr
+def _dequant_block(
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    k0,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
 ):
-    """``[len(rn), len(kk)]`` fp16 weights ``(q - z) * s`` gathered from the packed layout."""
+    """``dequant(W).T[k0 : k0 + BLOCK_K, rn]`` as fp16, in input order."""
     PACK: tl.constexpr = 32 // BITS
-    MASK: tl.constexpr = (1 << BITS) - 1
-    ok = n_ok[:, None] & k_ok[None, :]
-    t = tl.load(w_ptr + rn[:, None] * KW + (kk // PACK)[None, :], mask=ok, other=0)
-    q = ((t >> ((kk % PACK) * BITS)[None, :]) & MASK) | 0x6400
-    g = kk // GROUP
-    s = tl.load(s_ptr + rn[:, None] * NG + g[None, :], mask=ok, other=0.0)
-    if HAS_ZP:
-        z = tl.load(z_ptr + rn[:, None] * NG + g[None, :], mask=ok, other=0)
-        c16 = (z.to(tl.float32) + 1024.0).to(tl.float16)
+    BKP: tl.constexpr = BLOCK_K // PACK
+    t, s, z = _load_words(w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS)
+    c16 = (z + 1024.0).to(tl.float16)
+    # Slots j of each word, joined so that the last axis is j, then moved next to the word axis:
+    # flattening (word, j) gives the input index pack * word + j.
+    if BITS == 4:
+        w = tl.join(
+            tl.join(
+                tl.join(_slot_f16(t, c16, s, 0, BITS), _slot_f16(t, c16, s, 4, BITS)),
+                tl.join(_slot_f16(t, c16, s, 2, BITS), _slot_f16(t, c16, s, 6, BITS)),
+            ),
+            tl.join(
+                tl.join(_slot_f16(t, c16, s, 1, BITS), _slot_f16(t, c16, s, 5, BITS)),
+                tl.join(_slot_f16(t, c16, s, 3, BITS), _slot_f16(t, c16, s, 7, BITS)),
+            ),
+        )
+        w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     else:
-        c16 = tl.full([1, 1], 1024 + (1 << (BITS - 1)), tl.float16)
-    return (q.to(tl.int16).to(tl.float16, bitcast=True) - c16) * s.to(tl.float16)
+        w = tl.join(
+            tl.join(_slot_f16(t, c16, s, 0, BITS), _slot_f16(t, c16, s, 2, BITS)),
+            tl.join(_slot_f16(t, c16, s, 1, BITS), _slot_f16(t, c16, s, 3, BITS)),
+        )
+        w = tl.reshape(w, (BKP, BLOCK_N, PACK))
+    return tl.reshape(tl.permute(w, (0, 2, 1)), (BLOCK_K, BLOCK_N))
 
 
 @triton.jit
@@ -185,7 +260,6 @@ def wna16_gemm_kernel(
     N,
     K,
     KW,
-    NG,
     GROUP,
     stride_xm,
     stride_om,
@@ -214,14 +288,15 @@ def wna16_gemm_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         kk = k0 + rk
-        k_ok = kk < K
         a = tl.load(
             x_ptr + rm[:, None] * stride_xm + kk[None, :],
-            mask=m_ok[:, None] & k_ok[None, :],
+            mask=m_ok[:, None] & (kk[None, :] < K),
             other=0.0,
         )
-        w = _dequant_tile(w_ptr, s_ptr, z_ptr, rn, kk, n_ok, k_ok, KW, NG, GROUP, BITS, HAS_ZP)
-        acc += tl.dot(a, tl.trans(w))
+        w = _dequant_block(
+            w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+        )
+        acc += tl.dot(a, w)
     if HAS_BIAS:
         acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     o = out_ptr + rm[:, None] * stride_om + rn[None, :]
@@ -237,21 +312,22 @@ def wna16_dequant_kernel(
     N,
     K,
     KW,
-    NG,
     GROUP,
     BITS: tl.constexpr,
     HAS_ZP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """Write ``dequant(W)`` as a dense ``[N, K]`` matrix in the output's dtype."""
+    """Write ``dequant(W).T`` as a dense ``[K, N]`` matrix in the output's dtype."""
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    kk = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    k0 = tl.program_id(1) * BLOCK_K
+    kk = k0 + tl.arange(0, BLOCK_K)
     n_ok = rn < N
-    k_ok = kk < K
-    w = _dequant_tile(w_ptr, s_ptr, z_ptr, rn, kk, n_ok, k_ok, KW, NG, GROUP, BITS, HAS_ZP)
+    w = _dequant_block(
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+    )
     tl.store(
-        out_ptr + rn[:, None] * K + kk[None, :],
+        out_ptr + kk[:, None] * N + rn[None, :],
         w.to(out_ptr.dtype.element_ty),
-        mask=n_ok[:, None] & k_ok[None, :],
+        mask=(kk[:, None] < K) & n_ok[None, :],
     )

@@ -3,9 +3,10 @@
 compressed-tensors ``pack-quantized`` (FACTS.md 4): ``weight_packed`` int32 ``[N, ceil(K/pack)]``
 (offset-binary values along the input dimension), ``weight_scale`` ``[N, groups]``,
 ``weight_zero_point`` int32 ``[ceil(N/pack), groups]`` packed along the *output* dimension, and
-``weight_shape`` ``[N, K]``. The kernels read the weights as they are (the input dimension packed
-is what a decode GEMV streams) and want the zero points one byte per group in row order, so only
-the scales and zero points are rewritten; the checkpoint's tensors are then released.
+``weight_shape`` ``[N, K]``. The kernels want the output dimension contiguous (each tile load is
+then whole words along N, and one shift gives the same input slot of every word), so the words
+are transposed (bits untouched), scales transposed, and zero points unpacked to one byte per
+group; the checkpoint's tensors are then released.
 
 Every failure raises :class:`WeightFormatError` naming the layer and the tensor.
 """
@@ -31,8 +32,8 @@ SCALE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 class PackedWeights:
     """One layer's weights in the kernels' layout (per tensor-parallel rank).
 
-    ``qweight`` int32 ``[n, ceil(k / pack)]``; ``scales`` ``[n, groups]`` in the activation
-    dtype; ``zeros`` uint8 ``[n, groups]`` (stored, offset values) or None when symmetric.
+    ``qweight`` int32 ``[ceil(k / pack), n]``; ``scales`` ``[groups, n]`` in the activation
+    dtype; ``zeros`` uint8 ``[groups, n]`` (stored, offset values) or None when symmetric.
     """
 
     qweight: torch.Tensor
@@ -45,11 +46,12 @@ class PackedWeights:
 
     @property
     def groups(self) -> int:
-        return self.scales.shape[1]
+        return self.scales.shape[0]
 
     @property
-    def words_per_row(self) -> int:
-        return self.qweight.shape[1]
+    def words_per_column(self) -> int:
+        """Words along the input dimension (``ceil(k / pack)``)."""
+        return self.qweight.shape[0]
 
     def nbytes(self) -> int:
         """Bytes a kernel reads for the weights: packed values, scales, zero points."""
@@ -166,10 +168,10 @@ def prepare(
                 f"weight_zero_point is {weight_zero_point.dtype} {tuple(weight_zero_point.shape)}; "
                 f"expected torch.int32 ({zp_rows}, {groups}) (packed along the output dimension)",
             )
-        zeros = unpack_int32(weight_zero_point, bits, n, dim=0).to(torch.uint8).contiguous()
+        zeros = unpack_int32(weight_zero_point, bits, n, dim=0).to(torch.uint8).t().contiguous()
     return PackedWeights(
-        qweight=weight_packed.contiguous(),
-        scales=weight_scale.to(act_dtype).contiguous(),
+        qweight=weight_packed.t().contiguous(),
+        scales=weight_scale.to(act_dtype).t().contiguous(),
         zeros=zeros,
         n=n,
         k=k,
@@ -180,10 +182,10 @@ def prepare(
 
 def dequantize(pw: PackedWeights, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``(q - z) * s`` as a dense ``[n, k]`` matrix: the reference and the CPU path."""
-    q = unpack_int32(pw.qweight, pw.bits, pw.k, dim=1).to(dtype)
+    q = unpack_int32(pw.qweight, pw.bits, pw.k, dim=0).to(dtype)
     idx = torch.arange(pw.k, device=q.device) // pw.group
     if pw.zeros is None:
         z = torch.full((), 1 << (pw.bits - 1), dtype=dtype, device=q.device)
     else:
-        z = pw.zeros.to(dtype)[:, idx]
-    return (q - z) * pw.scales.to(dtype)[:, idx]
+        z = pw.zeros.to(dtype)[idx]
+    return ((q - z) * pw.scales.to(dtype)[idx]).t()

@@ -111,8 +111,7 @@ def wna16_linear(
             m,
             pw.n,
             pw.k,
-            pw.words_per_row,
-            pw.groups,
+            pw.words_per_column,
             pw.group,
             x2.stride(0),
             out.stride(0),
@@ -153,8 +152,7 @@ def wna16_linear(
             m,
             pw.n,
             pw.k,
-            pw.words_per_row,
-            pw.groups,
+            pw.words_per_column,
             pw.group,
             x2.stride(0),
             out.stride(0),
@@ -168,8 +166,7 @@ def wna16_linear(
             num_warps=launch.num_warps,
         )
     else:
-        w = dequantize_dense(pw, x.dtype, launch)
-        torch.matmul(x2, w.t(), out=out)
+        torch.matmul(x2, dequantize_dense(pw, x.dtype, launch), out=out)
         if bias is not None:
             out += bias
     return out.reshape(*lead, pw.n)
@@ -178,11 +175,11 @@ def wna16_linear(
 def dequantize_dense(
     pw: PackedWeights, dtype: torch.dtype, launch: configs.Launch | None = None
 ) -> torch.Tensor:
-    """``dequant(W)`` as a dense ``[n, k]`` matrix, written by :func:`wna16_dequant_kernel`."""
+    """``dequant(W).T`` as a dense ``[k, n]`` matrix, written by :func:`wna16_dequant_kernel`."""
     from volta_ct_wna16 import kernels
 
-    launch = launch or configs.table_for((7, 0)).dequant
-    out = torch.empty((pw.n, pw.k), dtype=dtype, device=pw.qweight.device)
+    launch = launch or configs.SM70.dequant
+    out = torch.empty((pw.k, pw.n), dtype=dtype, device=pw.qweight.device)
     grid = (-(-pw.n // launch.block_n), -(-pw.k // launch.block_k))
     kernels.wna16_dequant_kernel[grid](
         pw.qweight,
@@ -191,8 +188,7 @@ def dequantize_dense(
         out,
         pw.n,
         pw.k,
-        pw.words_per_row,
-        pw.groups,
+        pw.words_per_column,
         pw.group,
         BITS=pw.bits,
         HAS_ZP=pw.zeros is not None,
@@ -225,7 +221,7 @@ def linear_op(
 ) -> torch.Tensor:
     """One opaque operator for vLLM's ``torch.compile``: the kernels on CUDA (or under the
     interpreter), the dequantize-and-``F.linear`` reference on CPU."""
-    pw = PackedWeights(qweight, scales, zeros, qweight.shape[0], k, bits, group)
+    pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group)
     if x.is_cuda or interpreting():
         return wna16_linear(x, pw, bias)
     return reference_linear(x, pw, bias)
@@ -242,4 +238,4 @@ def _linear_op_fake(
     bits: int,
     group: int,
 ) -> torch.Tensor:
-    return x.new_empty((*x.shape[:-1], qweight.shape[0]))
+    return x.new_empty((*x.shape[:-1], qweight.shape[1]))

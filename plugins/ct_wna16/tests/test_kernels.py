@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
 from volta_ct_wna16.ops import wna16_linear
@@ -18,8 +19,6 @@ from volta_ct_wna16.testing import (
     Checkpoint,
     fresh_checkpoint,
     library_checkpoint,
-    poison_,
-    rel_error,
 )
 
 SCHEMES = [
@@ -55,11 +54,8 @@ def check(pw: PackedWeights, m: int, bias: bool, launch=None, seed: int = 0) -> 
         ref += b.double()
     out = poison_(torch.empty(m, pw.n, dtype=torch.float16, device=device))
     wna16_linear(x, pw, b, launch, out=out)
-    assert out.shape == (m, pw.n)
     assert out.dtype == torch.float16
-    assert bool(torch.isfinite(out).all()), "unwritten (NaN-poisoned) or non-finite outputs"
-    err = rel_error(out, ref)
-    assert err < TOLERANCE, f"relative error {err:.2e} (m={m}, {launch})"
+    assert_rel_close(out, ref, TOLERANCE, f"m={m} {launch or 'table launch'}")
 
 
 def test_dequantize_matches_the_library_decompressor() -> None:
@@ -82,12 +78,27 @@ def test_dequantize_matches_the_library_decompressor() -> None:
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
-def test_every_path_in_the_interpreter(scheme) -> None:
+def test_every_sm70_path_in_the_interpreter(scheme) -> None:
     pw = packed(library_checkpoint(40, 384, scheme, seed=1))
-    # Each SM70 path by its token count, and each SM90 tile by explicit launch.
+    # Each SM70 path by its token count: GEMV, 4-token FMA, dot, GEMM, dequantize + matmul.
     for m in (1, 3, 9, 20, 33):
         check(pw, m, bias=m % 2 == 1)
-    for launch, m in ((configs.SM90.gemv, 1), (configs.SM90.decode, 5), (configs.SM90.gemm, 17)):
+
+
+#: Both widths, both symmetries, every grouping once.
+SM90_SCHEMES = [
+    WeightScheme(4, True, 128),
+    WeightScheme(4, False, 32),
+    WeightScheme(8, False, None),
+    WeightScheme(8, True, 64),
+]
+
+
+@pytest.mark.parametrize("scheme", SM90_SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
+    pw = packed(library_checkpoint(40, 384, scheme, seed=2))
+    table = configs.SM90
+    for launch, m in ((table.gemv, 1), (table.decode, 5), (table.gemm, 17), (table.dequant, 40)):
         check(pw, m, bias=True, launch=launch.scaled_for_bits(scheme.num_bits))
 
 

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _vllm_layers as vl
 
+from volta_core.kernels.testing import rel_error
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import WeightFormatError, dequantize, prepare
 from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
@@ -28,7 +29,6 @@ from volta_ct_wna16.testing import (
     Checkpoint,
     library_checkpoint,
     quantization_config,
-    rel_error,
 )
 
 K = 256

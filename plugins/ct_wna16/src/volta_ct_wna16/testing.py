@@ -9,7 +9,6 @@ identical bit for bit.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,17 +169,6 @@ def quantize_with_packer(weight: torch.Tensor, scheme: WeightScheme) -> Checkpoi
     if not scheme.symmetric:
         tensors["weight_zero_point"] = pack_int32(zero, bits, dim=0)
     return Checkpoint(tensors, quantization_config(scheme), scheme)
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """``||out - ref|| / ||ref||`` in float64 (NaN anywhere gives NaN)."""
-    out64, ref64 = out.double(), ref.double()
-    return float((out64 - ref64).norm() / ref64.norm())
-
-
-def poison_(t: torch.Tensor) -> torch.Tensor:
-    """Fill an output with NaN before a launch, so an unwritten element cannot pass."""
-    return t.fill_(math.nan)
 
 
 def write_library_fixtures(path: Path = LIBRARY_FIXTURES) -> Path:

@@ -125,6 +125,12 @@ def test_compile_errors_are_reported_not_raised() -> None:
     missing = compile_for(tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 16})
     assert not missing.passed
     assert "BK" in missing.problems[0]
+    # Not a valid constexpr, and not picklable for the compile worker either: a problem, and
+    # the next compile (through the same worker, under the interpreter) still works.
+    odd = compile_for(tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 16, "BK": lambda: 16})
+    assert not odd.passed
+    assert odd.problems
+    assert_gate_passes(compile_for(tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 16, "BK": 16}))
     not_a_kernel = compile_for(len, {}, {}, name="len")
     assert not not_a_kernel.passed
     assert "not a @triton.jit function" in not_a_kernel.problems[0]

@@ -328,9 +328,10 @@ _INTERPRET_ENV = "TRITON_INTERPRET"
 class _Worker:
     """A child Python, kept for the session, that compiles with the interpreter switched off.
 
-    Requests and reports travel as pickles over its stdin and stdout; the child points its own
-    file descriptor 1 at stderr first, so whatever Triton or ptxas prints cannot corrupt them.
-    A plain subprocess (not multiprocessing) never re-imports the caller's ``__main__``.
+    Requests and reports travel as length-prefixed pickles over its stdin and stdout (whole
+    frames, so one bad request cannot desynchronize the next); the child points its own file
+    descriptor 1 at stderr first, so whatever Triton or ptxas prints cannot corrupt them. A
+    plain subprocess (not multiprocessing) never re-imports the caller's ``__main__``.
     """
 
     def __init__(self) -> None:
@@ -345,34 +346,75 @@ class _Worker:
             env=env,
         )
 
-    def call(self, *request: Any) -> GateReport:
-        import pickle
-
+    def call(self, payload: bytes) -> bytes:
+        """Send one request frame and return the reply frame; EOFError if the worker is gone."""
         stdin, stdout = self.proc.stdin, self.proc.stdout
         if stdin is None or stdout is None:
-            raise RuntimeError("the gate's compile worker has no pipes")
-        pickle.dump(request, stdin)
-        stdin.flush()
+            raise EOFError("the compile worker has no pipes")
         try:
-            return pickle.load(stdout)
-        except EOFError as exc:
-            raise RuntimeError(
-                f"the gate's compile worker exited (code {self.proc.wait()})"
-            ) from exc
+            _write_frame(stdin, payload)
+        except BrokenPipeError as exc:
+            raise EOFError(str(exc)) from exc
+        return _read_frame(stdout)
+
+
+def _write_frame(stream: Any, payload: bytes) -> None:
+    stream.write(len(payload).to_bytes(8, "little") + payload)
+    stream.flush()
+
+
+def _read_frame(stream: Any) -> bytes:
+    def exactly(n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = stream.read(n - len(data))
+            if not chunk:
+                raise EOFError("the compile worker closed its pipe")
+            data += chunk
+        return data
+
+    return exactly(int.from_bytes(exactly(8), "little"))
 
 
 _worker: _Worker | None = None
 
 
-def _compile_elsewhere(*request: Any) -> GateReport:
+def _compile_elsewhere(
+    location: tuple[str, str, str],
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    num_warps: int,
+    num_stages: int,
+    capability: int,
+    name: str,
+) -> GateReport:
+    """Compile in the worker; a request or worker failure becomes a problem, never a raise."""
+    import pickle
+
     global _worker
+    request = (location, signature, constexprs, num_warps, num_stages, capability, name)
+    report = GateReport(name, capability, num_warps, num_stages)
+    try:
+        payload = pickle.dumps(request)
+    except Exception as exc:
+        report.problems.append(
+            f"cannot hand {name} to the compile worker (needed because the kernel was defined "
+            f"under {_INTERPRET_ENV}=1): {type(exc).__name__}: {exc}"
+        )
+        return report
     if _worker is None or _worker.proc.poll() is not None:
         _worker = _Worker()
-    return _worker.call(*request)
+    try:
+        return pickle.loads(_worker.call(payload))
+    except EOFError:
+        code = _worker.proc.wait()
+        _worker = None
+        report.problems.append(f"the gate's compile worker exited (code {code}) compiling {name}")
+        return report
 
 
 def _serve() -> None:
-    """The worker's loop: one pickled request in, one pickled report out, until stdin closes."""
+    """The worker's loop: one request frame in, one report frame out, until stdin closes."""
     import pickle
     import sys
 
@@ -382,11 +424,15 @@ def _serve() -> None:
     requests = sys.stdin.buffer
     while True:
         try:
-            request = pickle.load(requests)
+            payload = _read_frame(requests)
         except EOFError:
             return
-        pickle.dump(_compile_in_worker(*request), replies)
-        replies.flush()
+        try:
+            report = _compile_in_worker(*pickle.loads(payload))
+        except Exception as exc:  # unpicklable request: answer, and stay in step
+            report = GateReport("?", 0)
+            report.problems.append(f"the compile worker could not take the request: {exc!r}")
+        _write_frame(replies, pickle.dumps(report))
 
 
 def _locate(kernel: Any) -> tuple[str, str, str]:

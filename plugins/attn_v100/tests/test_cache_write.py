@@ -1,0 +1,82 @@
+"""The cache write against torch: fp16 copies, fp8 e5m2 codes bit-exact to torch's RNE
+(saturating) conversion of ``fp16(x / scale)``; padding slots skipped; every fp16 bit pattern."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from volta_attn_v100.ops import AttentionInputError, write_kv_cache
+
+E5M2_MAX = 57344.0
+
+
+def torch_e5m2(x: torch.Tensor) -> torch.Tensor:
+    """Reference codes: RNE via torch on fp16 values, saturated to the largest finite code."""
+    finite = torch.isfinite(x) | torch.isinf(x)
+    clamped = torch.where(finite, x.clamp(-E5M2_MAX, E5M2_MAX), x)
+    return clamped.to(torch.float8_e5m2).view(torch.uint8)
+
+
+def test_every_fp16_bit_pattern() -> None:
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    values = bits.view(torch.float16).reshape(-1, 1, 64)
+    n = values.shape[0]
+    cache = torch.zeros((n, 1, 1, 128), dtype=torch.uint8)
+    write_kv_cache(
+        values,
+        values,
+        cache,
+        torch.arange(n, dtype=torch.int64),
+        kv_cache_dtype="fp8_e5m2",
+        check_values=False,
+    )
+    got = cache[:, 0, 0, :64].reshape(-1)
+    ref = torch_e5m2(values.reshape(-1))
+    nan = torch.isnan(values.reshape(-1))
+    assert torch.equal(got[~nan], ref[~nan])
+    assert torch.isnan(got[nan].view(torch.float8_e5m2).float()).all()
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("scales", ["none", "head"])
+def test_write_at_slots(kv_dtype, scales) -> None:
+    gen = torch.Generator().manual_seed(1)
+    tokens, heads, head_size, blocks, block = 11, 2, 80, 5, 16
+    key = (torch.randn(tokens, heads, head_size, generator=gen) * 3).to(torch.float16)
+    value = (torch.randn(tokens, heads, head_size, generator=gen) * 3).to(torch.float16)
+    slots = torch.randperm(blocks * block, generator=gen)[:tokens]
+    slots[3] = -1
+    storage = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
+    cache = torch.full((blocks, heads, block, 2 * head_size), 7, dtype=storage)
+    before = cache.clone()
+    k_scale = v_scale = None
+    if scales == "head":
+        k_scale, v_scale = torch.tensor([0.5, 2.0]), torch.tensor([0.25, 1.5])
+    write_kv_cache(
+        key, value, cache, slots, kv_cache_dtype=kv_dtype, k_scale=k_scale, v_scale=v_scale
+    )
+    written = torch.zeros_like(cache, dtype=torch.bool)
+    for t, s in enumerate(slots.tolist()):
+        if s < 0:
+            continue
+        b, o = divmod(s, block)
+        written[b, :, o] = True
+        for name, src, sc, part in (
+            ("K", key, k_scale, slice(0, head_size)),
+            ("V", value, v_scale, slice(head_size, None)),
+        ):
+            if kv_dtype == "float16":
+                assert torch.equal(cache[b, :, o, part], src[t]), name
+            else:
+                s_ = sc if sc is not None else torch.ones(heads)
+                ref = torch_e5m2((src[t].float() / s_[:, None]).to(torch.float16))
+                assert torch.equal(cache[b, :, o, part], ref), name
+    assert torch.equal(cache[~written], before[~written]), "a padding slot or other slot changed"
+
+
+def test_slot_past_the_cache() -> None:
+    key = torch.zeros(2, 1, 64, dtype=torch.float16)
+    cache = torch.zeros((2, 1, 16, 128), dtype=torch.float16)
+    with pytest.raises(AttentionInputError, match="slot 32 is past the KV cache of 32 slots"):
+        write_kv_cache(key, key, cache, torch.tensor([0, 32]))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-from reports import ENGINE_ARGS
+from e2e_reports import ENGINE_ARGS
 
 
 def main(model: str, kv_cache_dtype: str) -> None:

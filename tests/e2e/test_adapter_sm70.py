@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import requires_vllm
+from e2e_support import requires_vllm
 
 from volta_core import Device, VoltaPluginManager, hookimpl
 from volta_core.errors import KVCacheDtypeRejected, NoAttentionBackendError

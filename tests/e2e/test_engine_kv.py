@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HERE, engine_env, requires_vllm
-from reports import by_role, events, read_reports
+from e2e_reports import by_role, events, read_reports
+from e2e_support import HERE, engine_env, requires_vllm
 from tiny_model import THINKING_OUTPUT
 
 pytestmark = requires_vllm

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import engine_env, requires_vllm
+from e2e_support import engine_env, requires_vllm
 from tiny_model import ID, THINKING_OUTPUT_TOKENS
 
 from volta_core.vllm import compat, plugin

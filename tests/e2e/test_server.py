@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import engine_env, requires_vllm
-from reports import by_role, cli_args, events, read_reports
-from server import Server, serve
+from e2e_reports import by_role, cli_args, events, read_reports
+from e2e_server import Server, serve
+from e2e_support import engine_env, requires_vllm
 from tiny_model import PLAIN_OUTPUT, THINKING_OUTPUT, THINKING_OUTPUT_TOKENS
 
 pytestmark = requires_vllm

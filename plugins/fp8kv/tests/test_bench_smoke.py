@@ -10,7 +10,7 @@ from volta_fp8kv import bench
 def test_bench_suite_writes_json_chart_and_table(tmp_path, monkeypatch):
     for name, value in {
         "DEVICE": "cpu",
-        "TOKENS": 256,
+        "TOKENS": 128,
         "HEADS": 2,
         "HEAD_SIZE": 64,
         "SETS": 2,

@@ -207,3 +207,19 @@ def test_non_thinking_prompt_is_all_content_both_ways(qwen3_is_volta: Any) -> No
     assert whole(qwen3_is_volta, "answer text", thinking=False) == (None, "answer text")
     for cuts in ([], [1]):
         assert stream(qwen3_is_volta, tokens, cuts, thinking=False) == (None, "answer text")
+
+
+def test_nothing_to_apply_leaves_vllm_quantization_unimported(tmp_path: Path) -> None:
+    """Only a parser-declaring plugin: vLLM's quantization configs are not even imported."""
+    ct = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"
+    code = (
+        "import sys, vllm.config\n"
+        "from volta_core.vllm.plugin import register\n"
+        "register()\n"
+        f"print({ct!r} in sys.modules)\n"
+    )
+    done = run_python(code, VLLM_VOLTA_PLUGINS="reasoning", VLLM_VOLTA_REPORT_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    (report,) = [json.loads(p.read_text()) for p in tmp_path.glob("volta-*.json")]
+    assert [e["kind"] for e in report["events"]] == ["reasoning_parser"]

@@ -3,15 +3,17 @@
 vLLM calls :func:`register` in the API server, the engine core and each worker, possibly more
 than once. It is idempotent, never breaks engine start (a failure is logged once and the
 adapter steps aside, unless ``VLLM_VOLTA_STRICT=1``), and cheap when nothing applies: with no
-declared parser nothing of vLLM's reasoning machinery is touched, and nothing imports torch
-that vLLM has not imported already.
+declared parser nothing of vLLM's reasoning machinery is touched, with no quant or KV hook
+vLLM's quantization configs are not imported, and nothing imports torch that vLLM has not
+imported already.
 
 What it applies, each family on its own so one failing does not take the others down:
 
 1. reasoning parsers declared by plugins, registered with vLLM under their names (and any
    aliases from ``VLLM_VOLTA_REASONING_ALIASES``, e.g. ``qwen3=qwen3-volta``);
 2. the ``compressed-tensors`` and ``fp8`` quantization configs, replaced by subclasses that
-   ask the host first (plugin quant claims, the KV-cache verdict);
+   ask the host first (plugin quant claims, the KV-cache verdict), when a loaded plugin
+   implements either hook (otherwise vLLM's configs, and their import cost, stay untouched);
 3. on CUDA compute capability 7.x, the plugin attention backend bound to
    ``AttentionBackendEnum.CUSTOM`` (routing itself is the Volta platform's,
    :mod:`volta_core.vllm.platform`).
@@ -77,7 +79,15 @@ def _register_parsers(manager: VoltaPluginManager) -> None:
         report.event("reasoning_parser", names=names, plugin=plugin)
 
 
+#: Hooks whose implementations make the quantization-config overrides worth their import.
+QUANT_HOOKS = ("volta_quant_method", "volta_kv_cache_verdict")
+
+
 def _register_quantization(manager: VoltaPluginManager) -> None:
+    hooks = [getattr(manager.pm.hook, name) for name in QUANT_HOOKS]
+    if not any(hook.get_hookimpls() for hook in hooks):
+        log.debug("vllm-volta: no plugin claims quant methods or judges KV dtypes here")
+        return
     overrides = compat.quantization_overrides()
     compat.register_quantization_overrides(overrides)
     report.event("quantization_override", names=sorted(overrides))

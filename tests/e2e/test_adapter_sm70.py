@@ -392,3 +392,40 @@ def test_linear_layers_are_claimed_through_the_host(checkpoints: dict[str, Path]
     assert (
         type(unjudged.get_quant_method(layer, prefix)).__name__ == "CompressedTensorsLinearMethod"
     )
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "activates"),
+    [
+        ([(7, 0)], True),
+        ([(7, 0), (7, 0), (7, 0), (7, 0)], True),
+        ([(7, 5)], True),
+        ([(7, 0), (8, 0)], False),
+        ([(8, 0)], False),
+        ([(9, 0)], False),
+        ([], False),
+        (None, False),
+    ],
+)
+def test_platform_plugin_activates_on_7x_gpus_only(
+    monkeypatch: pytest.MonkeyPatch, capabilities: list | None, activates: bool
+) -> None:
+    from volta_core.vllm import compat
+    from volta_core.vllm import platform as platform_plugin
+
+    monkeypatch.setattr(compat, "is_cpu_build", lambda: False)
+    monkeypatch.setattr(compat, "nvml_capabilities", lambda: capabilities)
+    expected = "volta_core.vllm.cuda_platform.VoltaCudaPlatform" if activates else None
+    assert platform_plugin.detect() == expected
+
+
+def test_platform_plugin_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    from volta_core.vllm import compat
+    from volta_core.vllm import platform as platform_plugin
+
+    def broken() -> None:
+        raise OSError("NVML library not found")
+
+    monkeypatch.setattr(compat, "is_cpu_build", lambda: False)
+    monkeypatch.setattr(compat, "nvml_capabilities", broken)
+    assert platform_plugin.detect() is None

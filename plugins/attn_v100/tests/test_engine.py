@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
+pytest.importorskip("transformers")
 SCRIPT = Path(__file__).with_name("engine_check.py")
 
 

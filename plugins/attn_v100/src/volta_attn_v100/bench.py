@@ -114,7 +114,7 @@ def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size
     return query, kv, table, seq_lens, q_start
 
 
-def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw):
+def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, num_splits=None):
     head_size = 128
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
@@ -127,7 +127,7 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw):
         paged_attention(
             q, kv, table, seq_lens, q_start, out,
             max_query_len=1, max_seq_len=ctx, sm_scale=scale,
-            kv_cache_dtype=kv_dtype, check_bounds=False,
+            kv_cache_dtype=kv_dtype, check_bounds=False, num_splits=num_splits,
         )  # fmt: skip
 
     ms = time_ms(graphed(run, sets), sets)
@@ -137,7 +137,7 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw):
     rows = decode_tiles(head_size, 16, (7, 0)).block_m
     fmas = 2 * batch * kv_heads * rows * ctx * head_pad(head_size)
     sm70_ms = max((kv_bytes + qo_bytes) / V100_BANDWIDTH, 2 * fmas / V100_FP32_FLOPS) * 1e3
-    splits = default_num_splits(batch, kv_heads, ctx, torch.device("cuda"))
+    splits = num_splits or default_num_splits(batch, kv_heads, ctx, torch.device("cuda"))
     return {
         "kind": "decode",
         "batch": batch,
@@ -221,6 +221,33 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
     return {"sdpa_ms": ms, "sdpa_TFLOPs": flops / (ms * 1e-3) / 1e12}
 
 
+def sweep(copy_bw: float) -> list[dict]:
+    """Leads for tuning, not the shipped configuration: other split counts at batch 1 and other
+    tiles, each measured like the main table (tiles are swapped by patching the launcher's
+    tile lookup for the duration of one measurement)."""
+    from volta_attn_v100 import ops
+    from volta_attn_v100.configs import Tiles
+
+    rows = []
+    for splits in (16, 32, 64):
+        rows.append(decode_case(1, 8192, 32, 8, "float16", copy_bw, num_splits=splits))
+        rows[-1]["variant"] = f"splits={splits}"
+    shipped_decode, shipped_prefill = ops.decode_tiles, ops.prefill_tiles
+    try:
+        for block_n, warps in ((128, 8), (32, 4)):
+            ops.decode_tiles = lambda *a, n=block_n, w=warps: Tiles(16, n, w, 2)
+            rows.append(decode_case(64, 8192, 32, 8, "fp8_e5m2", copy_bw))
+            rows[-1]["variant"] = f"decode BLOCK_N={block_n} warps={warps}"
+        ops.decode_tiles = shipped_decode
+        for tiles in (Tiles(128, 32, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)):
+            ops.prefill_tiles = lambda *a, t=tiles: t
+            rows.append(prefill_case(2048))
+            rows[-1]["variant"] = f"prefill {tiles}"
+    finally:
+        ops.decode_tiles, ops.prefill_tiles = shipped_decode, shipped_prefill
+    return rows
+
+
 def chart(results: dict, path: Path) -> None:
     import matplotlib
 
@@ -293,12 +320,26 @@ def main(argv: list[str] | None = None) -> None:
     for seq_len in PREFILL_SEQ_LENS:
         results["prefill"].append(prefill_case(seq_len))
     results["prefill"].append(prefill_case(2048, prefix=8192))
+    if not args.quick:
+        results["sweep"] = sweep(copy_bw)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
     print_table(results)
     chart(results, args.out / "attn_v100_bench.png")
 
 
+def print_sweep(results: dict) -> None:
+    print("sweep (tuning leads, not shipped)")
+    for r in results.get("sweep", []):
+        if r["kind"] == "decode":
+            what = f"{r['batch']}x{r['context']} {r['kv_dtype']} {100 * r['fraction_of_copy']:.1f}%"
+        else:
+            ratio = r["TFLOPs"] / r["sdpa_TFLOPs"]
+            what = f"{r['batch']}x{r['seq_len']} {r['TFLOPs']:.1f} TFLOP/s ({ratio:.2f}x SDPA)"
+        print(f"  {r['variant']:48s} {r['ms']:8.3f} ms  {what}")
+
+
 def print_table(results: dict) -> None:
+    print_sweep(results)
     print(
         f"\n{results['device']} torch {results['torch']} triton {results['triton']} "
         f"copy {results['copy_bandwidth_GBps']:.0f} GB/s"

@@ -225,8 +225,8 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         "value_ptr": "*fp16",
                         "kv_ptr": KV_POINTER_TYPES[kv_dtype],
                         "slot_ptr": "*i64",
-                        "k_scale_ptr": "*fp32",
-                        "v_scale_ptr": "*fp32",
+                        "k_inv_scale_ptr": "*fp32",
+                        "v_inv_scale_ptr": "*fp32",
                         **{
                             name: "i32"
                             for name in (

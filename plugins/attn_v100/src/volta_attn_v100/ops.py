@@ -492,8 +492,8 @@ def write_kv_cache(
     """Store ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` at ``slot_mapping``.
 
     Slot ``s`` is block ``s // block_size``, offset ``s % block_size``; negative slots are
-    padding and are skipped. fp8 e5m2 stores ``e5m2(x / scale)`` (round to nearest even,
-    saturating), the fp8kv plugin's format.
+    padding and are skipped. fp8 e5m2 stores ``e5m2(x * (1/scale))`` (one round to nearest
+    even from float32, saturating), the fp8kv plugin's format.
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
     if key.dim() != 3 or value.shape != key.shape:
@@ -527,8 +527,8 @@ def write_kv_cache(
         value,
         kv,
         slot_mapping,
-        scales.k,
-        scales.v,
+        torch.reciprocal(scales.k),
+        torch.reciprocal(scales.v),
         scales.stride,
         kv.shape[2],
         key.stride(0),

@@ -27,7 +27,7 @@ KERNELS = {
     "gather": "volta_fp8kv.kernels.gather:gather_kernel",
 }
 
-#: ``FMT`` constexpr per cache format (see :mod:`volta_fp8kv.kernels.fp8_bits`).
+#: ``FMT`` constexpr per cache format (see :mod:`volta_core.kernels.fp8`).
 FORMAT_CODES = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
 
 _SIGNATURES = {

@@ -1,11 +1,10 @@
 """Writing new tokens' K and V into the paged cache (fp16, or fp8 e5m2 with scales).
 
-The fp8 encoding follows the format the fp8kv plugin documents: ``code = e5m2(x / scale)``,
-rounded to nearest even and saturated to the largest finite code (57344); NaN stays NaN. The
-rounding is done in integer arithmetic on the fp16 bit pattern (e5m2 is the high byte of an
-fp16): no fp8 conversion instruction, which SM70 lacks and the Triton interpreter gets wrong
-(FACTS.md 2). ``x / scale`` is formed in float32 and rounded to fp16 first; with unit scales
-(the e5m2 default) ``x`` is the fp16 activation itself and the result is the exact RNE code.
+The fp8 codes are the fp8kv plugin's format, ``code = e5m2(x * (1/scale))`` rounded once to
+nearest even from float32 and saturated (57344), produced by the host's shared codec
+(:mod:`volta_core.kernels.fp8`) so this cache holds exactly what the fp8kv kernels would write.
+The reciprocal scales are formed by the caller in IEEE float32. No fp8 conversion instruction is
+used: SM70 lacks one and the Triton interpreter gets them wrong (FACTS.md 2).
 """
 
 from __future__ import annotations
@@ -13,17 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
-@triton.jit
-def fp16_to_e5m2_bits(x):
-    """RNE-saturating fp16 -> e5m2 on bit patterns; returns the codes as int32 (0..255)."""
-    h = x.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
-    sign = (h >> 8) & 0x80
-    mag = h & 0x7FFF
-    rounded = (mag + 0x7F + ((mag >> 8) & 1)) >> 8
-    code = tl.minimum(rounded, 0x7B)
-    code = tl.where(mag > 0x7C00, 0x7E, code)
-    return sign | code
+from volta_core.kernels.fp8 import quantize_tile
 
 
 @triton.jit
@@ -32,8 +21,8 @@ def cache_write_kernel(
     value_ptr,
     kv_ptr,
     slot_ptr,
-    k_scale_ptr,
-    v_scale_ptr,
+    k_inv_scale_ptr,
+    v_inv_scale_ptr,
     scale_stride,
     page_size,
     stride_kt,
@@ -59,14 +48,10 @@ def cache_write_kernel(
     block = tl.where(slot >= 0, slot, 0) // page_size
     dst = kv_ptr + block * stride_blk + head * stride_kvh + (slot % page_size) * stride_slot + offs
     if KV_FP8:
-        k_scale = tl.load(k_scale_ptr + head * scale_stride)
-        v_scale = tl.load(v_scale_ptr + head * scale_stride)
-        tl.store(dst, fp16_to_e5m2_bits(k.to(tl.float32) / k_scale).to(tl.uint8), mask=mask)
-        tl.store(
-            dst + HEAD_SIZE,
-            fp16_to_e5m2_bits(v.to(tl.float32) / v_scale).to(tl.uint8),
-            mask=mask,
-        )
+        k_inv_scale = tl.load(k_inv_scale_ptr + head * scale_stride)
+        v_inv_scale = tl.load(v_inv_scale_ptr + head * scale_stride)
+        tl.store(dst, quantize_tile(k.to(tl.float32), k_inv_scale, 1), mask=mask)
+        tl.store(dst + HEAD_SIZE, quantize_tile(v.to(tl.float32), v_inv_scale, 1), mask=mask)
     else:
         tl.store(dst, k.to(tl.float16), mask=mask)
         tl.store(dst + HEAD_SIZE, v.to(tl.float16), mask=mask)

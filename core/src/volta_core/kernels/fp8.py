@@ -1,4 +1,10 @@
-"""FP8 encode/decode in integer arithmetic on the float32 bit pattern, as Triton device functions.
+"""The FP8 KV-cache element codec, as Triton device functions: one implementation for every plugin.
+
+The fp8kv plugin defines the cache format (``code = fp8(x * (1/scale))``; K scale applied after
+Q·K, V scale on the probabilities) and the attention plugin writes that cache from inside vLLM's
+backend; both encode and decode through these functions, so the codes a cache holds do not
+depend on which plugin wrote them. Encoding and decoding are done in integer arithmetic on the
+float32 bit pattern.
 
 Why integers and not Triton's fp8 casts (FACTS.md 2): ``fp8e4nv`` does not compile below SM89,
 Triton 3.9 breaks every cast to ``fp8e5`` on sm_70, Triton's own sm<80 e5m2 encoder rounds ties

@@ -113,6 +113,13 @@ def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
     check(pw, 1, bias=True)
 
 
+def test_gemv_tiles_must_cover_whole_sub_tiles() -> None:
+    pw = packed(library_checkpoint(40, 256, WeightScheme(4, True, 128), seed=4))
+    bad = configs.Launch(configs.SPLITK, block_m=1, block_n=64, block_k=16)
+    with pytest.raises(ValueError, match="32-input sub-tiles"):
+        wna16_linear(torch.randn(1, 256).half(), pw, launch=bad)
+
+
 def test_batch_dimensions_are_flattened() -> None:
     pw = packed(library_checkpoint(40, 256, WeightScheme(8, True, 64), seed=3))
     x = torch.randn(2, 3, 256).to(torch.float16)

@@ -46,11 +46,12 @@ class Launch:
     group_m: int = 8
 
     def scaled_for_bits(self, bits: int) -> Launch:
-        """The GEMV tiles in packed words: 8-bit weights get half the elements per tile.
+        """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
 
-        Dequantized-tile paths (``tl.dot``, GEMM, dequantize) keep their element tile.
+        The 1-token GEMV works in 32-element sub-tiles whatever the width, and dequantized-tile
+        paths (``tl.dot``, GEMM, dequantize) keep their element tile.
         """
-        if bits == 4 or self.path != SPLITK or self.use_dot:
+        if bits == 4 or self.path != SPLITK or self.use_dot or self.block_m == 1:
             return self
         return replace(self, block_k=self.block_k // 2)
 
@@ -82,9 +83,11 @@ SM70 = Table(
 )
 
 SM90 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=512, block_k=32, programs_per_sm=4),
-    small=Launch(SPLITK, block_m=16, block_n=128, block_k=64, use_dot=True, programs_per_sm=4),
-    decode=Launch(SPLITK, block_m=16, block_n=128, block_k=64, use_dot=True, programs_per_sm=4),
+    # Two warps over 512 outputs: 8 outputs per thread share each activation load.
+    gemv=Launch(SPLITK, block_m=1, block_n=512, block_k=32, num_warps=2, programs_per_sm=8),
+    # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
+    small=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
+    decode=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
     gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4),
     dequant_from=512,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),

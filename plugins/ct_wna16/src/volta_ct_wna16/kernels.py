@@ -16,12 +16,15 @@ Integers become floats without the int-to-float unit: ``q | 0x4B000000`` read as
 Kernels, chosen by :mod:`volta_ct_wna16.configs`:
 
 * :func:`wna16_splitk_kernel`, decode (M up to 16): each program covers ``BLOCK_N`` outputs over
-  one split of the input. ``BLOCK_M == 1`` without ``USE_DOT``: a GEMV that accumulates
-  ``x[k] * (q - z)`` per word slot with FMAs in fp32, scales once per word, and reduces across
-  the input only once at the end. ``BLOCK_M > 1`` without ``USE_DOT``: the same with a token
-  axis (SM70, 2 to 4 tokens). ``USE_DOT``: a dequantized fp16 tile (as in the GEMM) into one
-  ``tl.dot`` per step (FMA on SM70, tensor cores on SM80+). With split-K (``USE_WS``) programs
-  write fp32 partials that :func:`wna16_reduce_kernel` sums, adding the bias and casting.
+  one split of the input. ``BLOCK_M == 1`` without ``USE_DOT``: a GEMV over 32-input sub-tiles
+  (:func:`_gemv_sub`: one AND, one subtraction and one fp32 FMA per weight; zero point and scale
+  once per word row) that reduces across the input only once at the end. ``BLOCK_M > 1``
+  without ``USE_DOT``: a shift-and-mask FMA loop with a token axis (SM70, 2 to 4 tokens).
+  ``USE_DOT``: dequantized fp16 tiles into ``tl.dot`` (FMA on SM70, tensor cores on SM80+); with
+  16 or more words per slot, one dot per word slot against the activations gathered in that
+  slot's order, otherwise one dot of the slots interleaved back into input order. With split-K
+  (``USE_WS``) programs write fp32 partials that :func:`wna16_reduce_kernel` sums, adding the
+  bias and casting.
 * :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
   word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
@@ -80,6 +83,71 @@ def _load_words(
     return t, s, z
 
 
+#: Input elements per GEMV sub-tile: every group size (32, 64, 128, or the whole input) is a
+#: multiple, so one scale (and zero point) row serves the whole sub-tile.
+GEMV_SUB = tl.constexpr(32)
+
+
+@triton.jit
+def _gemv_sub(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    kb,
+    k_end,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+):
+    """``s * sum_j x_j * (q_j - z)`` per word row of the 32 inputs from ``kb``: ``[rows, BLOCK_N]``.
+
+    Per weight one AND, one subtraction and one FMA. Each word gets the fp32 exponent of
+    ``2**23`` once (``(t & 0x7FFFFF) | 0x4B000000``); slot ``j`` is then masked in place, not
+    shifted: keeping the exponent bits and field ``j`` reads as fp32 ``2**23 + q * 2**o``
+    exactly (the field ends below bit 23), so subtracting ``2**23`` leaves ``q * 2**o``, and the
+    activation is pre-scaled by ``2**-o`` (exact: a power of two). Fields that reach bit 23
+    come from one shifted copy of the word. The zero point and the scale are applied once per
+    word row: ``s * (sum_j x_j q_j - z * sum_j x_j)``.
+    """
+    PACK: tl.constexpr = 32 // BITS
+    ROWS: tl.constexpr = GEMV_SUB // PACK
+    MASK: tl.constexpr = (1 << BITS) - 1
+    # First field offset that would reach the exponent; fields from there come from t >> SH.
+    SH: tl.constexpr = BITS * (23 // BITS)
+    rkp = tl.arange(0, ROWS)
+    kp = kb // PACK + rkp
+    t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=(kp[:, None] < KW) & n_ok[None, :])
+    lo = (t & 0x7FFFFF) | 0x4B000000
+    hi = ((t >> SH) & 0x7FFFFF) | 0x4B000000
+    in_split = kb < k_end
+    g = kb // GROUP
+    s = tl.load(s_ptr + g * N + rn, mask=n_ok & in_split, other=0.0).to(tl.float32)
+    if HAS_ZP:
+        z = tl.load(z_ptr + g * N + rn, mask=n_ok & in_split, other=0).to(tl.float32)
+    else:
+        z = tl.full([1], 1 << (BITS - 1), tl.float32)
+    part = tl.zeros([ROWS, t.shape[1]], dtype=tl.float32)
+    xsum = tl.zeros([ROWS], dtype=tl.float32)
+    for j in tl.static_range(PACK):
+        kk = kb + rkp * PACK + j
+        xj = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
+        xsum += xj
+        # -0x800000 is the int32 with bits 23..31 set: the exponent is kept.
+        if BITS * (j + 1) <= SH:
+            f = (lo & ((MASK << (BITS * j)) - 0x800000)).to(tl.float32, bitcast=True)
+            xs = xj * (1.0 / (1 << (BITS * j)))
+        else:
+            f = (hi & ((MASK << (BITS * j - SH)) - 0x800000)).to(tl.float32, bitcast=True)
+            xs = xj * (1.0 / (1 << (BITS * j - SH)))
+        part += xs[:, None] * (f - 8388608.0)
+    return (part - xsum[:, None] * z[None, :]) * s[None, :]
+
+
 @triton.jit
 def wna16_splitk_kernel(
     x_ptr,
@@ -122,11 +190,26 @@ def wna16_splitk_kernel(
     if USE_DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     elif BLOCK_M == 1:
-        acc2 = tl.zeros([BKP, BLOCK_N], dtype=tl.float32)
+        acc2 = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)
     else:
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
-        if USE_DOT:
+        if USE_DOT and BKP >= 16:
+            # One dot per word slot: the activations are gathered in the slot's order, so the
+            # dequantized slots need no interleaving back into input order.
+            t, s, z = _load_words(
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
+            )
+            c16 = (z + 1024.0).to(tl.float16)
+            for j in tl.static_range(PACK):
+                kk = k0 + rkp * PACK + j
+                xj = tl.load(
+                    x_ptr + rm[:, None] * stride_xm + kk[None, :],
+                    mask=m_ok[:, None] & (kk[None, :] < k_end),
+                    other=0.0,
+                )
+                acc += tl.dot(xj, _slot_f16(t, c16, s, j, BITS))
+        elif USE_DOT:
             kk = k0 + tl.arange(0, BLOCK_K)
             xk = tl.load(
                 x_ptr + rm[:, None] * stride_xm + kk[None, :],
@@ -138,16 +221,22 @@ def wna16_splitk_kernel(
             )
             acc += tl.dot(xk, w)
         elif BLOCK_M == 1:
-            t, s, z = _load_words(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
-            )
-            c32 = z + 8388608.0
-            part = tl.zeros([BKP, BLOCK_N], dtype=tl.float32)
-            for j in tl.static_range(PACK):
-                kk = k0 + rkp * PACK + j
-                xj = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
-                part += xj[:, None] * _slot_f32(t, c32, j, BITS)
-            acc2 += part * s.to(tl.float32)
+            for sub in tl.static_range(BLOCK_K // GEMV_SUB):
+                acc2 += _gemv_sub(
+                    x_ptr,
+                    w_ptr,
+                    s_ptr,
+                    z_ptr,
+                    k0 + sub * GEMV_SUB,
+                    k_end,
+                    rn,
+                    n_ok,
+                    N,
+                    KW,
+                    GROUP,
+                    BITS,
+                    HAS_ZP,
+                )
         else:
             t, s, z = _load_words(
                 w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS

@@ -88,6 +88,8 @@ def wna16_linear(
     zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
     if launch.path == configs.SPLITK:
+        if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:
+            raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
         splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count)
         use_ws = splits > 1
         ws = (

@@ -336,6 +336,20 @@ def test_vllm_refuses_e5m2_on_an_fp8_kv_checkpoint_the_host_accepts_it(
     assert not hasattr(layer, "k_scale")  # unit scales: nothing loaded from the checkpoint
 
 
+def test_the_layers_own_kv_dtype_is_judged_not_the_engine_wide_one(
+    checkpoints: dict[str, Path],
+) -> None:
+    """vLLM resolves the KV dtype per layer; with an engine config of ``auto`` current, a layer
+    that says e5m2 is judged as e5m2 (judging ``auto`` would hand it to vLLM's gate)."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+
+    raw = quant_raw(checkpoints["w4a16-kv"])
+    config = overrides(make_manager("checkpoint:per_tensor"), SM70)["compressed-tensors"]
+    with set_current_vllm_config(VllmConfig()):
+        layer = gate(config.from_config(copy.deepcopy(raw)))
+    assert type(layer.quant_method).__name__ == "VoltaCheckpointScalesKVMethod"
+
+
 def test_rejected_kv_dtype_fails_with_every_reason(checkpoints: dict[str, Path]) -> None:
     raw = quant_raw(checkpoints["w4a16-kv"])
     config = overrides(make_manager(), SM70)["compressed-tensors"].from_config(raw)

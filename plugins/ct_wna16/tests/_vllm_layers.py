@@ -9,9 +9,11 @@ tensor goes through the parameter's ``weight_loader`` with the shard id a model'
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -23,25 +25,36 @@ from volta_core.manager import VoltaPluginManager
 from volta_ct_wna16 import plugin
 from volta_ct_wna16.testing import Checkpoint
 
-_CONTEXTS: list[Any] = []
 
+@contextlib.contextmanager
+def vllm_process(rank: int = 0, world: int = 1, init_file: str | None = None) -> Iterator[None]:
+    """A vLLM config and the distributed groups (gloo on CPU), torn down on exit.
 
-def init_vllm(rank: int = 0, world: int = 1, init_file: str | None = None) -> None:
-    """Enter a vLLM config and the distributed groups (gloo on CPU) for this process."""
+    Torn down so that nothing of it outlives its tests: a current vLLM config left set would
+    change what later tests in the same process see (the adapter reads it).
+    """
     from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-
-    context = set_current_vllm_config(VllmConfig())
-    context.__enter__()
-    _CONTEXTS.append(context)  # held for the life of the process
-    init_distributed_environment(
-        world_size=world,
-        rank=rank,
-        local_rank=rank,
-        distributed_init_method=f"file://{init_file or tempfile.mktemp()}",
-        backend="gloo",
+    from vllm.distributed import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+        init_distributed_environment,
+        initialize_model_parallel,
     )
-    initialize_model_parallel(world)
+
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(
+            world_size=world,
+            rank=rank,
+            local_rank=rank,
+            distributed_init_method=f"file://{init_file or tempfile.mktemp()}",
+            backend="gloo",
+        )
+        try:
+            initialize_model_parallel(world)
+            yield
+        finally:
+            destroy_model_parallel()
+            destroy_distributed_environment()
 
 
 def engine_config(raw: dict[str, Any], capability: tuple[int, int] = (7, 0)) -> Any:

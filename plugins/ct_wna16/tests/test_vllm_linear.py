@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,9 @@ SCHEMES = [
 
 
 @pytest.fixture(scope="module", autouse=True)
-def vllm_single_rank() -> None:
-    vl.init_vllm()
+def vllm_single_rank() -> Iterator[None]:
+    with vl.vllm_process():
+        yield
 
 
 def reference(shards: list[Checkpoint]) -> torch.Tensor:

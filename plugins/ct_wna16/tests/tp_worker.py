@@ -47,11 +47,11 @@ def dense(ckpt) -> torch.Tensor:
 
 def main() -> None:
     rank, world, init = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    vl.init_vllm(rank, world, init)
-    torch.manual_seed(123)  # the same activations on both ranks
-    x = torch.randn(3, K).half()
-    for scheme in (WeightScheme(4, False, 32), WeightScheme(8, False, None)):
-        check(scheme, rank, world, x)
+    with vl.vllm_process(rank, world, init):
+        torch.manual_seed(123)  # the same activations on both ranks
+        x = torch.randn(3, K).half()
+        for scheme in (WeightScheme(4, False, 32), WeightScheme(8, False, None)):
+            check(scheme, rank, world, x)
     print("TP-OK", flush=True)
 
 

@@ -270,13 +270,18 @@ def _activation_dtype(dtype: Any) -> str:
 
 
 def _engine_kv_dtype(layer: Any) -> tuple[str, str]:
-    """The requested ``--kv-cache-dtype`` and activation dtype, from vLLM's current config."""
+    """The layer's KV-cache dtype and the activation dtype.
+
+    The layer's own ``kv_cache_dtype`` comes first: vLLM resolves it per layer (layers in
+    ``kv_cache_dtype_skip_layers`` keep ``auto``), so the engine-wide ``--kv-cache-dtype`` of
+    the current config is only the fallback for a layer that has none.
+    """
     from vllm.config import get_current_vllm_config_or_none
 
     config = get_current_vllm_config_or_none()
-    kv_dtype = getattr(getattr(config, "cache_config", None), "cache_dtype", None)
+    engine_kv = getattr(getattr(config, "cache_config", None), "cache_dtype", None)
     dtype = getattr(getattr(config, "model_config", None), "dtype", None)
-    kv = str(kv_dtype or getattr(layer, "kv_cache_dtype", "auto"))
+    kv = str(getattr(layer, "kv_cache_dtype", None) or engine_kv or "auto")
     return kv, _activation_dtype(dtype) if dtype is not None else "float16"
 
 

@@ -81,7 +81,15 @@ def test_selfcheck_suite_declares_paired_cases() -> None:
     pytest.importorskip("torch")
     cases = list(bench_selfcheck.cases())
     names = {c.name for c in cases}
-    assert len(cases) == 2 * len(bench_selfcheck.SHAPES)
+    assert len(cases) == 2 * len(bench_selfcheck.SHAPES) + len(bench_selfcheck.GRAPHED)
     for case in cases:
         assert case.bytes_moved > 0
         assert case.baseline is None or case.baseline in names
+    graphed = [c for c in cases if c.graphed]
+    assert [c.shape["rows"] for c in graphed] == [rows for rows, _ in bench_selfcheck.GRAPHED]
+    assert all(c.baseline is not None and "graph" not in c.baseline for c in graphed)
+
+
+def test_graph_timer_refuses_no_input_sets() -> None:
+    with pytest.raises(ValueError, match="at least one input set"):
+        bench.time_cuda_graph(lambda: None, [])

@@ -3,7 +3,8 @@
 A speed claim is a ratio measured in one run on one device: a kernel's bandwidth over the
 device's own copy bandwidth, its time over cuBLAS or torch's time. The harness therefore
 measures the two ceilings (device-to-device copy, fp16 matmul) in every run, times each case as
-the median of many CUDA-event-timed launches after warm-up, rotating enough input sets to
+the median of many CUDA-event-timed launches after warm-up (or, for decode-sized calls, of
+replays of one CUDA graph holding many calls), rotating enough input sets to
 exceed the L2 cache (so the cache is not what gets measured), and writes:
 
 * ``<out>/<suite>.json``: device, driver, torch, triton and CUDA versions, ceilings, and per
@@ -62,6 +63,8 @@ class Case:
     flops: int = 0
     shape: Mapping[str, Any] = field(default_factory=dict)
     baseline: str | None = None
+    graphed: bool = False
+    """Time inside one CUDA graph (:func:`time_cuda_graph`), as vLLM runs decode."""
 
 
 @dataclass
@@ -133,6 +136,70 @@ def time_cuda(
     times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends, strict=True))
     q = statistics.quantiles(times, n=5)
     return Timing(statistics.median(times), q[0], q[3], reps, len(input_sets))
+
+
+#: A captured graph holds at least this many calls, so one graph launch's latency is spread
+#: over all of them.
+GRAPH_MIN_CALLS = 16
+#: ... and about this much GPU time (a cap on ``calls`` for kernels of microseconds).
+GRAPH_TARGET_MS = 20.0
+GRAPH_MAX_CALLS = 256
+
+
+def time_cuda_graph(
+    fn: Callable[..., Any],
+    input_sets: Sequence[Sequence[Any]],
+    *,
+    replays: int = 15,
+) -> Timing:
+    """Milliseconds per call of ``fn`` run back to back inside one captured CUDA graph.
+
+    vLLM captures a whole decode step, every layer, in one CUDA graph, so what a decode kernel
+    costs there is its time inside a graph: no host launch latency, which (several
+    microseconds per graph launch) is as long as a short decode kernel and would otherwise be
+    measured instead of it. One graph of ``calls`` invocations cycling through ``input_sets``
+    is captured (``calls`` chosen from an eager timing so the graph runs about
+    ``GRAPH_TARGET_MS``, at least ``GRAPH_MIN_CALLS`` and every input set once), then replayed
+    ``replays`` times; each replay is event-timed and divided by ``calls``. ``reps`` in the
+    result counts calls.
+    """
+    import torch
+
+    if not input_sets:
+        raise ValueError("time_cuda_graph needs at least one input set")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as capture requires
+        for args in input_sets:
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for args in input_sets:
+        fn(*args)
+    end.record()
+    end.synchronize()
+    eager_ms = max(start.elapsed_time(end) / len(input_sets), 1e-3)
+    calls = int(min(GRAPH_MAX_CALLS, max(GRAPH_MIN_CALLS, GRAPH_TARGET_MS / eager_ms)))
+    calls = max(calls, len(input_sets))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*input_sets[i % len(input_sets)])
+    graph.replay()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    for i in range(replays):
+        starts[i].record()
+        graph.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) / calls for s, e in zip(starts, ends, strict=True))
+    del graph
+    q = statistics.quantiles(times, n=5)
+    return Timing(statistics.median(times), q[0], q[3], replays * calls, len(input_sets))
 
 
 def rotation_count(bytes_per_set: int, *, at_most: int = 64) -> int:
@@ -213,7 +280,7 @@ def run_cases(cases: Iterable[Case], copy_gbps: float, matmul_tflops: float) -> 
     for case in cases:
         n_sets = rotation_count(case.bytes_moved)
         input_sets = [tuple(case.make_inputs()) for _ in range(n_sets)]
-        timing = time_cuda(case.run, input_sets)
+        timing = (time_cuda_graph if case.graphed else time_cuda)(case.run, input_sets)
         del input_sets
         torch.cuda.empty_cache()
         seconds = timing.median_ms * 1e-3

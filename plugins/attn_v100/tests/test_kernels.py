@@ -220,3 +220,41 @@ def test_gpu_small_for_sanitizer() -> None:
     for path, lens in (("decode", [(1, 70), (2, 33)]), ("prefill", [(40, 70), (1, 1)])):
         case = make_case(lens, head_size=128, kv_cache_dtype="fp8_e5m2", sinks=True, device="cuda")
         check(run(case, path=path), case, f"sanitizer {path}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+def test_gpu_decode_replays_in_a_cuda_graph(kv_dtype) -> None:
+    """Decode captured once in a CUDA graph, as vLLM's builder runs it, then replayed after the
+    batch's lengths and queries changed in place: the launch reads them from device tensors,
+    so every replay attends over the new lengths."""
+    case = make_case(
+        [(1, 3000), (1, 40), (1, 7), (1, 2048)],
+        head_size=128,
+        num_heads=8,
+        num_kv_heads=2,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        device="cuda",
+        seed=7,
+    )
+    out = torch.full_like(case.query, float("nan"))
+
+    def step() -> None:
+        paged_attention(*case.tensors(), out, **case.kwargs(), check_bounds=False)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    for lens in ([3000, 40, 7, 2048], [2500, 33, 1, 1999], [17, 1, 5, 640]):
+        case.seq_lens.copy_(torch.tensor(lens, dtype=torch.int32))
+        case.query.copy_(torch.randn_like(case.query))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out, case, f"graph replay {kv_dtype} lens {lens}")

@@ -8,9 +8,12 @@ with the flash backend on the same sequences laid out contiguously; chunked pref
 cached prefix is reported too. Each shape also gets an SM70 estimate: the bytes and FMAs the
 SM70 configuration executes, and the time they imply at 900 GB/s and 15.7 TFLOP/s.
 
-Timing: median of CUDA-event-timed runs after warm-up, rotating among enough input copies that
-the set does not fit in L2. Results go to ``DIR/attn_v100_bench.json`` and ``.png``; a table is
-printed last.
+Timing (the core harness, :mod:`volta_core.kernels.bench`): decode runs back to back inside one
+captured CUDA graph (``time_cuda_graph``), as vLLM runs a decode step, rotating among enough
+input copies that the set does not fit in L2; each replay is event-timed and divided by the
+calls in the graph. Prefill (milliseconds per call) is event-timed eagerly (``time_cuda``).
+The copy bandwidth is the harness's ceiling, measured in the same run. Results go to
+``DIR/attn_v100_bench.json`` and ``.png``; a table is printed last.
 """
 
 from __future__ import annotations
@@ -19,14 +22,15 @@ import argparse
 import json
 import math
 import platform
-import statistics
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from volta_attn_v100.configs import decode_tiles, head_pad, prefill_tiles
 from volta_attn_v100.ops import default_num_splits, paged_attention
+from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
 
 V100_BANDWIDTH = 900e9
 V100_FP32_FLOPS = 15.7e12
@@ -49,50 +53,10 @@ PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
 PREFILL_TOKENS = 16384
 
 
-def time_ms(fn: Callable[[int], None], sets: int, warmup: int = 3, reps: int = 20) -> float:
-    """Median milliseconds of ``fn(i)`` over ``reps`` runs, cycling ``i`` over the input sets."""
-    for i in range(warmup):
-        fn(i % sets)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(i % sets)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def graphed(fn: Callable[[int], None], sets: int) -> Callable[[int], None]:
-    """Capture ``fn(i)`` for every input set in CUDA graphs, as vLLM runs decode.
-
-    A decode step of a short context takes microseconds on the GPU, less than launching two
-    Triton kernels from Python: replaying a graph times the kernels, not the launch overhead.
-    """
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(sets):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graphs = []
-    for i in range(sets):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn(i)
-        graphs.append(g)
-    return lambda i: graphs[i].replay()
-
-
 def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
-    dst = torch.empty_like(src)
-    ms = time_ms(lambda _: dst.copy_(src), 1, reps=10)
-    return 2 * n / (ms * 1e-3)
+    """Device-to-device copy bandwidth in bytes/s (read plus write), the harness's ceiling."""
+    gbps, _ = measure_copy_bandwidth()
+    return gbps * 1e9
 
 
 def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size=128, block=16):
@@ -114,23 +78,29 @@ def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size
     return query, kv, table, seq_lens, q_start
 
 
+def decode_call(
+    ctx: int, kv_dtype: str, out: torch.Tensor, num_splits: int | None = None
+) -> Callable[..., Any]:
+    """One decode step over an input set of :func:`make_decode_inputs`, written into ``out``."""
+
+    def run(q, kv, table, seq_lens, q_start):
+        paged_attention(
+            q, kv, table, seq_lens, q_start, out,
+            max_query_len=1, max_seq_len=ctx, sm_scale=q.shape[-1] ** -0.5,
+            kv_cache_dtype=kv_dtype, check_bounds=False, num_splits=num_splits,
+        )  # fmt: skip
+
+    return run
+
+
 def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, num_splits=None):
     head_size = 128
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
     inputs = [make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype) for _ in range(sets)]
     out = torch.empty_like(inputs[0][0])
-    scale = head_size**-0.5
-
-    def run(i):
-        q, kv, table, seq_lens, q_start = inputs[i]
-        paged_attention(
-            q, kv, table, seq_lens, q_start, out,
-            max_query_len=1, max_seq_len=ctx, sm_scale=scale,
-            kv_cache_dtype=kv_dtype, check_bounds=False, num_splits=num_splits,
-        )  # fmt: skip
-
-    ms = time_ms(graphed(run, sets), sets)
+    run = decode_call(ctx, kv_dtype, out, num_splits)
+    ms = time_cuda_graph(run, inputs).median_ms
     qo_bytes = 2 * batch * heads * head_size * 2
     bw = (kv_bytes + qo_bytes) / (ms * 1e-3)
     # SM70: the decode program computes 16 rows (head group padded) x keys x head size, twice.
@@ -169,13 +139,13 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
     out = torch.empty_like(query)
     scale = head_size**-0.5
 
-    def run(_):
+    def run():
         paged_attention(
             query, kv, table, seq_lens, q_start, out,
             max_query_len=seq_len, max_seq_len=total, sm_scale=scale, check_bounds=False,
         )  # fmt: skip
 
-    ms = time_ms(run, 1, reps=10)
+    ms = time_cuda(run, [()], target_ms=100.0, min_reps=10).median_ms
     # Causal FLOPs of the new tokens: each attends to the prefix plus the earlier new tokens.
     pairs = batch * (seq_len * prefix + seq_len * (seq_len + 1) / 2)
     flops = 4 * pairs * heads * head_size
@@ -213,38 +183,86 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
     k = k.repeat_interleave(heads // kv_heads, dim=1)
     v = v.repeat_interleave(heads // kv_heads, dim=1)
 
-    def run(_):
+    def run():
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    ms = time_ms(run, 1, reps=10)
+    ms = time_cuda(run, [()], target_ms=100.0, min_reps=10).median_ms
     return {"sdpa_ms": ms, "sdpa_TFLOPs": flops / (ms * 1e-3) / 1e12}
 
 
+def _max_error(make_output: Callable[[], torch.Tensor], reference: torch.Tensor) -> float:
+    return float((make_output().float() - reference.float()).abs().max())
+
+
+def _decode_output(batch: int, ctx: int, kv_dtype: str) -> torch.Tensor:
+    """The output of one fixed (seeded) decode input set, with the launcher as patched now."""
+    torch.manual_seed(1234)
+    inputs = make_decode_inputs(batch, ctx, 32, 8, kv_dtype)
+    out = torch.full_like(inputs[0], float("nan"))
+    decode_call(ctx, kv_dtype, out)(*inputs)
+    return out
+
+
+def _prefill_output(seq_len: int) -> torch.Tensor:
+    torch.manual_seed(1234)
+    batch, heads, kv_heads, head_size = 2, 32, 8, 128
+    pages = math.ceil(seq_len / 16)
+    kv = torch.randn((batch * pages, kv_heads, 16, 2 * head_size), device="cuda").half()
+    table = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
+    seq_lens = torch.full((batch,), seq_len, dtype=torch.int32, device="cuda")
+    q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
+    query = torch.randn(batch * seq_len, heads, head_size, device="cuda").half()
+    out = torch.full_like(query, float("nan"))
+    paged_attention(
+        query, kv, table, seq_lens, q_start, out,
+        max_query_len=seq_len, max_seq_len=seq_len, sm_scale=head_size**-0.5,
+    )  # fmt: skip
+    return out
+
+
 def sweep(copy_bw: float) -> list[dict]:
-    """Leads for tuning, not the shipped configuration: other split counts at batch 1 and other
-    tiles, each measured like the main table (tiles are swapped by patching the launcher's
-    tile lookup for the duration of one measurement)."""
+    """Leads for tuning, not the shipped configuration: other split counts at batch 1, other
+    tiles and the e5m2 conversion, each measured like the main table (the launcher's tile and
+    conversion lookups are patched for the duration of one measurement). Each variant's output
+    on a fixed input is compared with the shipped configuration's (``max_abs_diff``), so a
+    variant that would be adopted has been checked on the GPU at a real size."""
     from volta_attn_v100 import ops
     from volta_attn_v100.configs import Tiles
 
     rows = []
-    for splits in (16, 32, 64):
+    for splits in (16, 64):
         rows.append(decode_case(1, 8192, 32, 8, "float16", copy_bw, num_splits=splits))
         rows[-1]["variant"] = f"splits={splits}"
-    shipped_decode, shipped_prefill = ops.decode_tiles, ops.prefill_tiles
+    shipped = (ops.decode_tiles, ops.prefill_tiles, ops.native_e5m2)
+    decode_ref = {kv: _decode_output(64, 4096, kv) for kv in ("float16", "fp8_e5m2")}
+    prefill_ref = _prefill_output(2048)
+    decode_variants: list[tuple[str, Any, Any]] = [
+        ("e5m2 by shifts", shipped[0], lambda capability: False),
+        ("fp8 BLOCK_N=64", lambda *a: Tiles(16, 64, 4, 2), shipped[2]),
+        ("fp8 BLOCK_N=128 warps=8", lambda *a: Tiles(16, 128, 8, 2), shipped[2]),
+        ("fp8 BLOCK_N=128 stages=3", lambda *a: Tiles(16, 128, 4, 3), shipped[2]),
+    ]
     try:
-        for block_n, warps in ((128, 8), (32, 4)):
-            ops.decode_tiles = lambda *a, n=block_n, w=warps: Tiles(16, n, w, 2)
-            rows.append(decode_case(64, 8192, 32, 8, "fp8_e5m2", copy_bw))
-            rows[-1]["variant"] = f"decode BLOCK_N={block_n} warps={warps}"
-        ops.decode_tiles = shipped_decode
-        for tiles in (Tiles(128, 32, 8, 3), Tiles(64, 64, 4, 3), Tiles(128, 128, 8, 2)):
+        for name, tiles_of, native in decode_variants:
+            ops.decode_tiles, ops.native_e5m2 = tiles_of, native
+            error = _max_error(lambda: _decode_output(64, 4096, "fp8_e5m2"), decode_ref["fp8_e5m2"])
+            for batch, ctx in ((64, 8192), (1, 8192)):
+                rows.append(decode_case(batch, ctx, 32, 8, "fp8_e5m2", copy_bw))
+                rows[-1].update(variant=f"decode {name}", max_abs_diff=error)
+        ops.decode_tiles, ops.native_e5m2 = shipped[0], shipped[2]
+        ops.decode_tiles = lambda *a: Tiles(16, 128, 4, 2)
+        error = _max_error(lambda: _decode_output(64, 4096, "float16"), decode_ref["float16"])
+        rows.append(decode_case(64, 8192, 32, 8, "float16", copy_bw))
+        rows[-1].update(variant="decode fp16 BLOCK_N=128", max_abs_diff=error)
+        ops.decode_tiles = shipped[0]
+        for tiles in (Tiles(128, 128, 8, 2), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3)):
             ops.prefill_tiles = lambda *a, t=tiles: t
+            error = _max_error(lambda: _prefill_output(2048), prefill_ref)
             rows.append(prefill_case(2048))
-            rows[-1]["variant"] = f"prefill {tiles}"
+            rows[-1].update(variant=f"prefill {tiles}", max_abs_diff=error)
     finally:
-        ops.decode_tiles, ops.prefill_tiles = shipped_decode, shipped_prefill
+        ops.decode_tiles, ops.prefill_tiles, ops.native_e5m2 = shipped
     return rows
 
 
@@ -335,6 +353,8 @@ def print_sweep(results: dict) -> None:
         else:
             ratio = r["TFLOPs"] / r["sdpa_TFLOPs"]
             what = f"{r['batch']}x{r['seq_len']} {r['TFLOPs']:.1f} TFLOP/s ({ratio:.2f}x SDPA)"
+        diff = r.get("max_abs_diff")
+        what += f"  max|diff| {diff:.1e}" if diff is not None else ""
         print(f"  {r['variant']:48s} {r['ms']:8.3f} ms  {what}")
 
 

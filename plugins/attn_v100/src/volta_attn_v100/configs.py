@@ -59,18 +59,29 @@ def is_sm70_class(capability: tuple[int, int]) -> bool:
     return capability < (8, 0)
 
 
-def decode_tiles(head_size: int, block_m: int, capability: tuple[int, int]) -> Tiles:
-    """Tiles of the split-KV decode kernel for a head size and a row count.
+def native_e5m2(capability: tuple[int, int]) -> bool:
+    """Whether the device converts e5m2 to fp16 in hardware (``cvt`` from fp8 needs SM89)."""
+    return capability >= (8, 9)
+
+
+def decode_tiles(
+    head_size: int, block_m: int, capability: tuple[int, int], kv_fp8: bool = False
+) -> Tiles:
+    """Tiles of the split-KV decode kernel for a head size, a row count and the KV dtype.
 
     SM70 figures from the compile gate (registers per thread, no spills): 16 keys per tile,
-    4 warps for 16 rows up to head size 128, 8 warps otherwise.
+    4 warps for 16 rows at head sizes 80 to 128, 8 warps otherwise (head size 64 at 4 warps
+    spilled 4 B once the loop was split into whole and masked tiles: ptxas held it to 128
+    registers; 8 warps need 80). On SM80+ an fp8 cache takes
+    twice the keys per tile of fp16, so one tile moves the same bytes in half the iterations.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
-        return Tiles(block_m, 16, 4 if block_m <= 16 and pad <= 128 else 8, 1)
+        return Tiles(block_m, 16, 4 if block_m <= 16 and pad == 128 else 8, 1)
+    widen = 2 if kv_fp8 else 1
     if block_m <= 16:
-        return Tiles(block_m, 64 if pad <= 128 else 32, 4, 2)
-    return Tiles(block_m, 32 if pad <= 128 else 16, 4, 2)
+        return Tiles(block_m, (64 if pad <= 128 else 32) * widen, 4, 2)
+    return Tiles(block_m, (32 if pad <= 128 else 16) * widen, 4, 2)
 
 
 def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
@@ -181,7 +192,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
             kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
             fp8 = kv_dtype != "float16"
             for block_m in DECODE_BLOCK_MS:
-                tiles = decode_tiles(head_size, block_m, capability)
+                tiles = decode_tiles(head_size, block_m, capability, fp8)
                 configs.append(
                     KernelConfig(
                         name=f"decode_d{head_size}_m{block_m}_{kv_dtype}",
@@ -193,6 +204,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                             "BLOCK_M": tiles.block_m,
                             "BLOCK_N": tiles.block_n,
                             "KV_FP8": fp8,
+                            "NATIVE_FP8": fp8 and native_e5m2(capability),
                         },
                         num_warps=tiles.num_warps,
                         num_stages=tiles.num_stages,
@@ -210,6 +222,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         "BLOCK_M": tiles.block_m,
                         "BLOCK_N": tiles.block_n,
                         "KV_FP8": fp8,
+                        "NATIVE_FP8": fp8 and native_e5m2(capability),
                     },
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,

@@ -25,6 +25,7 @@ from volta_attn_v100.configs import (
     MAX_SPLITS,
     decode_tiles,
     head_pad,
+    native_e5m2,
     prefill_tiles,
     reduce_warps,
 )
@@ -361,7 +362,7 @@ def _launch_decode(
     heads_per_prog = min(a.group_pad, block_m // q_pad)
     head_chunks = math.ceil(a.group / heads_per_prog)
     capability = _capability(a.query.device)
-    tiles = decode_tiles(head_size, block_m, capability)
+    tiles = decode_tiles(head_size, block_m, capability, a.fp8)
     if num_splits is None:
         num_splits = default_num_splits(
             num_seqs, num_kv_heads * head_chunks, max_seq_len, a.query.device
@@ -406,6 +407,7 @@ def _launch_decode(
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
+        NATIVE_FP8=a.fp8 and native_e5m2(capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )
@@ -435,7 +437,8 @@ def _launch_prefill(a: _Common) -> None:
     num_tokens, _, head_size = a.query.shape
     num_seqs = a.seq_lens.shape[0]
     num_kv_heads = a.kv.shape[1]
-    tiles = prefill_tiles(head_size, _capability(a.query.device))
+    capability = _capability(a.query.device)
+    tiles = prefill_tiles(head_size, capability)
     heads_per_prog = min(a.group_pad, tiles.block_m)
     head_chunks = math.ceil(a.group / heads_per_prog)
     block_q = tiles.block_m // heads_per_prog
@@ -473,6 +476,7 @@ def _launch_prefill(a: _Common) -> None:
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
+        NATIVE_FP8=a.fp8 and native_e5m2(capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -16,21 +16,30 @@ import triton
 import triton.language as tl
 
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
-#: ``exp(-inf - NEG_BIG) = 0`` instead of ``exp(-inf + inf) = nan``.
+#: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
 NEG_BIG = tl.constexpr(-1.0e30)
+
+#: ``log2(e)``: scores are kept in base-2 units (``s * log2(e)``) so every exponential is one
+#: ``exp2`` (``ex2.approx``) with no multiply in front; partial maxima and sinks use the same
+#: units.
+LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr):
+def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, NATIVE_FP8: tl.constexpr):
     """Load a K or V tile as fp16.
 
     fp8 e5m2 is the high byte of an fp16 with the same sign, exponent width and bias, so the
-    exact decode is ``byte << 8`` reinterpreted as fp16 (no fp8 conversion instruction, which
-    SM70 lacks and the Triton interpreter gets wrong).
+    exact decode is ``byte << 8`` reinterpreted as fp16: no fp8 conversion instruction, which
+    SM70 lacks and the Triton interpreter gets wrong. ``NATIVE_FP8`` (SM89+ on a GPU) uses the
+    hardware e5m2 -> fp16 conversion instead, the same exact value in fewer instructions.
     """
     if KV_FP8:
         raw = tl.load(ptrs, mask=mask, other=0)
-        return (raw.to(tl.int16) << 8).to(tl.float16, bitcast=True)
+        if NATIVE_FP8:
+            return raw.to(tl.float8e5, bitcast=True).to(tl.float16)
+        else:
+            return (raw.to(tl.int16) << 8).to(tl.float16, bitcast=True)
     else:
         return tl.load(ptrs, mask=mask, other=0.0)
 
@@ -59,44 +68,105 @@ def attend_tiles(
     HEAD_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
+    NATIVE_FP8: tl.constexpr,
+    MASKED: tl.constexpr,
 ):
     """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
 
     Scale folding (the fp8 KV algebra): scores are ``(q . k_stored) * sm_scale * k_scale``, so the
     K scale is applied after Q.K on the small score tile, and the V scale multiplies the
     probabilities before P.V, so no K or V tile is ever dequantized by a multiply. ``l_i`` sums
-    the unscaled probabilities, so ``acc / l_i`` is the attention output in real units.
+    the unscaled probabilities, so ``acc / l_i`` is the attention output in real units. Scores,
+    ``m_i`` and the returned maxima are in base-2 units (``LOG2E``).
 
-    Masks: key position ``< seq_len``, causal ``k_pos <= q_abs`` and, when ``window > 0``, the
-    sliding window ``q_abs - k_pos < window`` (vLLM's ``sliding_window`` convention).
-    ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to the scaled scores.
+    ``MASKED``: key position ``< seq_len``, causal ``k_pos <= q_abs`` and, when ``window > 0``,
+    the sliding window ``q_abs - k_pos < window`` (vLLM's ``sliding_window`` convention). The
+    caller runs tiles that every row sees whole (below the lowest row's diagonal, no window)
+    with ``MASKED=False``: no position masks, no predicated loads; rows that are padding
+    compute values nobody stores. ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to
+    the scaled scores.
     """
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
     for tile in range(tile_lo, tile_hi):
         k_pos = tile * BLOCK_N + offs_n
-        n_mask = k_pos < seq_len
-        page = tl.load(bt_row_ptr + k_pos // page_size, mask=n_mask, other=0)
+        if MASKED:
+            n_mask = k_pos < seq_len
+            page = tl.load(bt_row_ptr + k_pos // page_size, mask=n_mask, other=0)
+            kv_mask = n_mask[:, None] & d_mask[None, :]
+        else:
+            page = tl.load(bt_row_ptr + k_pos // page_size)
+            kv_mask = d_mask[None, :]
         row_off = page.to(tl.int64) * stride_blk + (k_pos % page_size) * stride_slot + kv_head_off
         k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
-        kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = load_kv_tile(k_ptrs, kv_mask, KV_FP8)
-        s = tl.dot(q, tl.trans(k)) * qk_scale
+        k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
+        s = tl.dot(q, tl.trans(k))
         if softcap > 0:
-            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0))
-        keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
-        if window > 0:
-            keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
-        s = tl.where(keep, s, float("-inf"))
+            s = s * qk_scale
+            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0)) * LOG2E
+        else:
+            s = s * (qk_scale * LOG2E)
+        if MASKED:
+            keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
+            if window > 0:
+                keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
+            s = tl.where(keep, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(s - m_new[:, None])
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8)
+        v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, NATIVE_FP8)
         acc = acc * alpha[:, None] + tl.dot((p * v_scale).to(tl.float16), v)
         m_i = m_new
     return m_i, l_i, acc
+
+
+@triton.jit
+def attend(
+    q,
+    m_i,
+    l_i,
+    acc,
+    kv_ptr,
+    bt_row_ptr,
+    kv_head_off,
+    stride_blk,
+    stride_slot,
+    page_size,
+    q_abs,
+    lowest_q_abs,
+    seq_len,
+    tile_lo,
+    tile_hi,
+    qk_scale,
+    v_scale,
+    softcap,
+    window,
+    HEAD_SIZE: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    NATIVE_FP8: tl.constexpr,
+):
+    """:func:`attend_tiles` over ``[tile_lo, tile_hi)``: whole tiles unmasked, the rest masked.
+
+    A tile is whole when its last key is at or below ``lowest_q_abs`` (the smallest query
+    position among the program's rows, so causal masking cuts nothing in it, and every key is
+    below ``seq_len``) and there is no sliding window.
+    """
+    whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
+    whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
+    m_i, l_i, acc = attend_tiles(
+        q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
+        q_abs, seq_len, tile_lo, whole_hi, qk_scale, v_scale, softcap, window,
+        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, False,
+    )  # fmt: skip
+    return attend_tiles(
+        q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
+        q_abs, seq_len, whole_hi, tile_hi, qk_scale, v_scale, softcap, window,
+        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, True,
+    )  # fmt: skip
 
 
 @triton.jit

@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend_tiles, first_tile
+from volta_attn_v100.kernels.common import LOG2E, NEG_BIG, attend, first_tile
 
 
 @triton.jit
@@ -52,11 +52,13 @@ def paged_decode_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
+    NATIVE_FP8: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``.
 
     Partial results go to ``part_acc[token, q_head, split, :HEAD_PAD]`` and
-    ``part_ml[token, q_head, split, 0:2]`` (max, sum), both float32 and contiguous.
+    ``part_ml[token, q_head, split, 0:2]`` (max in base-2 units, sum), both float32 and
+    contiguous.
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -96,7 +98,7 @@ def paged_decode_kernel(
     m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    m_i, l_i, acc = attend_tiles(
+    m_i, l_i, acc = attend(
         q,
         m_i,
         l_i,
@@ -108,6 +110,7 @@ def paged_decode_kernel(
         stride_slot,
         page_size,
         q_abs,
+        seq_len - q_len,
         seq_len,
         tile_lo,
         tile_hi,
@@ -119,6 +122,7 @@ def paged_decode_kernel(
         HEAD_PAD,
         BLOCK_N,
         KV_FP8,
+        NATIVE_FP8,
     )
 
     part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
@@ -154,8 +158,9 @@ def split_reduce_kernel(
     batches) have no partials and are left untouched.
 
     With sinks, the sink logit joins the softmax denominator (it attends to no value):
-    ``out = sum_i acc_i e^(m_i - M) / (sum_i l_i e^(m_i - M) + e^(sink - M))``. Without sinks
-    the sink reads as ``NEG_BIG``, whose term is exactly zero.
+    ``out = sum_i acc_i e^(m_i - M) / (sum_i l_i e^(m_i - M) + e^(sink - M))``, computed in the
+    partials' base-2 units (the sink is multiplied by ``LOG2E``). Without sinks the sink reads
+    as ``NEG_BIG``, whose term is exactly zero.
     """
     token = tl.program_id(0)
     head = tl.program_id(1)
@@ -165,10 +170,10 @@ def split_reduce_kernel(
     base = (token.to(tl.int64) * num_q_heads + head) * num_splits
     m = tl.load(part_ml_ptr + (base + splits) * 2, mask=s_mask, other=NEG_BIG)
     l_part = tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=s_mask, other=0.0)
-    sink = tl.load(sinks_ptr + head, mask=has_sinks > 0, other=NEG_BIG).to(tl.float32)
+    sink = tl.load(sinks_ptr + head, mask=has_sinks > 0, other=NEG_BIG).to(tl.float32) * LOG2E
     m_max = tl.maximum(tl.max(m, 0), sink)
-    w = tl.exp(m - m_max)
-    denom = tl.sum(l_part * w, 0) + tl.exp(sink - m_max)
+    w = tl.exp2(m - m_max)
+    denom = tl.sum(l_part * w, 0) + tl.exp2(sink - m_max)
     offs_d = tl.arange(0, HEAD_PAD)
     acc = tl.load(
         part_acc_ptr + (base + splits)[:, None] * HEAD_PAD + offs_d[None, :],

@@ -9,7 +9,9 @@ Rows of a program are ``query token x head`` as in decode (``row = t * heads_per
 ``BLOCK_M // heads_per_prog`` query tokens of one sequence. Programs are numbered over all
 sequences' query blocks without a host-side table: sequence ``b`` starts at program
 ``q_start[b] // block_q + b`` (an upper bound on the blocks before it), found by binary search;
-programs past a sequence's last block run no tile and store nothing.
+programs past a sequence's last block run no tile and store nothing. Program ids are taken in
+reverse, so the last query blocks (the most keys, causally) start first and the short ones fill
+in at the end of the grid instead of leaving a long tail.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend_tiles, first_tile
+from volta_attn_v100.kernels.common import LOG2E, NEG_BIG, attend, first_tile
 
 
 @triton.jit
@@ -54,9 +56,10 @@ def paged_prefill_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
+    NATIVE_FP8: tl.constexpr,
 ):
     """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
-    pid = tl.program_id(0)
+    pid = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_h = tl.program_id(1)
     kv_head = pid_h // head_chunks
     chunk = pid_h % head_chunks
@@ -104,7 +107,7 @@ def paged_prefill_kernel(
     m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    m_i, l_i, acc = attend_tiles(
+    m_i, l_i, acc = attend(
         q,
         m_i,
         l_i,
@@ -116,6 +119,7 @@ def paged_prefill_kernel(
         stride_slot,
         page_size,
         q_abs,
+        context + q_block * block_q,
         seq_len,
         tile_lo,
         tile_hi,
@@ -127,12 +131,14 @@ def paged_prefill_kernel(
         HEAD_PAD,
         BLOCK_N,
         KV_FP8,
+        NATIVE_FP8,
     )
 
     sink = tl.load(sinks_ptr + q_head, mask=row_valid & (has_sinks > 0), other=NEG_BIG)
-    m_fin = tl.maximum(m_i, sink.to(tl.float32))
-    alpha = tl.exp(m_i - m_fin)
-    denom = l_i * alpha + tl.exp(sink.to(tl.float32) - m_fin)
+    sink = sink.to(tl.float32) * LOG2E
+    m_fin = tl.maximum(m_i, sink)
+    alpha = tl.exp2(m_i - m_fin)
+    denom = l_i * alpha + tl.exp2(sink - m_fin)
     out = acc * (alpha / tl.where(denom > 0, denom, 1.0))[:, None]
     o_ptrs = out_ptr + token[:, None].to(tl.int64) * stride_ot + q_head[:, None] * stride_oh
     tl.store(o_ptrs + offs_d[None, :], out.to(tl.float16), mask=row_valid[:, None] & d_mask)

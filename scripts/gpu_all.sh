@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One device call for every kernel-carrying part, sized for a short device budget:
+#   OUT=/some/dir bash scripts/gpu_all.sh
+# Phase 1 runs the correctness work side by side (GPU tests of attn_v100 and ct_wna16, and
+# compute-sanitizer memcheck on attn_v100's small launches): it is compile-bound, and timings
+# do not matter there. Phase 2 runs the benchmarks one after another, alone on the GPU: the
+# core harness self-check, then each plugin's suite. Logs land under $OUT/<part>/.
+set -uo pipefail
+out=${OUT:?set OUT}
+mkdir -p "$out/attn_v100" "$out/ct_wna16" "$out/core"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
+python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton", triton.__version__, "python", sys.version.split()[0])' | tee -a "$out/device.txt"
+
+attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
+ct_path=core/src:plugins/ct_wna16/src
+attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py)
+
+echo "== phase 1: GPU tests and memcheck, side by side"
+PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-240}" \
+  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
+  "${attn_tests[@]}" > "$out/attn_v100/gpu_tests.log" 2>&1 &
+PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-240}" \
+  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
+  plugins/ct_wna16/tests/test_kernels.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
+PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_san timeout "${SAN_LIMIT:-200}" \
+  compute-sanitizer --tool memcheck --error-exitcode 9 \
+  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
+  plugins/attn_v100/tests/test_kernels.py -k sanitizer > "$out/attn_v100/sanitizer_memcheck.log" 2>&1 &
+wait
+for f in attn_v100/gpu_tests ct_wna16/gpu_tests attn_v100/sanitizer_memcheck; do
+  echo "$f: $(grep -E 'passed|failed|error|ERROR SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
+done
+
+echo "== phase 2: benchmarks, one at a time"
+PYTHONPATH=core/src timeout 120 python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
+  > "$out/core/selfcheck.log" 2>&1
+PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_BENCH_LIMIT:-200}" \
+  python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" > "$out/ct_wna16/bench.log" 2>&1
+PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_BENCH_LIMIT:-240}" \
+  python3 -m volta_attn_v100.bench --out "$out/attn_v100" > "$out/attn_v100/bench.log" 2>&1
+
+echo "== tables"
+tail -4 "$out/core/selfcheck.log"
+tail -60 "$out/ct_wna16/bench.log"
+tail -60 "$out/attn_v100/bench.log"

@@ -12,22 +12,30 @@ from volta_ct_wna16.plugin import volta_kernel_configs
 SM70_CONFIGS = list(volta_kernel_configs(V100))
 
 
-def test_the_list_covers_every_launch_choose_makes_on_sm70() -> None:
-    names = {c.name for c in SM70_CONFIGS}
-    kinds = {c.kernel.rsplit(":", 1)[1] for c in SM70_CONFIGS}
-    assert kinds == {
-        "wna16_splitk_kernel",
-        "wna16_reduce_kernel",
-        "wna16_gemm_kernel",
-        "wna16_dequant_kernel",
-    }
-    for m in range(1, 64):
-        for bits in (4, 8):
-            launch = configs.choose(m, (7, 0), bits)
-            tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
-            if launch.path == configs.DEQUANT_MATMUL:
-                tile = f"n{launch.block_n}k{launch.block_k}"
-            assert any(tile in name and f"w{bits}" in name for name in names), (m, bits, tile)
+@pytest.mark.parametrize("device", [V100, Device((9, 0))], ids=["sm70", "sm90"])
+def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
+    device_configs = volta_kernel_configs(device)
+    names = {c.name for c in device_configs}
+    kinds = {c.kernel.rsplit(":", 1)[1] for c in device_configs}
+    assert kinds == {"wna16_splitk_kernel", "wna16_gemm_kernel", "wna16_dequant_kernel"}
+    for m in range(1, 600):
+        for n in (256, 5120, 8192, 27648):
+            for bits in (4, 8):
+                launch = configs.choose(m, n, device.capability, bits)
+                tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+                if launch.path == configs.DEQUANT_MATMUL:
+                    tile = f"n{launch.block_n}k{launch.block_k}"
+                assert any(tile in name and f"w{bits}" in name for name in names), (m, n, tile)
+
+
+def test_sm90_gemv_tile_follows_the_output_count() -> None:
+    sm90 = (9, 0)
+    narrow, (wide_from, wide) = configs.SM90.gemv, configs.SM90.wide_gemv or (0, None)
+    assert configs.choose(1, 5120, sm90, 4) == narrow
+    assert configs.choose(1, wide_from - 1, sm90, 4) == narrow
+    assert configs.choose(1, wide_from, sm90, 4) == wide
+    assert configs.choose(1, 27648, sm90, 8) == wide
+    assert configs.choose(1, 27648, (7, 0), 4) == configs.SM70.gemv
 
 
 def test_sm90_tiles_differ_from_sm70_tiles() -> None:

@@ -12,7 +12,7 @@ import torch
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
-from volta_ct_wna16.ops import wna16_linear
+from volta_ct_wna16.ops import MIN_COUNTERS, device_facts, split_k_counters, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import (
     LIBRARY_FIXTURES,
@@ -113,6 +113,40 @@ def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
     check(pw, 1, bias=True)
 
 
+def splits_of(pw: PackedWeights, m: int) -> int:
+    """How many input splits the table's launch for ``m`` tokens makes on this device."""
+    probe = torch.empty(0, device=pw.qweight.device)
+    capability, sm_count = device_facts(probe)
+    launch = configs.choose(m, pw.n, capability, pw.bits)
+    return configs.split_count(pw.n, pw.k, launch, sm_count)[0]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_fused_split_k_reduction(scheme) -> None:
+    # 72 outputs: a partial column block on every tile width; 640 inputs: 10 to 40 splits.
+    pw = packed(library_checkpoint(72, 640, scheme, seed=6))
+    for m, bias in ((1, True), (3, False), (16, True)):
+        assert splits_of(pw, m) > 1, m
+        check(pw, m, bias=bias, seed=m)
+
+
+def test_split_k_counters_reset_themselves() -> None:
+    pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 32), seed=8))
+    device = pw.qweight.device
+    counters = split_k_counters(device)
+    for seed in (0, 1):  # the same layer twice in a row: the second call needs zeroed counters
+        check(pw, 1, bias=True, seed=seed)
+        assert split_k_counters(device) is counters
+        assert not counters.any(), counters.nonzero()[:4]
+    grown = split_k_counters(device, counters.numel() + 1)
+    assert grown.numel() >= 2 * MIN_COUNTERS
+    assert not grown.any()
+    assert split_k_counters(device) is grown
+    check(pw, 16, bias=False, seed=2)
+    assert not grown.any()
+    assert not counters.any()
+
+
 def test_gemv_tiles_must_cover_whole_sub_tiles() -> None:
     pw = packed(library_checkpoint(40, 256, WeightScheme(4, True, 128), seed=4))
     bad = configs.Launch(configs.SPLITK, block_m=1, block_n=64, block_k=16)
@@ -146,6 +180,37 @@ def test_gpu_every_m(scheme) -> None:
     pw = packed(fresh_checkpoint(1500, 2816, scheme, seed=7, device="cuda"), "cuda")
     for i, m in enumerate(GPU_MS):
         check(pw, m, bias=i % 2 == 0, seed=i)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("n", "k"), [(5120, 5120), (27648, 5120), (4000, 13824)])
+def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
+    """Decode at model sizes, replayed from one CUDA graph: every replay must find the
+    counters its previous replay left at zero."""
+    for scheme in (WeightScheme(4, True, 128), WeightScheme(4, False, 128)):
+        pw = packed(fresh_checkpoint(n, k, scheme, seed=n, device="cuda"), "cuda")
+        for m in (1, 16):
+            assert splits_of(pw, m) > 1, (n, k, m)
+            x = torch.randn(m, k, device="cuda").half()
+            b = torch.randn(n, device="cuda").half()
+            ref = x.double() @ dequantize(pw).t() + b.double()
+            out = torch.empty(m, n, dtype=torch.float16, device="cuda")
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # eager first: compiles, and grows the counters
+                wna16_linear(x, pw, b, out=poison_(out))
+                torch.cuda.synchronize()
+                assert_rel_close(out, ref, TOLERANCE, f"{n}x{k} m={m} eager")
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=stream):
+                wna16_linear(x, pw, b, out=out)
+            for replay in range(3):
+                poison_(out)
+                graph.replay()
+                torch.cuda.synchronize()
+                assert_rel_close(out, ref, TOLERANCE, f"{n}x{k} m={m} replay {replay}")
+            with torch.cuda.stream(stream):
+                assert not split_k_counters(out.device).any()
 
 
 @pytest.mark.gpu

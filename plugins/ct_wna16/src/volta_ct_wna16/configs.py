@@ -13,6 +13,7 @@ the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are w
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -61,7 +62,7 @@ class Table:
     """The launches of one device family, by number of tokens."""
 
     gemv: Launch
-    """1 token."""
+    """1 token (below the ``wide_gemv`` threshold, if any)."""
     small: Launch
     """2 to 4 tokens."""
     decode: Launch
@@ -71,6 +72,8 @@ class Table:
     dequant_from: int | None
     """From this many tokens on, dequantize and call cuBLAS (None: never)."""
     dequant: Launch
+    wide_gemv: tuple[int, Launch] | None = None
+    """1 token from this many outputs on: ``(outputs, launch)``."""
 
 
 SM70 = Table(
@@ -83,8 +86,18 @@ SM70 = Table(
 )
 
 SM90 = Table(
-    # Two warps over 512 outputs: 8 outputs per thread share each activation load.
-    gemv=Launch(SPLITK, block_m=1, block_n=512, block_k=32, num_warps=2, programs_per_sm=8),
+    # The 1-token tile by N, from H100 run 3's sweep (two-launch split-K, 132 SMs). At 5120
+    # outputs a 512-wide tile leaves 10 column blocks, so 8 programs per SM cut the input into
+    # 80 splits of 64: 256 outputs x 1 warp x 4 programs per SM (20 blocks, 27 splits of 192)
+    # took 20.0 us against 27.9. At 27648 outputs (54 column blocks of 512, 20 splits of 256)
+    # two warps over 512 outputs (8 per thread share each activation load) at 8 per SM were
+    # best, 48.2 us, and the narrow tile 52-69 us. The switch sits at 8192 outputs, between
+    # the measured shapes (7168, 14 blocks of 512, is on the narrow side, like 5120).
+    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, num_warps=1, programs_per_sm=4),
+    wide_gemv=(
+        8192,
+        Launch(SPLITK, block_m=1, block_n=512, block_k=32, num_warps=2, programs_per_sm=8),
+    ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
     small=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
     decode=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
@@ -99,11 +112,15 @@ def table_for(capability: tuple[int, int]) -> Table:
     return SM70 if capability < (8, 0) else SM90
 
 
-def choose(m: int, capability: tuple[int, int], bits: int, table: Table | None = None) -> Launch:
-    """The launch for ``m`` tokens on a device of ``capability`` with ``bits``-bit weights."""
+def choose(
+    m: int, n: int, capability: tuple[int, int], bits: int, table: Table | None = None
+) -> Launch:
+    """The launch for ``m`` tokens and ``n`` outputs on ``capability`` with ``bits``-bit weights."""
     t = table or table_for(capability)
     if m <= 1:
         launch = t.gemv
+        if t.wide_gemv is not None and n >= t.wide_gemv[0]:
+            launch = t.wide_gemv[1]
     elif m <= 4:
         launch = t.small
     elif m <= DECODE_MAX_M:
@@ -137,6 +154,7 @@ _SPLITK_SIG = {
     "b_ptr": "*fp16",
     "out_ptr": "*fp16",
     "ws_ptr": "*fp32",
+    "cnt_ptr": "*i32",
     "M": "i32",
     "N": "i32",
     "K": "i32",
@@ -147,17 +165,7 @@ _SPLITK_SIG = {
     "K_PER_SPLIT": "i32",
 }
 
-_GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "K_PER_SPLIT")}
-
-_REDUCE_SIG = {
-    "ws_ptr": "*fp32",
-    "b_ptr": "*fp16",
-    "out_ptr": "*fp16",
-    "M": "i32",
-    "N": "i32",
-    "SPLITS": "i32",
-    "stride_om": "i32",
-}
+_GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "cnt_ptr", "K_PER_SPLIT")}
 
 _DEQUANT_SIG = {
     "w_ptr": "*i32",
@@ -170,15 +178,19 @@ _DEQUANT_SIG = {
     "GROUP": "i32",
 }
 
-#: Block of the split-K reduction (outputs per program).
-REDUCE_BLOCK = 1024
-#: Warps of the split-K reduction.
-REDUCE_WARPS = 4
-
 
 def _launches(table: Table) -> list[Launch]:
     seen: list[Launch] = []
-    for launch in (table.gemv, table.small, table.decode, table.gemm, table.dequant):
+    for launch in (
+        table.gemv,
+        table.wide_gemv[1] if table.wide_gemv else None,
+        table.small,
+        table.decode,
+        table.gemm,
+        table.dequant,
+    ):
+        if launch is None:
+            continue
         if launch.path == GEMM and table.dequant_from is not None and table.dequant_from <= 17:
             continue
         if launch.path == DEQUANT_MATMUL and table.dequant_from is None:
@@ -196,8 +208,8 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                 tag = f"w{bits}{'a' if zp else 's'}"
                 tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
                 if launch.path == SPLITK:
-                    # split-K writes partials (bias added by the reduction) or, unsplit, the output.
-                    for use_ws, bias in ((True, False), (False, False), (False, True)):
+                    # Split (fused reduction) or unsplit, each with and without bias.
+                    for use_ws, bias in itertools.product((True, False), repeat=2):
                         yield KernelConfig(
                             name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_{tag}"
                             f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}",
@@ -245,14 +257,6 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                         },
                         num_warps=launch.num_warps,
                     )
-    for bias in (False, True):
-        yield KernelConfig(
-            name=f"splitk_reduce{'_bias' if bias else ''}",
-            kernel=f"{KERNELS}:wna16_reduce_kernel",
-            signature=_REDUCE_SIG,
-            constexprs={"HAS_BIAS": bias, "BLOCK": REDUCE_BLOCK},
-            num_warps=REDUCE_WARPS,
-        )
 
 
 def kernel_configs(device: Device) -> list[KernelConfig]:

@@ -23,8 +23,9 @@ Kernels, chosen by :mod:`volta_ct_wna16.configs`:
   ``USE_DOT``: dequantized fp16 tiles into ``tl.dot`` (FMA on SM70, tensor cores on SM80+); with
   16 or more words per slot, one dot per word slot against the activations gathered in that
   slot's order, otherwise one dot of the slots interleaved back into input order. With split-K
-  (``USE_WS``) programs write fp32 partials that :func:`wna16_reduce_kernel` sums, adding the
-  bias and casting.
+  (``USE_WS``) the reduction is fused, so a decode call is one launch: each program writes its
+  fp32 partial tile and counts itself in on a per-tile arrival counter; the last to arrive sums
+  the tile's partials in split order, adds the bias, casts, and sets the counter back to zero.
 * :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
   word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
@@ -157,6 +158,7 @@ def wna16_splitk_kernel(
     b_ptr,
     out_ptr,
     ws_ptr,
+    cnt_ptr,
     M,
     N,
     K,
@@ -174,7 +176,16 @@ def wna16_splitk_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension."""
+    """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
+
+    With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
+    to ``ws_ptr[split]`` and then increments its tile's counter in ``cnt_ptr`` (zero before the
+    launch). As in CUTLASS's serial split-K, the barrier makes every thread's partial stores
+    precede the one release-acquire increment (gpu scope), so the program that reads
+    ``splits - 1`` sees all partials of its tile; it reads them past L1 (``.cg``: no stale
+    line), sums them in split order (deterministic), and stores 0 back to the counter, so the
+    next launch on the stream (a CUDA graph replay included) needs no memset.
+    """
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
     pid_n = tl.program_id(0)
@@ -258,39 +269,31 @@ def wna16_splitk_kernel(
         res = tl.sum(acc2, axis=0)[None, :]
     else:
         res = tl.sum(acc3, axis=1)
+    tile_ok = m_ok[:, None] & n_ok[None, :]
     if USE_WS:
-        ws = ws_ptr + pid_k * M * N + rm[:, None] * N + rn[None, :]
-        tl.store(ws, res, mask=m_ok[:, None] & n_ok[None, :])
+        splits = tl.num_programs(1)
+        offs = rm[:, None] * N + rn[None, :]
+        tl.store(ws_ptr + pid_k * M * N + offs, res, mask=tile_ok)
+        tl.debug_barrier()
+        counter = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
+            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for split in range(splits):
+                part = ws_ptr + split * M * N + offs
+                total += tl.load(part, mask=tile_ok, other=0.0, cache_modifier=".cg")
+            _store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
+            tl.store(counter, 0)
     else:
-        if HAS_BIAS:
-            res += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        o = out_ptr + rm[:, None] * stride_om + rn[None, :]
-        tl.store(o, res.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+        _store_out(res, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 
 
 @triton.jit
-def wna16_reduce_kernel(
-    ws_ptr,
-    b_ptr,
-    out_ptr,
-    M,
-    N,
-    SPLITS,
-    stride_om,
-    HAS_BIAS: tl.constexpr,
-    BLOCK: tl.constexpr,
-):
-    """Sum the split-K partials of one block of outputs, add the bias, cast."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < M * N
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for split in range(SPLITS):
-        acc += tl.load(ws_ptr + split * M * N + offs, mask=ok, other=0.0)
-    n = offs % N
+def _store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS: tl.constexpr):
+    """Add the bias to an fp32 output tile, cast to the output dtype and store it."""
     if HAS_BIAS:
-        acc += tl.load(b_ptr + n, mask=ok, other=0.0).to(tl.float32)
-    m = offs // N
-    tl.store(out_ptr + m * stride_om + n, acc.to(out_ptr.dtype.element_ty), mask=ok)
+        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    o = out_ptr + rm[:, None] * stride_om + rn[None, :]
+    tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=tile_ok)
 
 
 @triton.jit
@@ -386,10 +389,8 @@ def wna16_gemm_kernel(
             w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
         )
         acc += tl.dot(a, w)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    o = out_ptr + rm[:, None] * stride_om + rn[None, :]
-    tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tile_ok = m_ok[:, None] & n_ok[None, :]
+    _store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 
 
 @triton.jit

@@ -40,6 +40,32 @@ def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=dtype, device=device)
 
 
+#: Counters a stream's first buffer holds: one per output tile of a split-K launch, so enough
+#: for N up to 4096 x 32 (the narrowest decode tile) without growing.
+MIN_COUNTERS = 4096
+
+#: Split-K arrival counter buffers by (device, stream); the last of each list is current.
+_COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
+
+
+def split_k_counters(device: torch.device, tiles: int = 0) -> torch.Tensor:
+    """The int32 arrival counters (all zero between launches) of ``device``'s current stream.
+
+    One buffer per stream because launches on one stream run one after another and each sets
+    every counter it used back to zero, so the next starts from zeros without a memset launch;
+    launches on two streams may overlap and would count into each other's tiles. A stream
+    whose buffer has fewer than ``tiles`` counters gets a new zeroed one, at least twice as
+    large; the old ones stay allocated, because a CUDA graph captured with one keeps using it
+    on every replay (freed, its memory could be handed to another tensor and be non-zero then).
+    """
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    buffers = _COUNTERS.setdefault((device, stream), [])
+    if not buffers or buffers[-1].numel() < tiles:
+        size = max(MIN_COUNTERS, tiles, 2 * buffers[-1].numel() if buffers else 0)
+        buffers.append(torch.zeros(size, dtype=torch.int32, device=device))
+    return buffers[-1]
+
+
 def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
     if x.dtype not in KERNEL_DTYPES:
         raise TypeError(f"ct_wna16 kernels take float16 activations, got {x.dtype}")
@@ -83,7 +109,7 @@ def wna16_linear(
         return out.reshape(*lead, pw.n)
     capability, sm_count = device_facts(x)
     if launch is None:
-        launch = configs.choose(m, capability, pw.bits)
+        launch = configs.choose(m, pw.n, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
@@ -92,16 +118,12 @@ def wna16_linear(
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
         splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count)
         use_ws = splits > 1
-        ws = (
-            torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
-            if use_ws
-            else _empty(torch.float32, x.device)
-        )
-        grid = (
-            -(-pw.n // launch.block_n),
-            splits,
-            -(-m // launch.block_m),
-        )
+        grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
+        if use_ws:
+            ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
+            counters = split_k_counters(x.device, grid[0] * grid[2])
+        else:
+            ws, counters = _empty(torch.float32, x.device), _empty(torch.int32, x.device)
         kernels.wna16_splitk_kernel[grid](
             x2,
             pw.qweight,
@@ -110,6 +132,7 @@ def wna16_linear(
             b,
             out,
             ws,
+            counters,
             m,
             pw.n,
             pw.k,
@@ -120,7 +143,7 @@ def wna16_linear(
             per_split,
             BITS=pw.bits,
             HAS_ZP=pw.zeros is not None,
-            HAS_BIAS=bias is not None and not use_ws,
+            HAS_BIAS=bias is not None,
             USE_WS=use_ws,
             USE_DOT=launch.use_dot,
             BLOCK_M=launch.block_m,
@@ -128,20 +151,6 @@ def wna16_linear(
             BLOCK_K=launch.block_k,
             num_warps=launch.num_warps,
         )
-        if use_ws:
-            total = m * pw.n
-            kernels.wna16_reduce_kernel[(-(-total // configs.REDUCE_BLOCK),)](
-                ws,
-                b,
-                out,
-                m,
-                pw.n,
-                splits,
-                out.stride(0),
-                HAS_BIAS=bias is not None,
-                BLOCK=configs.REDUCE_BLOCK,
-                num_warps=configs.REDUCE_WARPS,
-            )
     elif launch.path == configs.GEMM:
         grid = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
         kernels.wna16_gemm_kernel[grid](

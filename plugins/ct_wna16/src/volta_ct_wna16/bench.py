@@ -6,8 +6,9 @@ For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, o
 * the baseline: fp16 ``torch.matmul`` (cuBLAS) on the dequantized weight;
 * the device's copy bandwidth (bytes read plus written by a large device-to-device copy).
 
-Timing: CUDA-graph replays of a run of calls over rotating weight copies (more bytes than the
-L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate: the
+Timing: the core harness's :func:`volta_core.kernels.bench.time_cuda_graph` (calls back to back
+inside one captured CUDA graph, as vLLM runs decode), rotating weight copies (more bytes than
+the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate: the
 larger of bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton paths (the V100's
 FMA rate: ``tl.dot`` has no tensor cores there), or, on the dequantize-then-cuBLAS path SM70
 takes above 32 tokens, the dequantization's bytes plus cuBLAS at the V100's 125 TFLOP/s.
@@ -23,15 +24,14 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from volta_core.kernels.bench import time_cuda_graph
 from volta_ct_wna16 import __version__, configs
 from volta_ct_wna16.layout import PackedWeights, prepare
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
@@ -50,56 +50,32 @@ V100_TENSOR_FLOPS = 125e12
 #: Bytes of weights each timed run cycles through (well above an H100's 50 MB L2).
 ROTATE_BYTES = 256 << 20
 MAX_COPIES = 8
-
-
-def time_graph(fns: list[Callable[[], Any]], replays: int = 7, rounds: int = 3) -> float:
-    """Seconds per call: median over replays of a CUDA graph running ``fns`` ``rounds`` times."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in fns:  # warm-up: compilation, autotuning, allocator
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(rounds):
-            for fn in fns:
-                fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / (rounds * len(fns)))
-    del graph
-    return statistics.median(times)
+#: Graph replays per timing (each replay about 20 ms of calls; the median is reported).
+REPLAYS = 7
+#: Token counts whose times the summary sets against the launch floor.
+DECODE_MS = (1, 16)
 
 
 def copy_bandwidth() -> float:
     """Bytes per second of a 1 GiB device-to-device copy, counting reads and writes."""
     src = torch.empty(1 << 29, dtype=torch.float16, device="cuda").normal_()
     dst = torch.empty_like(src)
-    seconds = time_graph([lambda: dst.copy_(src)], replays=5, rounds=2)
-    return 2 * src.numel() * src.element_size() / seconds
+    timing = time_cuda_graph(lambda: dst.copy_(src), [()], replays=5)
+    return 2 * src.numel() * src.element_size() / (timing.median_ms * 1e-3)
 
 
 def matmul_flops() -> float:
     """fp16 cuBLAS FLOP/s on an 8192-cube product (the same run's compute ceiling)."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
-    seconds = time_graph([lambda: a @ b], replays=5, rounds=2)
-    return 2 * 8192**3 / seconds
+    timing = time_cuda_graph(lambda: a @ b, [()], replays=5)
+    return 2 * 8192**3 / (timing.median_ms * 1e-3)
 
 
 def launch_floor() -> float:
     """Seconds per call of a one-element fill replayed the same way: the per-launch floor."""
     t = torch.empty(1, device="cuda")
-    return time_graph([lambda: t.fill_(1.0)], replays=5, rounds=4)
+    return time_cuda_graph(lambda: t.fill_(1.0), [()], replays=5).median_ms * 1e-3
 
 
 def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]:
@@ -124,7 +100,7 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
     """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
-    launch = configs.choose(m, (7, 0), pw.bits)
+    launch = configs.choose(m, n, (7, 0), pw.bits)
     io = m * k * 2 + m * n * 2
     if launch.path == configs.DEQUANT_MATMUL:
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
@@ -147,20 +123,24 @@ def measure(
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
         outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(2)]
-        ours = time_graph(
-            [
-                lambda pw=pw, o=outs[i % 2], x=x: wna16_linear(x, pw, out=o)
-                for i, pw in enumerate(pws)
-            ]
+        ours = (
+            time_cuda_graph(
+                lambda i, x=x, outs=outs, pws=pws: wna16_linear(x, pws[i], out=outs[i % 2]),
+                [(i,) for i in range(len(pws))],
+                replays=REPLAYS,
+            ).median_ms
+            * 1e-3
         )
-        base = time_graph(
-            [
-                lambda w=w, o=outs[i % 2], x=x: torch.matmul(x, w.t(), out=o)
-                for i, w in enumerate(dense)
-            ]
+        base = (
+            time_cuda_graph(
+                lambda i, x=x, outs=outs, ws=dense: torch.matmul(x, ws[i].t(), out=outs[i % 2]),
+                [(i,) for i in range(len(dense))],
+                replays=REPLAYS,
+            ).median_ms
+            * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = configs.choose(m, torch.cuda.get_device_capability(), 4)
+        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
         wbytes = pws[0].nbytes()
         rows.append(
             {
@@ -215,13 +195,15 @@ def sweep(n: int, k: int, ms: tuple[int, ...]) -> list[dict[str, Any]]:
         out = torch.empty(m, n, device="cuda", dtype=torch.float16)
         for launch in sweep_candidates(m):
             try:
-                t = time_graph(
-                    [
-                        lambda pw=pw, ln=launch, x=x, o=out: wna16_linear(x, pw, launch=ln, out=o)
-                        for pw in pws
-                    ],
-                    replays=3,
-                    rounds=2,
+                t = (
+                    time_cuda_graph(
+                        lambda i, ln=launch, x=x, o=out, pws=pws: wna16_linear(
+                            x, pws[i], launch=ln, out=o
+                        ),
+                        [(i,) for i in range(len(pws))],
+                        replays=3,
+                    ).median_ms
+                    * 1e-3
                 )
             except Exception as exc:  # a tile that does not compile here is a finding
                 rows.append({"n": n, "k": k, "m": m, "launch": asdict(launch), "error": str(exc)})
@@ -323,8 +305,22 @@ def main(argv: list[str] | None = None) -> int:
         print(best_of_sweep(swept))
     print(f"{device}, torch {torch.__version__}, triton {triton.__version__}")
     print(f"fp16 cuBLAS 8192^3: {flops / 1e12:.0f} TFLOP/s; one launch {floor * 1e6:.1f} us")
+    print(against_floor(rows, floor))
     print(table(rows, copy_bw))
     return 0
+
+
+def against_floor(rows: list[dict[str, Any]], floor: float) -> str:
+    """Decode times in launches: how far each is from one launch of this timing method."""
+    lines = [f"decode against one replayed launch ({floor * 1e6:.1f} us):"]
+    for r in rows:
+        if r["m"] in DECODE_MS:
+            lines.append(
+                f"  {r['n']}x{r['k']} {'sym' if r['symmetric'] else 'asym':<4} M={r['m']:<2} "
+                f"{r['ours_us']:6.1f} us = {r['ours_us'] / (floor * 1e6):4.1f} launches "
+                f"(fp16 {r['fp16_us']:.1f} us = {r['fp16_us'] / (floor * 1e6):.1f})"
+            )
+    return "\n".join(lines)
 
 
 def best_of_sweep(swept: list[dict[str, Any]]) -> str:

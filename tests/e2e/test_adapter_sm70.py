@@ -224,6 +224,16 @@ def test_backends_the_host_does_not_know_and_special_layers_stay_vllms(
     assert volta.get_attn_backend_cls(None, selector(576, use_mla=True), 8) == "vllm-own:None"
 
 
+def test_multimodal_prefix_layers_stay_vllms(manager: VoltaPluginManager) -> None:
+    """A multimodal Gemma-4 whose text layers attend bidirectionally over image tokens asks with
+    ``use_mm_prefix`` (every layer); the plugin backend is causal only, so vLLM chooses."""
+    volta = platform(manager)
+    for head_size in (256, 512):
+        assert volta.get_attn_backend_cls(None, selector(head_size, use_mm_prefix=True), 16) == (
+            "vllm-own:None"
+        )
+
+
 @pytest.mark.parametrize("capability", [(8, 0), (8, 9), (9, 0), (12, 0)])
 def test_never_routes_sm80_and_newer(manager: VoltaPluginManager, capability: tuple) -> None:
     volta = platform(manager, capability)

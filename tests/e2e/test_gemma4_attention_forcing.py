@@ -99,12 +99,31 @@ def test_registration_wraps_vllms_hook_once(monkeypatch: pytest.MonkeyPatch) -> 
 
     from volta_core.vllm import compat
 
-    monkeypatch.setitem(model_configs.MODELS_CONFIG_MAP, ARCH, model_configs.Gemma4Config)
+    for arch in compat.PER_LAYER_HEAD_SIZE_ARCHS:  # restored after the test
+        monkeypatch.setitem(model_configs.MODELS_CONFIG_MAP, arch, model_configs.Gemma4Config)
     for _ in range(2):
         compat.register_model_config_overrides(compat.make_model_config_overrides(lambda: True))
-    entry = model_configs.MODELS_CONFIG_MAP[ARCH]
-    assert entry.volta_base is model_configs.Gemma4Config
-    assert issubclass(entry, model_configs.Gemma4Config)
+    for arch in compat.PER_LAYER_HEAD_SIZE_ARCHS:
+        entry = model_configs.MODELS_CONFIG_MAP[arch]
+        assert entry.volta_base is model_configs.Gemma4Config
+        assert issubclass(entry, model_configs.Gemma4Config)
+
+
+def test_the_multimodal_gemma4_architectures_are_routed_too() -> None:
+    """Real Gemma-4 checkpoints are ``Gemma4ForConditionalGeneration``; vLLM gives it the same
+    hook, so it needs the same override (its mm-prefix layers stay vLLM's in the selector)."""
+    from vllm.model_executor.models import config as model_configs
+
+    from volta_core.vllm import compat
+
+    overrides = compat.make_model_config_overrides(lambda: True)
+    hooked = {
+        arch
+        for arch, hook in model_configs.MODELS_CONFIG_MAP.items()
+        if getattr(hook, "volta_base", hook) is model_configs.Gemma4Config
+    }
+    assert "Gemma4ForConditionalGeneration" in hooked
+    assert hooked <= set(overrides)
 
 
 def test_routed_platform_is_false_on_the_cpu_platform() -> None:

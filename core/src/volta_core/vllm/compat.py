@@ -624,10 +624,15 @@ def make_platform_class(base: type, manager_fn: Callable[[], VoltaPluginManager]
 #: Architectures whose vLLM configuration hook (``Gemma4Config.verify_and_update_config`` in
 #: ``vllm/model_executor/models/config.py``) forces ``--attention-backend TRITON_ATTN`` for
 #: the whole model when FlashAttention 4 is unavailable (any 7.x GPU) because the layers have
-#: different head sizes (Gemma-4: 256 sliding, 512 global). The multimodal Gemma-4
-#: architectures share that hook but also have multimodal-prefix layers, which the host leaves
-#: to vLLM; they keep vLLM's forcing (not run here).
-PER_LAYER_HEAD_SIZE_ARCHS = ("Gemma4ForCausalLM",)
+#: different head sizes (Gemma-4: 256 sliding, 512 global). The multimodal architectures
+#: (real Gemma-4 checkpoints) share that hook; a model whose text layers attend bidirectionally
+#: over image tokens (``is_mm_prefix_lm``) asks the selector with ``use_mm_prefix`` for every
+#: layer, which the host leaves to vLLM, so routing per layer changes nothing for those.
+PER_LAYER_HEAD_SIZE_ARCHS = (
+    "Gemma4ForCausalLM",
+    "Gemma4ForConditionalGeneration",
+    "Gemma4UnifiedForConditionalGeneration",
+)
 
 
 def routed_platform() -> bool:

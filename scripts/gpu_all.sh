@@ -33,7 +33,7 @@ for f in attn_v100/gpu_tests ct_wna16/gpu_tests attn_v100/sanitizer_memcheck; do
 done
 
 echo "== phase 2: benchmarks, one at a time"
-PYTHONPATH=core/src timeout 120 python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
+PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
   > "$out/core/selfcheck.log" 2>&1
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_BENCH_LIMIT:-200}" \
   python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" > "$out/ct_wna16/bench.log" 2>&1

@@ -310,6 +310,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true", help="a few shapes only")
+    parser.add_argument(
+        "--parts",
+        default="decode,prefill,sweep",
+        help="comma-separated parts to run: decode, prefill, sweep",
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the benchmarks need a CUDA GPU")
@@ -328,19 +333,21 @@ def main(argv: list[str] | None = None) -> None:
         "prefill": [],
     }
     shapes = DECODE_SHAPES[:3] if args.quick else DECODE_SHAPES
-    for heads, kv_heads in DECODE_HEADS:
+    parts = set(args.parts.split(","))
+    for heads, kv_heads in DECODE_HEADS if "decode" in parts else []:
         for batch, ctx in shapes:
             for kv_dtype in ("float16", "fp8_e5m2"):
                 results["decode"].append(
                     decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw)
                 )
                 progress(results["decode"][-1])
-    for seq_len in PREFILL_SEQ_LENS:
+    for seq_len in PREFILL_SEQ_LENS if "prefill" in parts else []:
         results["prefill"].append(prefill_case(seq_len))
         progress(results["prefill"][-1])
-    results["prefill"].append(prefill_case(2048, prefix=8192))
-    progress(results["prefill"][-1])
-    if not args.quick:
+    if "prefill" in parts:
+        results["prefill"].append(prefill_case(2048, prefix=8192))
+        progress(results["prefill"][-1])
+    if not args.quick and "sweep" in parts:
         results["sweep"] = sweep(copy_bw)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
     print_table(results)

@@ -148,15 +148,20 @@ def attend(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    SPLIT_WHOLE: tl.constexpr,
 ):
     """:func:`attend_tiles` over ``[tile_lo, tile_hi)``: whole tiles unmasked, the rest masked.
 
     A tile is whole when its last key is at or below ``lowest_q_abs`` (the smallest query
     position among the program's rows, so causal masking cuts nothing in it, and every key is
-    below ``seq_len``) and there is no sliding window.
+    below ``seq_len``) and there is no sliding window. Without ``SPLIT_WHOLE`` every tile runs
+    masked in one loop (see :func:`volta_attn_v100.configs.prefill_split_whole`).
     """
-    whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
-    whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
+    if SPLIT_WHOLE:
+        whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
+        whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
+    else:
+        whole_hi = tile_lo
     m_i, l_i, acc = attend_tiles(
         q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
         q_abs, seq_len, tile_lo, whole_hi, qk_scale, v_scale, softcap, window,

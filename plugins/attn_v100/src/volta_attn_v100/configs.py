@@ -84,16 +84,6 @@ def decode_tiles(
     return Tiles(block_m, (32 if pad <= 128 else 16) * widen, 4, 2)
 
 
-def prefill_split_whole(capability: tuple[int, int]) -> bool:
-    """Whether prefill runs whole key tiles in their own unmasked loop (decode always does).
-
-    Not on SM80+: there Triton 3.6's software pipeliner fails (``PassManager::run failed`` in
-    ``TritonGPUPipeline``, measured on the H100) on the prefill kernel with two ``tl.dot``
-    loops, so every tile runs masked in one loop.
-    """
-    return is_sm70_class(capability)
-
-
 def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
     """Tiles of the prefill kernel for a head size.
 
@@ -233,7 +223,6 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         "BLOCK_N": tiles.block_n,
                         "KV_FP8": fp8,
                         "NATIVE_FP8": fp8 and native_e5m2(capability),
-                        "SPLIT_WHOLE": prefill_split_whole(capability),
                     },
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,

@@ -26,7 +26,6 @@ from volta_attn_v100.configs import (
     decode_tiles,
     head_pad,
     native_e5m2,
-    prefill_split_whole,
     prefill_tiles,
     reduce_warps,
 )
@@ -478,7 +477,6 @@ def _launch_prefill(a: _Common) -> None:
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
-        SPLIT_WHOLE=prefill_split_whole(capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

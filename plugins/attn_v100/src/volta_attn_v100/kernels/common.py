@@ -102,11 +102,11 @@ def attend_tiles(
         k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
         k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
         s = tl.dot(q, tl.trans(k))
+        s = s * (qk_scale * LOG2E)
         if softcap > 0:
-            s = s * qk_scale
-            s = softcap * (1.0 - 2.0 / (tl.exp(2.0 * s / softcap) + 1.0)) * LOG2E
-        else:
-            s = s * (qk_scale * LOG2E)
+            # softcap * tanh(x / softcap) in base-2 units: the cap scales by LOG2E too.
+            cap = softcap * LOG2E
+            s = cap * (1.0 - 2.0 / (tl.exp(2.0 * s / cap) + 1.0))
         if MASKED:
             keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
             if window > 0:
@@ -148,20 +148,15 @@ def attend(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
-    SPLIT_WHOLE: tl.constexpr,
 ):
     """:func:`attend_tiles` over ``[tile_lo, tile_hi)``: whole tiles unmasked, the rest masked.
 
     A tile is whole when its last key is at or below ``lowest_q_abs`` (the smallest query
     position among the program's rows, so causal masking cuts nothing in it, and every key is
-    below ``seq_len``) and there is no sliding window. Without ``SPLIT_WHOLE`` every tile runs
-    masked in one loop (see :func:`volta_attn_v100.configs.prefill_split_whole`).
+    below ``seq_len``) and there is no sliding window.
     """
-    if SPLIT_WHOLE:
-        whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
-        whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
-    else:
-        whole_hi = tile_lo
+    whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
+    whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
     m_i, l_i, acc = attend_tiles(
         q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
         q_abs, seq_len, tile_lo, whole_hi, qk_scale, v_scale, softcap, window,

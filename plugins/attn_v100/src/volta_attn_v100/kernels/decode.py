@@ -123,7 +123,6 @@ def paged_decode_kernel(
         BLOCK_N,
         KV_FP8,
         NATIVE_FP8,
-        True,
     )
 
     part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split

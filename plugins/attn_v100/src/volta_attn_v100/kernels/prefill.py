@@ -57,7 +57,6 @@ def paged_prefill_kernel(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
-    SPLIT_WHOLE: tl.constexpr,
 ):
     """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -133,7 +132,6 @@ def paged_prefill_kernel(
         BLOCK_N,
         KV_FP8,
         NATIVE_FP8,
-        SPLIT_WHOLE,
     )
 
     sink = tl.load(sinks_ptr + q_head, mask=row_valid & (has_sinks > 0), other=NEG_BIG)

@@ -188,3 +188,28 @@ def reference(case: PagedCase) -> torch.Tensor:
         p = torch.softmax(s, dim=-1)[..., :seq_len]
         out[q0:q1] = torch.einsum("htk,khd->thd", p, v)
     return out
+
+
+def call_error(args: tuple, kwargs: dict) -> float:
+    """Relative error of one real ``paged_attention(*args, **kwargs)`` call (made by an engine:
+    ``args`` are query, cache, block table, lengths, query starts and the written output)
+    against the float64 reference over the cache contents as they are."""
+    query, kv_cache, block_table, seq_lens, query_start_loc, out = args
+    case = PagedCase(
+        query=query,
+        kv_cache=kv_cache,
+        block_table=block_table,
+        seq_lens=seq_lens,
+        query_start_loc=query_start_loc,
+        kv_cache_dtype=kwargs["kv_cache_dtype"],
+        sm_scale=kwargs["sm_scale"],
+        max_query_len=kwargs["max_query_len"],
+        max_seq_len=kwargs["max_seq_len"],
+        k_scale=kwargs["k_scale"],
+        v_scale=kwargs["v_scale"],
+        sliding_window=kwargs["sliding_window"],
+        logits_soft_cap=kwargs["logits_soft_cap"],
+        sinks=kwargs["sinks"],
+    )
+    ref = reference(case)
+    return float((out.double() - ref).norm() / ref.norm())

@@ -19,27 +19,9 @@ def check_against_reference(args, kwargs) -> None:
     """Compare one attention call the engine made with the float64 reference over the cache
     contents the engine itself wrote (fp8 dequantized with the layer's scales)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from attn_v100_cases import PagedCase, reference
+    from attn_v100_cases import call_error
 
-    query, kv_cache, block_table, seq_lens, query_start_loc, out = args
-    case = PagedCase(
-        query=query,
-        kv_cache=kv_cache,
-        block_table=block_table,
-        seq_lens=seq_lens,
-        query_start_loc=query_start_loc,
-        kv_cache_dtype=kwargs["kv_cache_dtype"],
-        sm_scale=kwargs["sm_scale"],
-        max_query_len=kwargs["max_query_len"],
-        max_seq_len=kwargs["max_seq_len"],
-        k_scale=kwargs["k_scale"],
-        v_scale=kwargs["v_scale"],
-        sliding_window=kwargs["sliding_window"],
-        logits_soft_cap=kwargs["logits_soft_cap"],
-        sinks=kwargs["sinks"],
-    )
-    ref = reference(case)
-    err = float((out.double() - ref).norm() / ref.norm())
+    err = call_error(args, kwargs)
     CALLS["max_rel_error"] = max(CALLS.get("max_rel_error", 0.0), err)
     CALLS["max_query_len"] = max(CALLS.get("max_query_len", 0), kwargs["max_query_len"])
 

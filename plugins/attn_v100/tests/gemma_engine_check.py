@@ -45,27 +45,9 @@ def check_against_reference(args, kwargs) -> None:
     cache the engine wrote (sliding window included), so a logprob difference between the runs
     can be told apart from a kernel error."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from attn_v100_cases import PagedCase, reference
+    from attn_v100_cases import call_error
 
-    query, kv_cache, block_table, seq_lens, query_start_loc, out = args
-    case = PagedCase(
-        query=query,
-        kv_cache=kv_cache,
-        block_table=block_table,
-        seq_lens=seq_lens,
-        query_start_loc=query_start_loc,
-        kv_cache_dtype=kwargs["kv_cache_dtype"],
-        sm_scale=kwargs["sm_scale"],
-        max_query_len=kwargs["max_query_len"],
-        max_seq_len=kwargs["max_seq_len"],
-        k_scale=kwargs["k_scale"],
-        v_scale=kwargs["v_scale"],
-        sliding_window=kwargs["sliding_window"],
-        logits_soft_cap=kwargs["logits_soft_cap"],
-        sinks=kwargs["sinks"],
-    )
-    ref = reference(case)
-    err = float((out.double() - ref).norm() / ref.norm())
+    err = call_error(args, kwargs)
     ERRORS["max_rel_error"] = max(ERRORS.get("max_rel_error", 0.0), err)
     ERRORS["max_query_len"] = max(ERRORS.get("max_query_len", 0), kwargs["max_query_len"])
     window = kwargs["sliding_window"]

@@ -363,6 +363,9 @@ class KernelConfig:
 
     ``kernel`` is the import path of the ``@triton.jit`` function; ``signature`` maps argument
     names to Triton type strings (``*fp16``, ``i32``...) and ``constexprs`` fixes the rest.
+    ``divisible_by_16`` names the integer arguments that are multiples of 16 at the launches
+    that matter (strides and sizes of real models): the JIT specializes those, and the gate
+    compiles the configuration that way too.
     """
 
     name: str
@@ -371,3 +374,4 @@ class KernelConfig:
     constexprs: Mapping[str, Any] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 1
+    divisible_by_16: tuple[str, ...] = ()

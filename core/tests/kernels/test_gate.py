@@ -18,6 +18,8 @@ from volta_core.kernels.gate import (  # noqa: E402
     assert_gate_passes,
     check_kernel_config,
     compile_for,
+    compiled,
+    gate_variants,
     sass_histogram,
 )
 from volta_core.types import KernelConfig  # noqa: E402
@@ -169,3 +171,43 @@ def test_sass_histogram_counts_opcodes_without_modifiers() -> None:
         /*0040*/                   EXIT ;
     """
     assert sass_histogram(sass) == {"LDG": 2, "IMAD": 1, "SHFL": 1, "EXIT": 1}
+
+
+@triton.jit
+def strided_copy(x, out, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    tl.store(out + row * stride + cols, tl.load(x + row * stride + cols))
+
+
+COPY_SIG = {"x": "*fp16", "out": "*fp16", "stride": "i32"}
+
+
+def test_divisibility_specialization_changes_the_build() -> None:
+    """Declared multiples of 16 compile as the JIT specializes them: here the row stride lets
+    each thread load its eight fp16 in one 16-byte access instead of eight."""
+    plain = compile_for(strided_copy, COPY_SIG, {"BLOCK": 256}, num_warps=1)
+    specialized = compile_for(
+        strided_copy, COPY_SIG, {"BLOCK": 256}, num_warps=1, divisible_by_16=("stride",)
+    )
+    assert_gate_passes(plain)
+    assert_gate_passes(specialized)
+    assert specialized.sass_histogram["LDG"] < plain.sass_histogram["LDG"], (
+        specialized.sass_histogram,
+        plain.sass_histogram,
+    )
+
+
+def test_divisibility_names_must_be_integer_arguments() -> None:
+    report = compile_for(strided_copy, COPY_SIG, {"BLOCK": 256}, divisible_by_16=("x", "nope"))
+    assert not compiled(report)
+    assert "divisible_by_16 names ['nope', 'x']" in report.describe()
+
+
+def test_gate_variants_add_the_any_size_build() -> None:
+    plain = KernelConfig("copy", "m:k", COPY_SIG, {"BLOCK": 256})
+    special = KernelConfig("copy16", "m:k", COPY_SIG, {"BLOCK": 256}, divisible_by_16=("stride",))
+    variants = gate_variants([plain, special])
+    assert [v.name for v in variants] == ["copy", "copy16", "copy16[any-size]"]
+    assert variants[2].divisible_by_16 == ()
+    assert variants[2].signature == special.signature

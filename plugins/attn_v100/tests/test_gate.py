@@ -11,7 +11,7 @@ import pytest
 
 from volta_attn_v100 import plugin
 from volta_core import V100
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config
+from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
 
 V100_CONFIGS = list(plugin.volta_kernel_configs(V100))
 
@@ -40,7 +40,7 @@ def test_sm70_and_sm90_tiles_differ() -> None:
     assert all(c.num_stages == 1 for c in V100_CONFIGS), "num_stages does nothing on SM70"
 
 
-@pytest.mark.parametrize("config", V100_CONFIGS, ids=[c.name for c in V100_CONFIGS])
+@pytest.mark.parametrize("config", gate_variants(V100_CONFIGS), ids=lambda c: c.name)
 def test_sm70_gate(config) -> None:
     report = check_kernel_config(config, capability=70)
     assert_gate_passes(report)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from volta_core.device import V100, Device
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config
+from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
 from volta_ct_wna16 import configs
 from volta_ct_wna16.plugin import volta_kernel_configs
 
@@ -43,7 +43,7 @@ def test_sm90_tiles_differ_from_sm70_tiles() -> None:
     assert sm90 != {c.name for c in SM70_CONFIGS}
 
 
-@pytest.mark.parametrize("cfg", SM70_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", gate_variants(SM70_CONFIGS), ids=lambda c: c.name)
 def test_sm70_gate(cfg) -> None:
     report = check_kernel_config(cfg, capability=70)
     assert_gate_passes(report)

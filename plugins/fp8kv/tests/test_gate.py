@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from volta_core.device import V100, Device
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config
+from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
 from volta_fp8kv import configs, plugin
 
 V100_CONFIGS = plugin.volta_kernel_configs(V100)
 
 
-@pytest.mark.parametrize("cfg", V100_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("cfg", gate_variants(V100_CONFIGS), ids=lambda c: c.name)
 def test_every_sm70_config_passes_the_gate(cfg):
     report = check_kernel_config(cfg, capability=70)
     assert_gate_passes(report)

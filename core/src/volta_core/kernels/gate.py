@@ -134,14 +134,16 @@ def compile_for(
             report.problems.append(str(exc))
             return report
         return _compile_elsewhere(
-            location,
-            dict(signature),
-            constexprs,
-            num_warps,
-            num_stages,
-            capability,
-            name or _kernel_name(kernel),
-            divisible,
+            _CompileRequest(
+                location,
+                dict(signature),
+                constexprs,
+                num_warps,
+                num_stages,
+                capability,
+                name or _kernel_name(kernel),
+                divisible,
+            )
         )
     report = GateReport(
         name=name or _kernel_name(kernel),
@@ -415,31 +417,28 @@ def _read_frame(stream: Any) -> bytes:
 _worker: _Worker | None = None
 
 
-def _compile_elsewhere(
-    location: tuple[str, str, str],
-    signature: dict[str, str],
-    constexprs: dict[str, Any],
-    num_warps: int,
-    num_stages: int,
-    capability: int,
-    name: str,
-    divisible_by_16: tuple[str, ...],
-) -> GateReport:
+@dataclass(frozen=True)
+class _CompileRequest:
+    """One configuration to compile in the worker: :func:`compile_for`'s arguments, with the
+    kernel given by where to find it (``module``, ``qualname``, ``filename``)."""
+
+    location: tuple[str, str, str]
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    num_warps: int
+    num_stages: int
+    capability: int
+    name: str
+    divisible_by_16: tuple[str, ...]
+
+
+def _compile_elsewhere(request: _CompileRequest) -> GateReport:
     """Compile in the worker; a request or worker failure becomes a problem, never a raise."""
     import pickle
 
     global _worker
-    request = (
-        location,
-        signature,
-        constexprs,
-        num_warps,
-        num_stages,
-        capability,
-        name,
-        divisible_by_16,
-    )
-    report = GateReport(name, capability, num_warps, num_stages)
+    name = request.name
+    report = GateReport(name, request.capability, request.num_warps, request.num_stages)
     try:
         payload = pickle.dumps(request)
     except Exception as exc:
@@ -474,7 +473,7 @@ def _serve() -> None:
         except EOFError:
             return
         try:
-            report = _compile_in_worker(*pickle.loads(payload))
+            report = _compile_in_worker(pickle.loads(payload))
         except Exception as exc:  # unpicklable request: answer, and stay in step
             report = GateReport("?", 0)
             report.problems.append(f"the compile worker could not take the request: {exc!r}")
@@ -510,34 +509,25 @@ def _load_kernel(module: str, qualname: str, filename: str) -> Any:
     return obj
 
 
-def _compile_in_worker(
-    location: tuple[str, str, str],
-    signature: dict[str, str],
-    constexprs: dict[str, Any],
-    num_warps: int,
-    num_stages: int,
-    capability: int,
-    name: str,
-    divisible_by_16: tuple[str, ...],
-) -> GateReport:
+def _compile_in_worker(request: _CompileRequest) -> GateReport:
     try:
-        kernel = _load_kernel(*location)
+        kernel = _load_kernel(*request.location)
     except Exception as exc:
-        report = GateReport(name, capability, num_warps, num_stages)
+        report = GateReport(request.name, request.capability, request.num_warps, request.num_stages)
         report.problems.append(
-            f"cannot load {location[1]} from {location[2]} with the interpreter off: "
-            f"{type(exc).__name__}: {exc}"
+            f"cannot load {request.location[1]} from {request.location[2]} with the interpreter "
+            f"off: {type(exc).__name__}: {exc}"
         )
         return report
     return compile_for(
         kernel,
-        signature,
-        constexprs,
-        num_warps=num_warps,
-        num_stages=num_stages,
-        capability=capability,
-        name=name,
-        divisible_by_16=divisible_by_16,
+        request.signature,
+        request.constexprs,
+        num_warps=request.num_warps,
+        num_stages=request.num_stages,
+        capability=request.capability,
+        name=request.name,
+        divisible_by_16=request.divisible_by_16,
     )
 
 

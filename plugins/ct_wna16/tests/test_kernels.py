@@ -9,10 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
-from volta_ct_wna16.ops import MIN_COUNTERS, device_facts, split_k_counters, wna16_linear
+from volta_ct_wna16.ops import device_facts, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import (
     LIBRARY_FIXTURES,
@@ -130,18 +131,18 @@ def test_fused_split_k_reduction(scheme) -> None:
         check(pw, m, bias=bias, seed=m)
 
 
-def test_split_k_counters_reset_themselves() -> None:
+def test_arrival_counters_reset_themselves() -> None:
     pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 32), seed=8))
     device = pw.qweight.device
-    counters = split_k_counters(device)
+    counters = arrival_counters(device)
     for seed in (0, 1):  # the same layer twice in a row: the second call needs zeroed counters
         check(pw, 1, bias=True, seed=seed)
-        assert split_k_counters(device) is counters
+        assert arrival_counters(device) is counters
         assert not counters.any(), counters.nonzero()[:4]
-    grown = split_k_counters(device, counters.numel() + 1)
+    grown = arrival_counters(device, counters.numel() + 1)
     assert grown.numel() >= 2 * MIN_COUNTERS
     assert not grown.any()
-    assert split_k_counters(device) is grown
+    assert arrival_counters(device) is grown
     check(pw, 16, bias=False, seed=2)
     assert not grown.any()
     assert not counters.any()
@@ -210,7 +211,7 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
                 torch.cuda.synchronize()
                 assert_rel_close(out, ref, TOLERANCE, f"{n}x{k} m={m} replay {replay}")
             with torch.cuda.stream(stream):
-                assert not split_k_counters(out.device).any()
+                assert not arrival_counters(out.device).any()
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ import os
 
 import torch
 
+from volta_core.kernels.counters import arrival_counters
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights
 
@@ -38,32 +39,6 @@ def device_facts(x: torch.Tensor) -> tuple[tuple[int, int], int]:
 
 def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=dtype, device=device)
-
-
-#: Counters a stream's first buffer holds: one per output tile of a split-K launch, so enough
-#: for N up to 4096 x 32 (the narrowest decode tile) without growing.
-MIN_COUNTERS = 4096
-
-#: Split-K arrival counter buffers by (device, stream); the last of each list is current.
-_COUNTERS: dict[tuple[torch.device, int], list[torch.Tensor]] = {}
-
-
-def split_k_counters(device: torch.device, tiles: int = 0) -> torch.Tensor:
-    """The int32 arrival counters (all zero between launches) of ``device``'s current stream.
-
-    One buffer per stream because launches on one stream run one after another and each sets
-    every counter it used back to zero, so the next starts from zeros without a memset launch;
-    launches on two streams may overlap and would count into each other's tiles. A stream
-    whose buffer has fewer than ``tiles`` counters gets a new zeroed one, at least twice as
-    large; the old ones stay allocated, because a CUDA graph captured with one keeps using it
-    on every replay (freed, its memory could be handed to another tensor and be non-zero then).
-    """
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    buffers = _COUNTERS.setdefault((device, stream), [])
-    if not buffers or buffers[-1].numel() < tiles:
-        size = max(MIN_COUNTERS, tiles, 2 * buffers[-1].numel() if buffers else 0)
-        buffers.append(torch.zeros(size, dtype=torch.int32, device=device))
-    return buffers[-1]
 
 
 def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
@@ -121,7 +96,7 @@ def wna16_linear(
         grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
         if use_ws:
             ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
-            counters = split_k_counters(x.device, grid[0] * grid[2])
+            counters = arrival_counters(x.device, grid[0] * grid[2])
         else:
             ws, counters = _empty(torch.float32, x.device), _empty(torch.int32, x.device)
         kernels.wna16_splitk_kernel[grid](

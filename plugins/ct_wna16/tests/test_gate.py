@@ -12,6 +12,16 @@ from volta_ct_wna16.plugin import volta_kernel_configs
 SM70_CONFIGS = list(volta_kernel_configs(V100))
 
 
+def _config_for(launch: configs.Launch, bits: int, names: set[str]) -> bool:
+    """Whether the gate's list has a configuration of ``launch``'s tile for ``bits``-bit weights."""
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+    if launch.path == configs.SPLITK:
+        tile += f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
+    if launch.path == configs.DEQUANT_MATMUL:
+        tile = f"n{launch.block_n}k{launch.block_k}"
+    return any(tile in name and f"w{bits}" in name for name in names)
+
+
 @pytest.mark.parametrize("device", [V100, Device((9, 0))], ids=["sm70", "sm90"])
 def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     device_configs = volta_kernel_configs(device)
@@ -20,22 +30,39 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     assert kinds == {"wna16_splitk_kernel", "wna16_gemm_kernel", "wna16_dequant_kernel"}
     for m in range(1, 600):
         for n in (256, 5120, 8192, 27648):
-            for bits in (4, 8):
-                launch = configs.choose(m, n, device.capability, bits)
-                tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
-                if launch.path == configs.DEQUANT_MATMUL:
-                    tile = f"n{launch.block_n}k{launch.block_k}"
-                assert any(tile in name and f"w{bits}" in name for name in names), (m, n, tile)
+            for k in (256, 5120, 27648):
+                for bits in (4, 8):
+                    launch = configs.choose(m, n, k, device.capability, bits)
+                    assert _config_for(launch, bits, names), (m, n, k, launch)
 
 
 def test_sm90_gemv_tile_follows_the_output_count() -> None:
     sm90 = (9, 0)
     narrow, (wide_from, wide) = configs.SM90.gemv, configs.SM90.wide_gemv or (0, None)
-    assert configs.choose(1, 5120, sm90, 4) == narrow
-    assert configs.choose(1, wide_from - 1, sm90, 4) == narrow
-    assert configs.choose(1, wide_from, sm90, 4) == wide
-    assert configs.choose(1, 27648, sm90, 8) == wide
-    assert configs.choose(1, 27648, (7, 0), 4) == configs.SM70.gemv
+    assert configs.choose(1, 5120, 5120, sm90, 4) == narrow
+    assert configs.choose(1, wide_from - 1, 5120, sm90, 4) == narrow
+    assert configs.choose(1, wide_from, 5120, sm90, 4) == wide
+    assert configs.choose(1, 27648, 5120, sm90, 8) == wide
+    assert configs.choose(1, 27648, 5120, (7, 0), 4) == configs.SM70.gemv
+
+
+def test_sm90_gemv_tile_follows_the_input_count() -> None:
+    """A narrow layer with a long input (5120x27648, the MLP's down projection) takes the
+    long-input tile, and the gate's list has it; a wide one keeps the wide tile."""
+    sm90 = (9, 0)
+    narrow, (wide_from, wide) = configs.SM90.gemv, configs.SM90.wide_gemv or (0, None)
+    long_from, long = configs.SM90.long_gemv or (0, None)
+    assert long is not None
+    assert long not in (narrow, wide)
+    names = {c.name for c in volta_kernel_configs(Device((9, 0)))}
+    for bits in (4, 8):
+        assert configs.choose(1, 5120, long_from - 1, sm90, bits) == narrow
+        assert configs.choose(1, 5120, long_from, sm90, bits) == long
+        assert configs.choose(1, 5120, 27648, sm90, bits) == long
+        assert configs.choose(1, wide_from, 27648, sm90, bits) == wide
+        assert _config_for(long, bits, names)
+    assert configs.choose(16, 5120, 27648, sm90, 4) == configs.SM90.decode
+    assert configs.choose(1, 5120, 27648, (7, 0), 4) == configs.SM70.gemv
 
 
 def test_sm90_tiles_differ_from_sm70_tiles() -> None:

@@ -13,8 +13,10 @@ larger of bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton path
 FMA rate: ``tl.dot`` has no tensor cores there), or, on the dequantize-then-cuBLAS path SM70
 takes above 32 tokens, the dequantization's bytes plus cuBLAS at the V100's 125 TFLOP/s.
 
-``--sweep`` also times candidate tiles per (shape, M) for choosing the SM90 table; the table
-itself is what the main figures use.
+``--sweep`` also times candidate launches per (shape, M, symmetry) for choosing the SM90 table
+(``--sweep-only``: nothing else, into ``DIR/ct_wna16_sweep.json``); the table itself is what the
+main figures use. Every swept launch is checked against ``x @ dequant(W).T`` on the GPU first,
+and only correct ones compete for the "best" table printed at the end.
 
 Writes ``DIR/ct_wna16_bench.json`` and ``DIR/ct_wna16_bench.png``; prints the table last.
 """
@@ -100,7 +102,7 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
     """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
-    launch = configs.choose(m, n, (7, 0), pw.bits)
+    launch = configs.choose(m, n, k, (7, 0), pw.bits)
     io = m * k * 2 + m * n * 2
     if launch.path == configs.DEQUANT_MATMUL:
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
@@ -140,7 +142,7 @@ def measure(
             * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
+        launch = configs.choose(m, n, k, torch.cuda.get_device_capability(), 4)
         wbytes = pws[0].nbytes()
         rows.append(
             {
@@ -165,36 +167,131 @@ def measure(
     return rows
 
 
+#: Token counts ``--sweep`` times: the 1-token GEMV tiles, and the dot tiles at 4 and 16.
+SWEEP_MS = (1, 4, 16)
+#: Largest error a swept launch may have against the fp16 reference and count as correct:
+#: max |ours - ref| over max |ref|, both fp32-accumulated sums rounded to fp16.
+SWEEP_TOLERANCE = 1e-2
+
+
+def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Launch:
+    return configs.Launch(
+        configs.SPLITK,
+        block_m=1,
+        block_n=bn,
+        block_k=bk,
+        num_warps=w,
+        programs_per_sm=p,
+        num_stages=st,
+        reduce_unroll=ru,
+    )
+
+
+def _dot(bn: int, bk: int, w: int, st: int, p: int) -> configs.Launch:
+    return configs.Launch(
+        configs.SPLITK,
+        block_m=16,
+        block_n=bn,
+        block_k=bk,
+        use_dot=True,
+        num_warps=w,
+        programs_per_sm=p,
+        num_stages=st,
+    )
+
+
 def sweep_candidates(m: int) -> list[configs.Launch]:
-    """Tiles tried per M by ``--sweep`` (4-bit sizes); few, so the sweep compiles quickly."""
-    s = configs.SPLITK
+    """Launches ``--sweep`` times for ``m`` tokens (4-bit sizes), besides the table's own.
+
+    Pruned so that the sweep compiles about 35 kernels (2 to 5 s each on the H100; each
+    compiles for sm_90 without spills, and 64 x 256 at 4 warps, which spilled, is left out):
+    ``programs_per_sm`` is a launch argument, not a compile one, so it varies freely; the
+    1-token list keeps run 4's unpipelined tiles (1 stage, 4 partials per reduction round
+    trip) to show what pipelining changes, and the dot list is shared by 4 and 16 tokens
+    (one compile serves both).
+    """
     if m == 1:
         return [
-            configs.Launch(s, block_m=1, block_n=bn, block_k=bk, num_warps=w, programs_per_sm=p)
-            for bn, bk, w in ((512, 32, 2), (512, 64, 4), (1024, 32, 4), (256, 32, 1))
-            for p in (4, 8)
+            _gemv(256, 32, 1, 1, 4, ru=4),
+            _gemv(512, 32, 2, 1, 8, ru=4),
+            *(_gemv(256, 32, 1, st, p) for st in (2, 3, 4) for p in (4, 8)),
+            *(_gemv(256, 64, 2, st, p) for st in (3, 4) for p in (4, 8)),
+            *(_gemv(512, 32, 2, st, p) for st in (3, 4) for p in (4, 8)),
+            *(_gemv(512, 64, 4, 3, p) for p in (4, 8)),
+            *(_gemv(1024, 32, 4, 3, p) for p in (4, 8)),
+            *(_gemv(256, 128, 4, 3, p) for p in (2, 4)),
+            _gemv(256, 32, 1, 3, 8, ru=16),
+            _gemv(512, 32, 2, 3, 8, ru=16),
         ]
-    if m <= 16:
-        return [
-            configs.Launch(s, block_m=16, block_n=bn, block_k=bk, use_dot=True, programs_per_sm=p)
-            for bn, bk in ((128, 64), (128, 128), (256, 128))
-            for p in (2, 4)
-        ]
-    gemm = [
-        configs.Launch(configs.GEMM, block_m=bm, block_n=bn, block_k=bk, num_warps=w)
-        for bm, bn, bk, w in ((64, 64, 64, 4), (128, 128, 64, 8), (64, 128, 64, 4))
+    return [
+        *(_dot(256, 128, 4, 3, p) for p in (2, 4)),
+        _dot(256, 128, 4, 2, 4),
+        _dot(256, 128, 4, 4, 4),
+        _dot(256, 128, 8, 3, 4),
+        _dot(256, 64, 4, 3, 4),
+        *(_dot(128, 128, 4, 3, p) for p in (4, 8)),
+        *(_dot(128, 64, 4, 3, p) for p in (4, 8)),
+        _dot(128, 256, 8, 3, 4),
+        *(_dot(64, 128, 4, 3, p) for p in (4, 8)),
     ]
-    return [*gemm, configs.Launch(configs.DEQUANT_MATMUL, block_n=256, block_k=32)]
 
 
-def sweep(n: int, k: int, ms: tuple[int, ...]) -> list[dict[str, Any]]:
-    pws = weights(n, k, True, max(2, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k // 2)))))
+def launch_label(ln: configs.Launch) -> str:
+    """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM."""
+    return (
+        f"{'dot' if ln.use_dot else 'fma'} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
+        f"w{ln.num_warps} s{ln.num_stages} r{ln.reduce_unroll} p{ln.programs_per_sm}"
+    )
+
+
+def max_rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| / max |ref| on the GPU, in fp32 (inf if ``out`` is not finite)."""
+    o, r = out.float(), ref.float()
+    if not bool(torch.isfinite(o).all()):
+        return float("inf")
+    return float((o - r).abs().max() / r.abs().max().clamp_min(1e-30))
+
+
+def sweep(
+    n: int, k: int, symmetric: bool, ms: tuple[int, ...], copy_bw: float
+) -> list[dict[str, Any]]:
+    """Time the table's launch and every candidate for each of ``ms`` on one layer.
+
+    Each launch is first run once into a NaN-poisoned output and checked against
+    ``x @ dequant(W).T`` computed by cuBLAS in fp16 (no float64 on the GPU); the fp16 product
+    is timed too, for the speed-up. One line per launch as it completes.
+    """
+    pws = weights(n, k, symmetric, max(2, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k // 2)))))
+    dense = dequantize_dense(pws[0], torch.float16).t().contiguous()
+    wbytes = pws[0].nbytes()
+    capability = torch.cuda.get_device_capability()
     rows = []
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
         out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        for launch in sweep_candidates(m):
+        ref = torch.matmul(x, dense.t())
+        fp16 = (
+            time_cuda_graph(
+                lambda x=x, o=out, d=dense: torch.matmul(x, d.t(), out=o), [()], replays=3
+            ).median_ms
+            * 1e-3
+        )
+        table_launch = configs.choose(m, n, k, capability, 4)
+        launches = [table_launch] + [c for c in sweep_candidates(m) if c != table_launch]
+        for launch in launches:
+            row: dict[str, Any] = {
+                "n": n,
+                "k": k,
+                "m": m,
+                "symmetric": symmetric,
+                "table": launch == table_launch,
+                "launch": asdict(launch),
+                "fp16_us": fp16 * 1e6,
+            }
             try:
+                out.fill_(float("nan"))
+                wna16_linear(x, pws[0], launch=launch, out=out)
+                row["max_rel_error"] = max_rel_error(out, ref)
                 t = (
                     time_cuda_graph(
                         lambda i, ln=launch, x=x, o=out, pws=pws: wna16_linear(
@@ -205,13 +302,73 @@ def sweep(n: int, k: int, ms: tuple[int, ...]) -> list[dict[str, Any]]:
                     ).median_ms
                     * 1e-3
                 )
-            except Exception as exc:  # a tile that does not compile here is a finding
-                rows.append({"n": n, "k": k, "m": m, "launch": asdict(launch), "error": str(exc)})
+            except Exception as exc:  # a launch that does not compile here is a finding
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                print(
+                    f"sweep {n}x{k} {'sym ' if symmetric else 'asym'} M={m:<2} "
+                    f"{launch_label(launch)}: {row['error']}",
+                    flush=True,
+                )
+                rows.append(row)
                 continue
-            rows.append({"n": n, "k": k, "m": m, "launch": asdict(launch), "us": t * 1e6})
-    del pws
+            row.update(
+                us=t * 1e6,
+                speedup=fp16 / t,
+                copy_fraction=wbytes / t / copy_bw,
+                correct=row["max_rel_error"] <= SWEEP_TOLERANCE,
+            )
+            rows.append(row)
+            print(sweep_line(row), flush=True)
+    del pws, dense
     torch.cuda.empty_cache()
     return rows
+
+
+def sweep_line(r: dict[str, Any]) -> str:
+    """One swept launch: layer, tokens, launch, time, x fp16, % of copy, error."""
+    ln = configs.Launch(**r["launch"])
+    return (
+        f"{r['n']:>6}x{r['k']:<6} {'sym ' if r['symmetric'] else 'asym'} M={r['m']:<2} "
+        f"{launch_label(ln):<34} {r['us']:8.1f} us {r['speedup']:5.2f}x fp16 "
+        f"{100 * r['copy_fraction']:5.1f}% copy err {r['max_rel_error']:.1e}"
+        f"{' table' if r['table'] else ''}{'' if r['correct'] else ' WRONG'}"
+    )
+
+
+def best_of_sweep(swept: list[dict[str, Any]]) -> str:
+    """The fastest correct launch per (layer, tokens, symmetry), beside the table's launch."""
+    lines = [
+        "best swept launch per (shape, M, sym) (correct ones only; table = the shipped table's):",
+        f"{'N':>6} {'K':>6} {'sym':>4} {'M':>3} {'best us':>8} {'x fp16':>7} {'%copy':>6} "
+        f"{'table us':>9}  best launch",
+    ]
+    keys = sorted({(r["n"], r["k"], not r["symmetric"], r["m"]) for r in swept})
+    for n, k, asym, m in keys:
+        rows = [
+            r
+            for r in swept
+            if (r["n"], r["k"], not r["symmetric"], r["m"]) == (n, k, asym, m) and r.get("correct")
+        ]
+        if not rows:
+            lines.append(f"{n:>6} {k:>6} {'n' if asym else 'y':>4} {m:>3}  no correct launch")
+            continue
+        best = min(rows, key=lambda r: r["us"])
+        table_us = next((f"{r['us']:9.1f}" for r in rows if r["table"]), f"{'-':>9}")
+        lines.append(
+            f"{n:>6} {k:>6} {'n' if asym else 'y':>4} {m:>3} {best['us']:8.1f} "
+            f"{best['speedup']:7.2f} {100 * best['copy_fraction']:6.1f} {table_us}  "
+            f"{launch_label(configs.Launch(**best['launch']))}"
+        )
+    return "\n".join(lines)
+
+
+def run_sweep(copy_bw: float) -> list[dict[str, Any]]:
+    """Every shape: 1, 4 and 16 tokens symmetric, and 16 tokens asymmetric."""
+    swept: list[dict[str, Any]] = []
+    for n, k in SHAPES:
+        swept += sweep(n, k, True, SWEEP_MS, copy_bw)
+        swept += sweep(n, k, False, (16,), copy_bw)
+    return swept
 
 
 def chart(rows: list[dict[str, Any]], path: Path, device: str) -> None:
@@ -259,28 +416,11 @@ def table(rows: list[dict[str, Any]], copy_bw: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sweep", action="store_true", help="also time candidate tiles")
-    args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("the benchmark needs a CUDA GPU", file=sys.stderr)
-        return 2
+def versions() -> dict[str, Any]:
     import triton
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    device = torch.cuda.get_device_name()
-    copy_bw = copy_bandwidth()
-    flops = matmul_flops()
-    floor = launch_floor()
-    rows: list[dict[str, Any]] = []
-    for n, k in SHAPES:
-        for symmetric in (True, False):
-            rows += measure(n, k, symmetric, MS, copy_bw)
-    swept: list[dict[str, Any]] = []
-    result = {
-        "device": device,
+    return {
+        "device": torch.cuda.get_device_name(),
         "capability": list(torch.cuda.get_device_capability()),
         "versions": {
             "volta_ct_wna16": __version__,
@@ -289,6 +429,39 @@ def main(argv: list[str] | None = None) -> int:
             "cuda": torch.version.cuda,
             "python": platform.python_version(),
         },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sweep", action="store_true", help="also time candidate launches")
+    mode.add_argument(
+        "--sweep-only", action="store_true", help="time candidate launches only (about 5 min)"
+    )
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("the benchmark needs a CUDA GPU", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    copy_bw = copy_bandwidth()
+    if args.sweep_only:
+        swept = run_sweep(copy_bw)
+        record = {**versions(), "copy_bandwidth_gbps": copy_bw / 1e9, "sweep": swept}
+        (args.out / "ct_wna16_sweep.json").write_text(json.dumps(record, indent=1))
+        print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
+        print(best_of_sweep(swept))
+        return 0
+    flops = matmul_flops()
+    floor = launch_floor()
+    rows: list[dict[str, Any]] = []
+    for n, k in SHAPES:
+        for symmetric in (True, False):
+            rows += measure(n, k, symmetric, MS, copy_bw)
+    swept = []
+    result = {
+        **versions(),
         "copy_bandwidth_gbps": copy_bw / 1e9,
         "fp16_matmul_tflops": flops / 1e12,
         "launch_floor_us": floor * 1e6,
@@ -296,14 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         "sweep": swept,
     }
     (args.out / "ct_wna16_bench.json").write_text(json.dumps(result, indent=1))
-    chart(rows, args.out / "ct_wna16_bench.png", device)
+    chart(rows, args.out / "ct_wna16_bench.png", result["device"])
     if args.sweep:  # after the main figures are saved, so a time limit cannot lose them
-        for n, k in SHAPES[:2]:
-            swept += sweep(n, k, (1, 16))
+        swept += run_sweep(copy_bw)
         (args.out / "ct_wna16_bench.json").write_text(json.dumps(result, indent=1))
-    if swept:
         print(best_of_sweep(swept))
-    print(f"{device}, torch {torch.__version__}, triton {triton.__version__}")
+    print(f"{result['device']}, torch {torch.__version__}, {result['versions']['triton']}")
     print(f"fp16 cuBLAS 8192^3: {flops / 1e12:.0f} TFLOP/s; one launch {floor * 1e6:.1f} us")
     print(against_floor(rows, floor))
     print(table(rows, copy_bw))
@@ -320,22 +491,6 @@ def against_floor(rows: list[dict[str, Any]], floor: float) -> str:
                 f"{r['ours_us']:6.1f} us = {r['ours_us'] / (floor * 1e6):4.1f} launches "
                 f"(fp16 {r['fp16_us']:.1f} us = {r['fp16_us'] / (floor * 1e6):.1f})"
             )
-    return "\n".join(lines)
-
-
-def best_of_sweep(swept: list[dict[str, Any]]) -> str:
-    lines = ["best swept tile per (N, K, M):"]
-    keys = sorted({(r["n"], r["k"], r["m"]) for r in swept})
-    for key in keys:
-        ok = [r for r in swept if (r["n"], r["k"], r["m"]) == key and "us" in r]
-        if not ok:
-            continue
-        best = min(ok, key=lambda r: r["us"])
-        ln = best["launch"]
-        lines.append(
-            f"  {key}: {best['us']:.1f} us {ln['path']} m{ln['block_m']} n{ln['block_n']} "
-            f"k{ln['block_k']} dot={ln['use_dot']} pps={ln['programs_per_sm']} w={ln['num_warps']}"
-        )
     return "\n".join(lines)
 
 

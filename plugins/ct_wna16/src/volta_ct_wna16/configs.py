@@ -34,7 +34,11 @@ DECODE_MAX_M = 16
 class Launch:
     """One launch choice: the path, its tile, and how many programs split-K aims for per SM.
 
-    ``block_k`` counts input elements (packed words times the pack factor).
+    ``block_k`` counts input elements (packed words times the pack factor). ``num_stages`` is
+    the software pipeline depth of the input loop (Triton pipelines on SM80+ only, so the SM70
+    tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
+    does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
+    partials the fused split-K reduction loads per round trip to L2.
     """
 
     path: str
@@ -45,6 +49,8 @@ class Launch:
     num_warps: int = 4
     programs_per_sm: int = 4
     group_m: int = 8
+    num_stages: int = 1
+    reduce_unroll: int = 2
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -74,10 +80,12 @@ class Table:
     dequant: Launch
     wide_gemv: tuple[int, Launch] | None = None
     """1 token from this many outputs on: ``(outputs, launch)``."""
+    long_gemv: tuple[int, Launch] | None = None
+    """1 token below the ``wide_gemv`` outputs, from this many inputs on: ``(inputs, launch)``."""
 
 
 SM70 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, programs_per_sm=4),
+    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, programs_per_sm=4, reduce_unroll=4),
     # 8 warps: on 4, the 8-bit tile (16 inputs) spilled 8 B at sm_70 once N, K and the strides
     # were compiled as multiples of 16, as the JIT specializes them for model shapes.
     small=Launch(SPLITK, block_m=4, block_n=64, block_k=32, num_warps=8, programs_per_sm=4),
@@ -95,15 +103,57 @@ SM90 = Table(
     # two warps over 512 outputs (8 per thread share each activation load) at 8 per SM were
     # best, 48.2 us, and the narrow tile 52-69 us. The switch sits at 8192 outputs, between
     # the measured shapes (7168, 14 blocks of 512, is on the narrow side, like 5120).
-    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, num_warps=1, programs_per_sm=4),
+    # num_stages 3 and 8 partials per reduction round trip on the 1-token tiles are not
+    # measured yet (run 4 ran unpipelined, 4 partials per round trip): H100 run 5's sweep
+    # decides them.
+    gemv=Launch(
+        SPLITK,
+        block_m=1,
+        block_n=256,
+        block_k=32,
+        num_warps=1,
+        programs_per_sm=4,
+        num_stages=3,
+        reduce_unroll=8,
+    ),
     wide_gemv=(
         8192,
-        Launch(SPLITK, block_m=1, block_n=512, block_k=32, num_warps=2, programs_per_sm=8),
+        Launch(
+            SPLITK,
+            block_m=1,
+            block_n=512,
+            block_k=32,
+            num_warps=2,
+            programs_per_sm=8,
+            num_stages=3,
+            reduce_unroll=8,
+        ),
+    ),
+    # Narrow layers with a long input (5120x27648 took 71 us in run 4 on the narrow tile, 41%
+    # of copy bandwidth): two warps and twice the inputs per iteration, so each program keeps
+    # more bytes in flight. A candidate, not measured: run 5's sweep times it.
+    long_gemv=(
+        16384,
+        Launch(
+            SPLITK,
+            block_m=1,
+            block_n=256,
+            block_k=64,
+            num_warps=2,
+            programs_per_sm=4,
+            num_stages=3,
+            reduce_unroll=8,
+        ),
     ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
-    small=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
-    decode=Launch(SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4),
-    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4),
+    # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
+    small=Launch(
+        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4, num_stages=3
+    ),
+    decode=Launch(
+        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4, num_stages=3
+    ),
+    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3),
     dequant_from=512,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
@@ -115,14 +165,22 @@ def table_for(capability: tuple[int, int]) -> Table:
 
 
 def choose(
-    m: int, n: int, capability: tuple[int, int], bits: int, table: Table | None = None
+    m: int, n: int, k: int, capability: tuple[int, int], bits: int, table: Table | None = None
 ) -> Launch:
-    """The launch for ``m`` tokens and ``n`` outputs on ``capability`` with ``bits``-bit weights."""
+    """The launch for ``m`` tokens, ``n`` outputs and ``k`` inputs on ``capability`` with
+    ``bits``-bit weights.
+
+    One token: the wide tile from ``wide_gemv``'s outputs on, else the long-input tile from
+    ``long_gemv``'s inputs on, else the narrow one. A wide layer already has column blocks
+    enough to fill the device; a narrow one with a long input is split into long pieces.
+    """
     t = table or table_for(capability)
     if m <= 1:
         launch = t.gemv
         if t.wide_gemv is not None and n >= t.wide_gemv[0]:
             launch = t.wide_gemv[1]
+        elif t.long_gemv is not None and k >= t.long_gemv[0]:
+            launch = t.long_gemv[1]
     elif m <= 4:
         launch = t.small
     elif m <= DECODE_MAX_M:
@@ -146,6 +204,36 @@ def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int
     splits = min(want, k_blocks)
     per_split = -(-k_blocks // splits) * launch.block_k
     return -(-k // per_split), per_split
+
+
+def group_tile(launch: Launch, group: int) -> bool:
+    """Whether every ``block_k`` tile of a layer with ``group`` inputs per scale lies inside one
+    group, so a dot tile loads one row of scales and zero points instead of one per word row.
+
+    Splits start at multiples of ``block_k`` (:func:`split_count`), so tiles are aligned.
+    Only the dot paths use it: the 1-token GEMV already loads scales once per 32 inputs.
+    """
+    return launch.path == SPLITK and launch.use_dot and group % launch.block_k == 0
+
+
+def splitk_constexprs(
+    launch: Launch, bits: int, zp: bool, bias: bool, use_ws: bool, group_tile: bool
+) -> dict[str, int | bool]:
+    """The ``tl.constexpr`` arguments of :func:`wna16_splitk_kernel` for one launch: the
+    launcher and the gate both build them here, so the gate compiles what runs."""
+    return {
+        "BITS": bits,
+        "HAS_ZP": zp,
+        "HAS_BIAS": bias,
+        "USE_WS": use_ws,
+        "USE_DOT": launch.use_dot,
+        "BLOCK_M": launch.block_m,
+        "BLOCK_N": launch.block_n,
+        "BLOCK_K": launch.block_k,
+        "NUM_STAGES": launch.num_stages,
+        "REDUCE_UNROLL": launch.reduce_unroll,
+        "GROUP_TILE": group_tile,
+    }
 
 
 _SPLITK_SIG = {
@@ -194,6 +282,7 @@ def _launches(table: Table) -> list[Launch]:
     for launch in (
         table.gemv,
         table.wide_gemv[1] if table.wide_gemv else None,
+        table.long_gemv[1] if table.long_gemv else None,
         table.small,
         table.decode,
         table.gemm,
@@ -218,24 +307,22 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                 tag = f"w{bits}{'a' if zp else 's'}"
                 tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
                 if launch.path == SPLITK:
-                    # Split (fused reduction) or unsplit, each with and without bias.
-                    for use_ws, bias in itertools.product((True, False), repeat=2):
+                    # Split (fused reduction) or unsplit, each with and without bias; the dot
+                    # tiles also with scales per tile (a layer whose groups hold whole tiles).
+                    group_tiles = (False, True) if launch.use_dot else (False,)
+                    for use_ws, bias, in_group in itertools.product(
+                        (True, False), (True, False), group_tiles
+                    ):
                         yield KernelConfig(
-                            name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_{tag}"
-                            f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}",
+                            name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}"
+                            f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}_{tag}"
+                            f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}"
+                            f"{'_gt' if in_group else ''}",
                             kernel=f"{KERNELS}:wna16_splitk_kernel",
                             signature=_SPLITK_SIG,
-                            constexprs={
-                                "BITS": bits,
-                                "HAS_ZP": zp,
-                                "HAS_BIAS": bias,
-                                "USE_WS": use_ws,
-                                "USE_DOT": launch.use_dot,
-                                "BLOCK_M": launch.block_m,
-                                "BLOCK_N": launch.block_n,
-                                "BLOCK_K": launch.block_k,
-                            },
+                            constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, in_group),
                             num_warps=launch.num_warps,
+                            num_stages=launch.num_stages,
                             divisible_by_16=_SPLITK_DIVISIBLE,
                         )
                 elif launch.path == GEMM:
@@ -254,6 +341,7 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                                 "GROUP_M": launch.group_m,
                             },
                             num_warps=launch.num_warps,
+                            num_stages=launch.num_stages,
                             divisible_by_16=_MODEL_DIVISIBLE,
                         )
                 else:
@@ -268,6 +356,7 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                             "BLOCK_K": launch.block_k,
                         },
                         num_warps=launch.num_warps,
+                        num_stages=launch.num_stages,
                         divisible_by_16=_DEQUANT_DIVISIBLE,
                     )
 

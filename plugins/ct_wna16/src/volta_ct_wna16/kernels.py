@@ -68,19 +68,34 @@ def _load_words(
     PACK: tl.constexpr,
     HAS_ZP: tl.constexpr,
     BITS: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
 ):
-    """Words ``[BKP, BLOCK_N]`` from input element ``k0`` on, with their scales and zero points."""
+    """Words ``[BKP, BLOCK_N]`` from input element ``k0`` on, with their scales and zero points.
+
+    With ``GROUP_TILE`` (the tile lies inside one group) scales and zero points are one row
+    ``[1, BLOCK_N]``, loaded and converted once, instead of one row per word row: fewer loads
+    and registers, most for the asymmetric zero points. Their values on word rows past the
+    input end do not matter: those words and activations are loaded as zero.
+    """
     rkp = tl.arange(0, BKP)
     kp = k0 // PACK + rkp
     ok = (kp[:, None] < KW) & n_ok[None, :]
     # Unsigned, so shifts are logical and need no sign handling.
     t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.uint32, bitcast=True)
-    g = (k0 + rkp * PACK) // GROUP
-    s = tl.load(s_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0.0)
-    if HAS_ZP:
-        z = tl.load(z_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.float32)
+    if GROUP_TILE:
+        g1 = k0 // GROUP
+        s = tl.load(s_ptr + g1 * N + rn, mask=n_ok, other=0.0)[None, :]
+        if HAS_ZP:
+            z = tl.load(z_ptr + g1 * N + rn, mask=n_ok, other=0).to(tl.float32)[None, :]
+        else:
+            z = tl.full([1, 1], 1 << (BITS - 1), tl.float32)
     else:
-        z = tl.full([BKP, 1], 1 << (BITS - 1), tl.float32)
+        g = (k0 + rkp * PACK) // GROUP
+        s = tl.load(s_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0.0)
+        if HAS_ZP:
+            z = tl.load(z_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.float32)
+        else:
+            z = tl.full([BKP, 1], 1 << (BITS - 1), tl.float32)
     return t, s, z
 
 
@@ -175,8 +190,19 @@ def wna16_splitk_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+    REDUCE_UNROLL: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
+
+    The input loop is software-pipelined ``NUM_STAGES`` deep where Triton pipelines (SM80+;
+    1 on SM70): Triton 3.6 pipelines a loop without ``tl.dot`` only when asked through
+    ``tl.range``, and the 1-token GEMV is latency-bound without it (one small load per
+    iteration, waited for). ``GROUP_TILE``: every tile lies inside one quantization group
+    (:func:`_load_words`). ``REDUCE_UNROLL``: partials the fused reduction has in flight; the
+    unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` splits (wide dot
+    tiles need few, or they spill).
 
     With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
     to ``ws_ptr[split]`` and then increments its tile's counter in ``cnt_ptr`` (zero before the
@@ -188,10 +214,6 @@ def wna16_splitk_kernel(
     """
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
-    # Partials the fused reduction has in flight: the unrolled loads issue together, one L2
-    # round trip per group of splits instead of per split; 2 on the wide dot tiles, where 4
-    # would spill (the gate at sm_90).
-    REDUCE_UNROLL: tl.constexpr = 4 if BLOCK_M == 1 else 2
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     pid_m = tl.program_id(2)
@@ -208,12 +230,12 @@ def wna16_splitk_kernel(
         acc2 = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)
     else:
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_begin, k_end, BLOCK_K):
+    for k0 in tl.range(k_begin, k_end, BLOCK_K, num_stages=NUM_STAGES):
         if USE_DOT and BKP >= 16:
             # One dot per word slot: the activations are gathered in the slot's order, so the
             # dequantized slots need no interleaving back into input order.
             t, s, z = _load_words(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
             )
             c16 = (z + 1024.0).to(tl.float16)
             for j in tl.static_range(PACK):
@@ -232,7 +254,20 @@ def wna16_splitk_kernel(
                 other=0.0,
             )
             w = _dequant_block(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+                w_ptr,
+                s_ptr,
+                z_ptr,
+                k0,
+                rn,
+                n_ok,
+                N,
+                KW,
+                GROUP,
+                BITS,
+                HAS_ZP,
+                BLOCK_K,
+                BLOCK_N,
+                GROUP_TILE,
             )
             acc += tl.dot(xk, w)
         elif BLOCK_M == 1:
@@ -254,7 +289,7 @@ def wna16_splitk_kernel(
                 )
         else:
             t, s, z = _load_words(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, False
             )
             c32 = z + 8388608.0
             part3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
@@ -322,11 +357,14 @@ def _dequant_block(
     HAS_ZP: tl.constexpr,
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
 ):
     """``dequant(W).T[k0 : k0 + BLOCK_K, rn]`` as fp16, in input order."""
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
-    t, s, z = _load_words(w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS)
+    t, s, z = _load_words(
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
+    )
     c16 = (z + 1024.0).to(tl.float16)
     # Slots j of each word, joined so that the last axis is j, then moved next to the word axis:
     # flattening (word, j) gives the input index pack * word + j.
@@ -397,7 +435,7 @@ def wna16_gemm_kernel(
             other=0.0,
         )
         w = _dequant_block(
-            w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+            w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, False
         )
         acc += tl.dot(a, w)
     tile_ok = m_ok[:, None] & n_ok[None, :]
@@ -425,7 +463,7 @@ def wna16_dequant_kernel(
     kk = k0 + tl.arange(0, BLOCK_K)
     n_ok = rn < N
     w = _dequant_block(
-        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, False
     )
     tl.store(
         out_ptr + kk[:, None] * N + rn[None, :],

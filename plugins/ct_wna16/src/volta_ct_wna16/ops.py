@@ -84,7 +84,7 @@ def wna16_linear(
         return out.reshape(*lead, pw.n)
     capability, sm_count = device_facts(x)
     if launch is None:
-        launch = configs.choose(m, pw.n, capability, pw.bits)
+        launch = configs.choose(m, pw.n, pw.k, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
@@ -116,15 +116,16 @@ def wna16_linear(
             x2.stride(0),
             out.stride(0),
             per_split,
-            BITS=pw.bits,
-            HAS_ZP=pw.zeros is not None,
-            HAS_BIAS=bias is not None,
-            USE_WS=use_ws,
-            USE_DOT=launch.use_dot,
-            BLOCK_M=launch.block_m,
-            BLOCK_N=launch.block_n,
-            BLOCK_K=launch.block_k,
+            **configs.splitk_constexprs(
+                launch,
+                pw.bits,
+                pw.zeros is not None,
+                bias is not None,
+                use_ws,
+                configs.group_tile(launch, pw.group),
+            ),
             num_warps=launch.num_warps,
+            num_stages=launch.num_stages,
         )
     elif launch.path == configs.GEMM:
         grid = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
@@ -150,6 +151,7 @@ def wna16_linear(
             BLOCK_K=launch.block_k,
             GROUP_M=launch.group_m,
             num_warps=launch.num_warps,
+            num_stages=launch.num_stages,
         )
     else:
         torch.matmul(x2, dequantize_dense(pw, x.dtype, launch), out=out)
@@ -181,6 +183,7 @@ def dequantize_dense(
         BLOCK_N=launch.block_n,
         BLOCK_K=launch.block_k,
         num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
     )
     return out
 

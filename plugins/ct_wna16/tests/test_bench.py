@@ -1,6 +1,9 @@
-"""The benchmark's CPU-side parts: its SM70 model and its refusal without a GPU."""
+"""The benchmark's CPU-side parts: its SM70 model, its sweep summary, and its refusal without
+a GPU."""
 
 from __future__ import annotations
+
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -35,3 +38,31 @@ def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
 def test_refuses_to_run_without_cuda(tmp_path) -> None:
     assert bench.main(["--out", str(tmp_path)]) == 2
+
+
+def _row(us: float, err: float, table: bool, launch: configs.Launch) -> dict:
+    return {
+        "n": 256,
+        "k": 512,
+        "m": 1,
+        "symmetric": True,
+        "table": table,
+        "launch": asdict(launch),
+        "fp16_us": 20.0,
+        "max_rel_error": err,
+        "us": us,
+        "speedup": 20.0 / us,
+        "copy_fraction": 0.5,
+        "correct": err <= bench.SWEEP_TOLERANCE,
+    }
+
+
+def test_best_of_sweep_takes_the_fastest_correct_launch() -> None:
+    shipped, fast, wrong = bench.sweep_candidates(1)[:3]
+    rows = [_row(10.0, 1e-3, True, shipped), _row(8.0, 2e-3, False, fast)]
+    rows.append(_row(2.0, 0.5, False, wrong))
+    assert "WRONG" in bench.sweep_line(rows[2])
+    best = bench.best_of_sweep(rows).splitlines()[-1]
+    assert bench.launch_label(fast) in best
+    assert "10.0" in best  # the table's launch, beside the best
+    assert "2.5" in best  # 20 us of fp16 over 8 us

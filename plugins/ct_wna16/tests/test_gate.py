@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from volta_core.device import V100, Device
 from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
-from volta_ct_wna16 import configs
+from volta_ct_wna16 import bench, configs
 from volta_ct_wna16.plugin import volta_kernel_configs
 
 SM70_CONFIGS = list(volta_kernel_configs(V100))
@@ -77,3 +79,27 @@ def test_sm70_gate(cfg) -> None:
     if cfg.constexprs.get("USE_DOT") is False:
         # The decode GEMV converts integers with the fp32 bit trick, not the int-to-float unit.
         assert report.sass_histogram.get("FFMA", 0) > 0
+
+
+def _sweep_configs() -> list:
+    """The sweep's split-K candidates as the H100 compiles them (4-bit, split, group 128),
+    each compile-distinct launch once (programs per SM only change the grid)."""
+    out, seen = [], set()
+    for m in bench.SWEEP_MS:
+        for launch in bench.sweep_candidates(m):
+            key = replace(launch, programs_per_sm=0)
+            if key in seen:
+                continue
+            seen.add(key)
+            for zp in (False, True) if launch.use_dot else (False,):
+                gt = configs.group_tile(launch, bench.GROUP)
+                out.append(configs.splitk_config(launch, 4, zp, False, True, gt))
+    return out
+
+
+@pytest.mark.parametrize("cfg", _sweep_configs(), ids=lambda c: c.name)
+def test_sweep_candidates_compile_for_sm90_without_spills(cfg) -> None:
+    """The benchmark's sweep runs on the H100 only, so these are not in the gate's list; a
+    candidate that spilled there would measure its spills, not its tile."""
+    report = check_kernel_config(cfg, capability=90)
+    assert report.passed, report.describe()

@@ -6,12 +6,14 @@ checks on CUDA for M from 1 to 4096 with larger N and K (none of them powers of 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
-from volta_ct_wna16 import configs
+from volta_ct_wna16 import bench, configs
 from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
 from volta_ct_wna16.ops import device_facts, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
@@ -110,6 +112,19 @@ def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
         (table.dequant, 40),
     ):
         check(pw, m, bias=True, launch=launch.scaled_for_bits(scheme.num_bits))
+
+
+def test_sweep_candidates_run_correctly_in_the_interpreter() -> None:
+    """Every compile-distinct launch the benchmark's sweep times (it checks them on the GPU
+    too, against fp16), on a small layer against float64."""
+    for scheme, m in ((WeightScheme(4, True, 128), 1), (WeightScheme(4, False, 128), 16)):
+        pw = packed(library_checkpoint(72, 1024, scheme, seed=9))
+        seen = set()
+        for launch in bench.sweep_candidates(m):
+            key = replace(launch, programs_per_sm=0)
+            if key not in seen:
+                seen.add(key)
+                check(pw, m, bias=False, launch=launch)
 
 
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:

@@ -27,6 +27,7 @@ import argparse
 import json
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -262,17 +263,21 @@ def sweep(
     is timed too, for the speed-up. One line per launch as it completes.
     """
     pws = weights(n, k, symmetric, max(2, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k // 2)))))
-    dense = dequantize_dense(pws[0], torch.float16).t().contiguous()
+    fp16_copies = max(1, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k * 2))))
+    # The unquantized layer's weight, [N, K] as vLLM's F.linear holds it, rotated as in measure.
+    dense = [dequantize_dense(pw, torch.float16).t().contiguous() for pw in pws[:fp16_copies]]
     wbytes = pws[0].nbytes()
     capability = torch.cuda.get_device_capability()
     rows = []
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
         out = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        ref = torch.matmul(x, dense.t())
+        ref = torch.matmul(x, dense[0].t())
         fp16 = (
             time_cuda_graph(
-                lambda x=x, o=out, d=dense: torch.matmul(x, d.t(), out=o), [()], replays=3
+                lambda i, x=x, o=out, ws=dense: torch.matmul(x, ws[i].t(), out=o),
+                [(i,) for i in range(len(dense))],
+                replays=3,
             ).median_ms
             * 1e-3
         )
@@ -362,12 +367,15 @@ def best_of_sweep(swept: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_sweep(copy_bw: float) -> list[dict[str, Any]]:
-    """Every shape: 1, 4 and 16 tokens symmetric, and 16 tokens asymmetric."""
+def run_sweep(copy_bw: float, save: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+    """Every shape: 1, 4 and 16 tokens symmetric, and 16 tokens asymmetric; the rows so far
+    are saved after each layer, so a time limit loses one layer at most."""
     swept: list[dict[str, Any]] = []
     for n, k in SHAPES:
         swept += sweep(n, k, True, SWEEP_MS, copy_bw)
+        save(swept)
         swept += sweep(n, k, False, (16,), copy_bw)
+        save(swept)
     return swept
 
 
@@ -447,9 +455,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     copy_bw = copy_bandwidth()
     if args.sweep_only:
-        swept = run_sweep(copy_bw)
-        record = {**versions(), "copy_bandwidth_gbps": copy_bw / 1e9, "sweep": swept}
-        (args.out / "ct_wna16_sweep.json").write_text(json.dumps(record, indent=1))
+        record = {**versions(), "copy_bandwidth_gbps": copy_bw / 1e9}
+        path = args.out / "ct_wna16_sweep.json"
+        swept = run_sweep(
+            copy_bw, lambda rows: path.write_text(json.dumps({**record, "sweep": rows}, indent=1))
+        )
         print(f"copy bandwidth {copy_bw / 1e9:.0f} GB/s")
         print(best_of_sweep(swept))
         return 0
@@ -471,8 +481,10 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "ct_wna16_bench.json").write_text(json.dumps(result, indent=1))
     chart(rows, args.out / "ct_wna16_bench.png", result["device"])
     if args.sweep:  # after the main figures are saved, so a time limit cannot lose them
-        swept += run_sweep(copy_bw)
-        (args.out / "ct_wna16_bench.json").write_text(json.dumps(result, indent=1))
+        path = args.out / "ct_wna16_bench.json"
+        swept += run_sweep(
+            copy_bw, lambda rows: path.write_text(json.dumps({**result, "sweep": rows}, indent=1))
+        )
         print(best_of_sweep(swept))
     print(f"{result['device']}, torch {torch.__version__}, {result['versions']['triton']}")
     print(f"fp16 cuBLAS 8192^3: {flops / 1e12:.0f} TFLOP/s; one launch {floor * 1e6:.1f} us")

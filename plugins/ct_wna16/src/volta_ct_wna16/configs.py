@@ -277,6 +277,26 @@ _SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
 _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
 
 
+def splitk_config(
+    launch: Launch, bits: int, zp: bool, bias: bool, use_ws: bool, group_tile: bool
+) -> KernelConfig:
+    """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll)."""
+    tile = (
+        f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+        f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
+    )
+    return KernelConfig(
+        name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
+        f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}",
+        kernel=f"{KERNELS}:wna16_splitk_kernel",
+        signature=_SPLITK_SIG,
+        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_SPLITK_DIVISIBLE,
+    )
+
+
 def _launches(table: Table) -> list[Launch]:
     seen: list[Launch] = []
     for launch in (
@@ -313,18 +333,7 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                     for use_ws, bias, in_group in itertools.product(
                         (True, False), (True, False), group_tiles
                     ):
-                        yield KernelConfig(
-                            name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}"
-                            f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}_{tag}"
-                            f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}"
-                            f"{'_gt' if in_group else ''}",
-                            kernel=f"{KERNELS}:wna16_splitk_kernel",
-                            signature=_SPLITK_SIG,
-                            constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, in_group),
-                            num_warps=launch.num_warps,
-                            num_stages=launch.num_stages,
-                            divisible_by_16=_SPLITK_DIVISIBLE,
-                        )
+                        yield splitk_config(launch, bits, zp, bias, use_ws, in_group)
                 elif launch.path == GEMM:
                     for bias in (False, True):
                         yield KernelConfig(

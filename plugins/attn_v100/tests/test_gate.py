@@ -26,7 +26,6 @@ def test_configs_cover_the_declaration() -> None:
             assert ("paged_decode_kernel", head_size, kv_type) in covered
             assert ("paged_prefill_kernel", head_size, kv_type) in covered
             assert ("cache_write_kernel", head_size, kv_type) in covered
-        assert ("split_reduce_kernel", head_size, None) in covered
 
 
 def test_sm70_and_sm90_tiles_differ() -> None:

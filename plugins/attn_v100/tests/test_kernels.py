@@ -18,6 +18,7 @@ from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
 
 from volta_attn_v100.ops import paged_attention
 from volta_attn_v100.plugin import SPEC
+from volta_core.kernels.counters import arrival_counters
 
 #: fp16 output and fp16 probabilities in P.V: relative error well under 1e-3 in practice.
 TOL = 4e-3
@@ -108,11 +109,57 @@ def test_speculative_verification_queries(q_len, num_heads, num_kv_heads) -> Non
     check(run(case, path="decode", num_splits=2), case, f"spec q_len={q_len} group={num_heads}")
 
 
+def test_speculative_queries_at_head_size_256() -> None:
+    """8 tokens x a group of 8 at head size 256: 16 rows per program on SM70 (2 heads x 8
+    tokens), the group split over 4 programs, each over 3 partitions."""
+    lens = [(8, 60), (3, 3), (1, 40)]
+    case = make_case(lens, head_size=256, num_heads=8, num_kv_heads=1, sinks=True, seed=8)
+    check(run(case, path="decode", num_splits=3), case, "spec d256")
+
+
 @pytest.mark.parametrize("num_splits", [1, 7, 64])
 def test_split_counts_agree(num_splits) -> None:
     """Any number of partitions, more than a sequence has tiles included, gives one answer."""
-    case = make_case([(1, 70), (1, 2), (1, 33)], head_size=96, sinks=True, seed=3)
+    case = make_case([(1, 70), (1, 2), (1, 300)], head_size=96, sinks=True, seed=3)
     check(run(case, path="decode", num_splits=num_splits), case, f"{num_splits} splits")
+
+
+@pytest.mark.parametrize("sinks", [False, True])
+def test_split_decode_leaves_its_counters_zero(sinks) -> None:
+    """The last partition of each (sequence, KV program) combines and resets its counter, so
+    the next launch on the stream (a CUDA-graph replay) starts from zero: a counter left at any
+    other value makes no partition of a later call see itself last, its rows stay NaN."""
+    counters = arrival_counters(torch.device("cpu"))
+    lens = [(1, 70), (2, 33), (0, 5), (1, 200), (8, 9)]
+    for seed, num_splits in ((1, 5), (2, 1), (3, 5), (4, 64)):
+        case = make_case(lens, head_size=64, num_heads=8, num_kv_heads=2, sinks=sinks, seed=seed)
+        check(run(case, path="decode", num_splits=num_splits), case, f"{num_splits} splits")
+        assert not counters.any(), f"counters left non-zero: {counters.nonzero().flatten()}"
+
+
+def test_one_partition_writes_the_output_without_partials(monkeypatch) -> None:
+    """With one partition the program normalises its own rows: the launch gets empty partial
+    and counter tensors (a kernel that read or wrote them would fault or read nothing), and the
+    output is right, sinks included."""
+    import volta_attn_v100.kernels as kernels
+
+    real = kernels.paged_decode_kernel
+    launched: list[tuple] = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(args)
+                return real[grid](*args, **kwargs)
+
+            return launch
+
+    monkeypatch.setattr(kernels, "paged_decode_kernel", Spy())
+    case = make_case([(1, 70), (3, 40), (1, 1)], head_size=128, sinks=True, seed=5)
+    check(run(case, path="decode", num_splits=1), case, "one partition")
+    (args,) = launched
+    part_acc, part_ml, counters = args[9:12]
+    assert part_acc.numel() == part_ml.numel() == counters.numel() == 0
 
 
 @pytest.mark.parametrize("path", ["decode", "prefill"])

@@ -19,16 +19,25 @@ The copy bandwidth is the harness's ceiling, measured in the same run. Results g
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from volta_attn_v100.configs import decode_tiles, head_pad, prefill_tiles
+from volta_attn_v100.configs import (
+    DEFAULT_SPLIT_POLICY,
+    SplitPolicy,
+    Tiles,
+    decode_tiles,
+    head_pad,
+    prefill_tiles,
+)
 from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
 
@@ -79,7 +88,7 @@ def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size
 
 
 def decode_call(
-    ctx: int, kv_dtype: str, out: torch.Tensor, num_splits: int | None = None
+    ctx: int, kv_dtype: str, out: torch.Tensor, split_policy: SplitPolicy = DEFAULT_SPLIT_POLICY
 ) -> Callable[..., Any]:
     """One decode step over an input set of :func:`make_decode_inputs`, written into ``out``."""
 
@@ -87,19 +96,20 @@ def decode_call(
         paged_attention(
             q, kv, table, seq_lens, q_start, out,
             max_query_len=1, max_seq_len=ctx, sm_scale=q.shape[-1] ** -0.5,
-            kv_cache_dtype=kv_dtype, check_bounds=False, num_splits=num_splits,
+            kv_cache_dtype=kv_dtype, check_bounds=False, split_policy=split_policy,
         )  # fmt: skip
 
     return run
 
 
-def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, num_splits=None):
+def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEFAULT_SPLIT_POLICY):
     head_size = 128
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
+    torch.manual_seed(DECODE_SEED)
     inputs = [make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype) for _ in range(sets)]
     out = torch.empty_like(inputs[0][0])
-    run = decode_call(ctx, kv_dtype, out, num_splits)
+    run = decode_call(ctx, kv_dtype, out, split_policy)
     ms = time_cuda_graph(run, inputs).median_ms
     qo_bytes = 2 * batch * heads * head_size * 2
     bw = (kv_bytes + qo_bytes) / (ms * 1e-3)
@@ -107,7 +117,7 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, num_splits=None)
     rows = decode_tiles(head_size, 16, (7, 0)).block_m
     fmas = 2 * batch * kv_heads * rows * ctx * head_pad(head_size)
     sm70_ms = max((kv_bytes + qo_bytes) / V100_BANDWIDTH, 2 * fmas / V100_FP32_FLOPS) * 1e3
-    splits = num_splits or default_num_splits(batch, kv_heads, ctx, torch.device("cuda"))
+    splits = default_num_splits(batch, kv_heads, ctx, torch.device("cuda"), split_policy)
     return {
         "kind": "decode",
         "batch": batch,
@@ -191,16 +201,52 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
     return {"sdpa_ms": ms, "sdpa_TFLOPs": flops / (ms * 1e-3) / 1e12}
 
 
-def _max_error(make_output: Callable[[], torch.Tensor], reference: torch.Tensor) -> float:
-    return float((make_output().float() - reference.float()).abs().max())
+#: Seed of the first input set of every decode measurement, so each sweep variant's output on
+#: that set can be compared with the shipped configuration's on the same set.
+DECODE_SEED = 1234
+
+#: Sweep, split policy (32/8 heads, fp16 and fp8): the shipped policy first.
+SWEEP_SPLIT_POLICIES = [SplitPolicy(p, k) for p in (2, 4, 8) for k in (256, 128)]
+SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024)]
+#: Sweep, fp8 decode tiles on SM80+ (16 rows; keys, warps, stages), 32/8 heads: shipped first.
+SWEEP_FP8_TILES = [
+    Tiles(16, n, w, st)
+    for n, w, st in ((128, 4, 2), (128, 4, 3), (256, 4, 2), (256, 8, 2), (128, 8, 3), (64, 4, 3))
+]
+SWEEP_FP8_SHAPES = [(64, 8192), (32, 16384)]
+#: Sweep, 64/8 heads (8 query heads per KV head: 8 of 16 rows used, 8 of 32 with 32 rows) at
+#: 128 x 2K fp16: rows, keys and warps; shipped first.
+SWEEP_WIDE_GROUP_TILES = [
+    Tiles(m, n, w, 2) for m, n, w in itertools.product((16, 32), (64, 32), (4, 8))
+]
+SWEEP_WIDE_GROUP_SHAPE = (128, 2048)
+#: Sweep, prefill: the 128 x 128 tile against the shipped one on 8 x 2048.
+SWEEP_PREFILL_TILES = [Tiles(128, 128, 8, 2)]
 
 
-def _decode_output(batch: int, ctx: int, kv_dtype: str) -> torch.Tensor:
-    """The output of one fixed (seeded) decode input set, with the launcher as patched now."""
-    torch.manual_seed(1234)
-    inputs = make_decode_inputs(batch, ctx, 32, 8, kv_dtype)
+@contextmanager
+def _launcher_tiles(decode: Tiles | None = None, prefill: Tiles | None = None) -> Iterator[None]:
+    """The launcher's tile lookups answer ``decode`` / ``prefill`` (None: the shipped tiles)
+    for the duration of the block."""
+    from volta_attn_v100 import ops
+
+    shipped = (ops.decode_tiles, ops.prefill_tiles)
+    if decode is not None:
+        ops.decode_tiles = lambda *args: decode
+    if prefill is not None:
+        ops.prefill_tiles = lambda *args: prefill
+    try:
+        yield
+    finally:
+        ops.decode_tiles, ops.prefill_tiles = shipped
+
+
+def _decode_output(batch, ctx, heads, kv_heads, kv_dtype, policy) -> torch.Tensor:
+    """The output on the first (seeded) input set of :func:`decode_case`, launched as now."""
+    torch.manual_seed(DECODE_SEED)
+    inputs = make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype)
     out = torch.full_like(inputs[0], float("nan"))
-    decode_call(ctx, kv_dtype, out)(*inputs)
+    decode_call(ctx, kv_dtype, out, policy)(*inputs)
     return out
 
 
@@ -221,47 +267,63 @@ def _prefill_output(seq_len: int) -> torch.Tensor:
     return out
 
 
-def sweep(copy_bw: float) -> list[dict]:
-    """Leads for tuning, not the shipped configuration: other tiles and the e5m2 conversion,
-    each measured like the main table (the launcher's tile and conversion lookups are patched
-    for the duration of one measurement). Each variant's output
-    on a fixed input is compared with the shipped configuration's (``max_abs_diff``), so a
-    variant that would be adopted has been checked on the GPU at a real size."""
-    from volta_attn_v100 import ops
-    from volta_attn_v100.configs import Tiles
+def _max_abs_diff(out: torch.Tensor, reference: torch.Tensor) -> float:
+    """Largest difference to the shipped output; NaN (a row left unwritten) reads as inf."""
+    diff = (out.float() - reference.float()).abs()
+    return float(torch.nan_to_num(diff, nan=float("inf")).max())
 
-    rows = []
-    shipped = (ops.decode_tiles, ops.prefill_tiles, ops.native_e5m2)
-    decode_ref = {kv: _decode_output(64, 4096, kv) for kv in ("float16", "fp8_e5m2")}
+
+def sweep(copy_bw: float) -> list[dict]:
+    """Leads for tuning, not the shipped configuration (``--parts sweep``).
+
+    Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), fp8 decode tiles
+    (64 x 8K and 32 x 16K, 32/8), 64/8 decode tiles (128 x 2K fp16) and the 128 x 128 prefill
+    tile. Each row is timed like the main table; the split policy is passed to the launcher,
+    tiles by answering the launcher's tile lookup for one measurement. The first variant of
+    each decode section is the shipped configuration, and every variant's output on the
+    shape's first input set is compared with the shipped output on the same set
+    (``max_abs_diff``, inf if a row was left unwritten). One progress line per row.
+    """
+    rows: list[dict] = []
+    shipped_out: dict[tuple, torch.Tensor] = {}
+
+    def decode_row(section, variant, batch, ctx, heads, kv_heads, kv_dtype, policy, tiles):
+        key = (batch, ctx, heads, kv_heads, kv_dtype)
+        with _launcher_tiles(decode=tiles):
+            out = _decode_output(*key, policy)
+            row = decode_case(*key, copy_bw, split_policy=policy)
+        reference = shipped_out.setdefault(key, out)
+        row.update(section=section, variant=variant, max_abs_diff=_max_abs_diff(out, reference))
+        rows.append(row)
+        progress(row)
+
+    for policy in SWEEP_SPLIT_POLICIES:
+        name = f"{policy.programs_per_sm}/SM, >={policy.min_keys_per_split} keys"
+        for (batch, ctx), kv_dtype in itertools.product(
+            SWEEP_SPLIT_SHAPES, ("float16", "fp8_e5m2")
+        ):
+            decode_row("split policy", name, batch, ctx, 32, 8, kv_dtype, policy, None)
+    for tiles in SWEEP_FP8_TILES:
+        name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
+        for batch, ctx in SWEEP_FP8_SHAPES:
+            decode_row(
+                "fp8 tiles", name, batch, ctx, 32, 8, "fp8_e5m2", DEFAULT_SPLIT_POLICY, tiles
+            )
+    for tiles in SWEEP_WIDE_GROUP_TILES:
+        name = f"{tiles.block_m} rows, {tiles.block_n} keys, {tiles.num_warps} warps"
+        batch, ctx = SWEEP_WIDE_GROUP_SHAPE
+        decode_row("64/8 tiles", name, batch, ctx, 64, 8, "float16", DEFAULT_SPLIT_POLICY, tiles)
     prefill_ref = _prefill_output(2048)
-    decode_variants: list[tuple[str, Any, Any]] = [
-        ("e5m2 by shifts", shipped[0], lambda capability: False),
-        ("fp8 BLOCK_N=64", lambda *a: Tiles(16, 64, 4, 2), shipped[2]),
-        ("fp8 BLOCK_N=128 warps=8", lambda *a: Tiles(16, 128, 8, 2), shipped[2]),
-        ("fp8 BLOCK_N=128 stages=3", lambda *a: Tiles(16, 128, 4, 3), shipped[2]),
-    ]
-    try:
-        for name, tiles_of, native in decode_variants:
-            ops.decode_tiles, ops.native_e5m2 = tiles_of, native
-            error = _max_error(lambda: _decode_output(64, 4096, "fp8_e5m2"), decode_ref["fp8_e5m2"])
-            for batch, ctx in ((64, 8192), (1, 8192)):
-                rows.append(decode_case(batch, ctx, 32, 8, "fp8_e5m2", copy_bw))
-                rows[-1].update(variant=f"decode {name}", max_abs_diff=error)
-                progress(rows[-1])
-        ops.decode_tiles, ops.native_e5m2 = shipped[0], shipped[2]
-        ops.decode_tiles = lambda *a: Tiles(16, 128, 4, 2)
-        error = _max_error(lambda: _decode_output(64, 4096, "float16"), decode_ref["float16"])
-        rows.append(decode_case(64, 8192, 32, 8, "float16", copy_bw))
-        rows[-1].update(variant="decode fp16 BLOCK_N=128", max_abs_diff=error)
-        ops.decode_tiles = shipped[0]
-        for tiles in (Tiles(128, 128, 8, 2), Tiles(128, 64, 8, 3), Tiles(64, 64, 4, 3)):
-            ops.prefill_tiles = lambda *a, t=tiles: t
-            error = _max_error(lambda: _prefill_output(2048), prefill_ref)
-            rows.append(prefill_case(2048))
-            rows[-1].update(variant=f"prefill {tiles}", max_abs_diff=error)
-            progress(rows[-1])
-    finally:
-        ops.decode_tiles, ops.prefill_tiles, ops.native_e5m2 = shipped
+    for tiles in (None, *SWEEP_PREFILL_TILES):
+        with _launcher_tiles(prefill=tiles):
+            error = _max_abs_diff(_prefill_output(2048), prefill_ref)
+            row = prefill_case(2048)
+        name = "shipped" if tiles is None else f"{tiles.block_m} x {tiles.block_n}, "
+        if tiles is not None:
+            name += f"{tiles.num_warps} warps, {tiles.num_stages} stages"
+        row.update(section="prefill tiles", variant=name, max_abs_diff=error)
+        rows.append(row)
+        progress(row)
     return rows
 
 
@@ -351,34 +413,60 @@ def main(argv: list[str] | None = None) -> None:
         results["sweep"] = sweep(copy_bw)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
     print_table(results)
+    print_sweep(results)
     chart(results, args.out / "attn_v100_bench.png")
 
 
 def progress(row: dict) -> None:
     """One line per measured case as it completes (a run cut short still shows its figures)."""
-    keys = ("heads", "batch", "context", "kv_dtype", "seq_len", "prefix", "ms")
+    keys = ("section", "variant", "heads", "batch", "context", "kv_dtype", "seq_len", "prefix")
     shown = {k: row[k] for k in keys if k in row}
-    for k in ("fraction_of_copy", "TFLOPs", "sdpa_TFLOPs"):
+    shown["ms"] = round(row["ms"], 4)
+    for k in ("splits", "fraction_of_copy", "TFLOPs", "sdpa_TFLOPs", "max_abs_diff"):
         if k in row:
-            shown[k] = round(row[k], 3)
+            shown[k] = round(row[k], 4) if isinstance(row[k], float) else row[k]
     print("case", json.dumps(shown), flush=True)
 
 
+def _sweep_shape(row: dict) -> str:
+    if row["kind"] == "decode":
+        return f"{row['heads']} {row['batch']}x{row['context']} {row['kv_dtype']}"
+    return f"prefill {row['batch']}x{row['seq_len']}"
+
+
+def _sweep_figure(row: dict) -> str:
+    if row["kind"] == "decode":
+        return f"{100 * row['fraction_of_copy']:5.1f}% copy, {row['splits']:2d} splits"
+    return f"{row['TFLOPs']:.1f} TFLOP/s ({row['TFLOPs'] / row['sdpa_TFLOPs']:.2f}x SDPA)"
+
+
 def print_sweep(results: dict) -> None:
-    print("sweep (tuning leads, not shipped)")
-    for r in results.get("sweep", []):
-        if r["kind"] == "decode":
-            what = f"{r['batch']}x{r['context']} {r['kv_dtype']} {100 * r['fraction_of_copy']:.1f}%"
-        else:
-            ratio = r["TFLOPs"] / r["sdpa_TFLOPs"]
-            what = f"{r['batch']}x{r['seq_len']} {r['TFLOPs']:.1f} TFLOP/s ({ratio:.2f}x SDPA)"
-        diff = r.get("max_abs_diff")
-        what += f"  max|diff| {diff:.1e}" if diff is not None else ""
-        print(f"  {r['variant']:48s} {r['ms']:8.3f} ms  {what}")
+    """Every sweep row, then per section and shape the fastest variant against the shipped one
+    (the section's first row of that shape)."""
+    rows = results.get("sweep", [])
+    if not rows:
+        return
+    print("sweep (tuning leads, not shipped; first variant of each section = shipped)")
+    for r in rows:
+        print(
+            f"  {r['section']:13s} {r['variant']:32s} {_sweep_shape(r):30s} {r['ms']:8.4f} ms  "
+            f"{_sweep_figure(r)}  max|diff| {r['max_abs_diff']:.1e}"
+        )
+    print("sweep: best per shape")
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["section"], _sweep_shape(r)), []).append(r)
+    for (section, shape), group in groups.items():
+        best = min(group, key=lambda r: r["ms"])
+        shipped = group[0]
+        print(
+            f"  {section:13s} {shape:30s} best {best['variant']:32s} {best['ms']:8.4f} ms "
+            f"({best['ms'] / shipped['ms']:.3f}x shipped {shipped['ms']:.4f} ms)  "
+            f"{_sweep_figure(best)}"
+        )
 
 
 def print_table(results: dict) -> None:
-    print_sweep(results)
     print(
         f"\n{results['device']} torch {results['torch']} triton {results['triton']} "
         f"copy {results['copy_bandwidth_GBps']:.0f} GB/s"

@@ -27,7 +27,8 @@ DECODE_BLOCK_MS: tuple[int, ...] = (16, 32)
 #: Most query tokens per sequence on the split-KV decode path (speculative verification).
 MAX_DECODE_QUERY_LEN = 8
 
-#: Most KV partitions per sequence (the reduction kernel loads them all at once).
+#: Most KV partitions per sequence: bounds the partial buffers (``num_splits`` floats per head
+#: pad and query row) and the combining program's serial walk over them.
 MAX_SPLITS = 64
 
 #: KV storage of each declared KV dtype as Triton pointer types (fp8 is stored as bytes).
@@ -49,6 +50,32 @@ class Tiles:
     num_stages: int
 
 
+@dataclass(frozen=True)
+class SplitPolicy:
+    """How many partitions a decode sequence's context is cut into (split-KV).
+
+    Few sequences leave most SMs idle, so each sequence's keys are split until the grid has
+    about ``programs_per_sm`` programs per SM, but no partition gets fewer than
+    ``min_keys_per_split`` keys (a short partition costs its program's fixed work and one more
+    partial to combine for little reading), and never more than :data:`MAX_SPLITS`. The count
+    depends only on the batch size and the length bound, so vLLM's builder can fix it for a
+    CUDA graph. Data, so the benchmark sweep can measure other policies.
+    """
+
+    programs_per_sm: int = 2
+    min_keys_per_split: int = 256
+
+    def num_splits(self, num_programs: int, max_seq_len: int, num_sms: int) -> int:
+        """Partitions per sequence for ``num_programs`` (sequences x KV programs) programs."""
+        wanted = -(-self.programs_per_sm * num_sms // max(1, num_programs))
+        by_length = -(-max_seq_len // self.min_keys_per_split)
+        return max(1, min(MAX_SPLITS, wanted, by_length))
+
+
+#: The shipped split policy.
+DEFAULT_SPLIT_POLICY = SplitPolicy()
+
+
 def head_pad(head_size: int) -> int:
     """The power of two a head is padded to inside the kernels."""
     return 1 << (head_size - 1).bit_length()
@@ -64,35 +91,58 @@ def native_e5m2(capability: tuple[int, int]) -> bool:
     return capability >= (8, 9)
 
 
+def decode_block_ms(head_size: int, capability: tuple[int, int]) -> tuple[int, ...]:
+    """Row counts the decode launcher uses for a head size: :data:`DECODE_BLOCK_MS`, except
+    16 only at head pad 256 on SM70 (32 rows spill there, see :func:`decode_tiles`; larger
+    head groups are split over more programs instead)."""
+    if is_sm70_class(capability) and head_pad(head_size) > 128:
+        return DECODE_BLOCK_MS[:1]
+    return DECODE_BLOCK_MS
+
+
+def decode_block_m(
+    head_size: int, query_len_pad: int, group_pad: int, capability: tuple[int, int]
+) -> int:
+    """Rows per decode program: the fewest of :func:`decode_block_ms` that hold every query
+    token of a sequence for up to 16 heads of its group, else the most (head groups are then
+    split over programs)."""
+    choices = decode_block_ms(head_size, capability)
+    wanted = query_len_pad * min(group_pad, 16)
+    return next((m for m in choices if wanted <= m), choices[-1])
+
+
 def decode_tiles(
     head_size: int, block_m: int, capability: tuple[int, int], kv_fp8: bool = False
 ) -> Tiles:
     """Tiles of the split-KV decode kernel for a head size, a row count and the KV dtype.
 
     SM70: 16 keys per tile, one stage; the warps are what the compile gate passes with no
-    spill for both builds the JIT makes (strides specialized as multiples of 16, and not):
+    spill for both builds the JIT makes (strides specialized as multiples of 16, and not),
+    with the partitions' combine in the kernel:
 
     ============  ===========  ===========
     head pad      16 rows      32 rows
     ============  ===========  ===========
     64            8            8
-    128           4            16
-    256           16           8
+    128           4            8
+    256           8            (not used)
     ============  ===========  ===========
 
-    (ptxas holds 8-warp programs to 128 registers: at head pad 128 with 32 rows, and at 256
-    with 16, that spilled 12-20 B once the strides were specialized.) On SM80+ an fp8 cache
-    takes twice the keys per tile of fp16, so one tile moves the same bytes in half the
-    iterations.
+    16 warps (ptxas then caps a thread at 128 registers) spilled 36-112 B in the unspecialized
+    build at head pad 128 with 32 rows and at 256 with 16 once the combine joined the kernel;
+    8 warps take 160-240 registers there and do not spill. At head pad 256 no warp count
+    keeps 32 rows from spilling (4: ~2 KB, 8: ~300 B, 16: 228 B), so 256-dim heads run 16 rows
+    (:func:`decode_block_ms`). On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
+    one tile moves the same bytes in half the iterations.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
         if pad <= 64:
             warps = 8
         elif pad <= 128:
-            warps = 4 if block_m <= 16 else 16
+            warps = 4 if block_m <= 16 else 8
         else:
-            warps = 16 if block_m <= 16 else 8
+            warps = 8
         return Tiles(block_m, 16, warps, 1)
     widen = 2 if kv_fp8 else 1
     if block_m <= 16:
@@ -118,14 +168,6 @@ def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
     return Tiles(64, 32, 4, 2)
 
 
-def reduce_warps(head_size: int) -> int:
-    """Warps of the split reduction (it holds ``MAX_SPLITS x head_pad`` floats).
-
-    8 for every head size: with 4 warps ptxas spilled 8 B at head size 64 on sm_70 (gate).
-    """
-    return 8
-
-
 _DECODE_SIGNATURE_HEAD = {
     "q_ptr": "*fp16",
     "kv_ptr": "*fp16",
@@ -136,14 +178,18 @@ _DECODE_SIGNATURE_HEAD = {
     "v_scale_ptr": "*fp32",
 }
 _DECODE_SIGNATURE_TAIL = {
+    "sinks_ptr": "*fp32",
+    "out_ptr": "*fp16",
     "part_acc_ptr": "*fp32",
     "part_ml_ptr": "*fp32",
+    "counter_ptr": "*i32",
     "sm_scale": "fp32",
     "softcap": "fp32",
     **{
         name: "i32"
         for name in [
             "window",
+            "has_sinks",
             "group",
             "heads_per_prog",
             "head_chunks",
@@ -157,6 +203,8 @@ _DECODE_SIGNATURE_TAIL = {
             "stride_kvh",
             "stride_slot",
             "stride_bt",
+            "stride_ot",
+            "stride_oh",
         ]
     },
 }
@@ -187,29 +235,40 @@ _PREFILL_SIGNATURE_TAIL = {
         ]
     },
 }
-_REDUCE_SIGNATURE = {
-    "part_acc_ptr": "*fp32",
-    "part_ml_ptr": "*fp32",
-    "sinks_ptr": "*fp32",
-    "out_ptr": "*fp16",
-    "q_start_ptr": "*i32",
-    "num_seqs": "i32",
-    "num_q_heads": "i32",
-    "num_splits": "i32",
-    "has_sinks": "i32",
-    "stride_ot": "i32",
-    "stride_oh": "i32",
-}
-
-
 #: Integer arguments that are multiples of 16 at every launch with a declared head size and
 #: block size (head sizes 64..256 and blocks of 16k make every stride one); the JIT
 #: specializes them, and the gate compiles them so (:class:`KernelConfig.divisible_by_16`).
 _KV_STRIDES = ("page_size", "stride_blk", "stride_kvh", "stride_slot")
-_DECODE_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh")
-_PREFILL_DIVISIBLE = (*_DECODE_DIVISIBLE, "stride_ot", "stride_oh")
+_ATTENTION_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh", "stride_ot", "stride_oh")
 _CACHE_WRITE_DIVISIBLE = (*_KV_STRIDES, "stride_kt", "stride_kh", "stride_vt", "stride_vh")
-_REDUCE_DIVISIBLE = ("stride_ot", "stride_oh")
+
+
+def decode_kernel_config(
+    name: str, head_size: int, kv_dtype: str, tiles: Tiles, capability: tuple[int, int]
+) -> KernelConfig:
+    """The decode kernel's launch configuration for these tiles (shipped ones, or the benchmark
+    sweep's variants, which are compiled for sm_90 in the tests before a GPU runs them)."""
+    fp8 = kv_dtype != "float16"
+    return KernelConfig(
+        name=name,
+        kernel=f"{KERNEL_MODULE}:paged_decode_kernel",
+        signature={
+            **_DECODE_SIGNATURE_HEAD,
+            "kv_ptr": KV_POINTER_TYPES[kv_dtype],
+            **_DECODE_SIGNATURE_TAIL,
+        },
+        constexprs={
+            "HEAD_SIZE": head_size,
+            "HEAD_PAD": head_pad(head_size),
+            "BLOCK_M": tiles.block_m,
+            "BLOCK_N": tiles.block_n,
+            "KV_FP8": fp8,
+            "NATIVE_FP8": fp8 and native_e5m2(capability),
+        },
+        num_warps=tiles.num_warps,
+        num_stages=tiles.num_stages,
+        divisible_by_16=_ATTENTION_DIVISIBLE,
+    )
 
 
 def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
@@ -221,24 +280,14 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
         for kv_dtype in kv_dtypes:
             kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
             fp8 = kv_dtype != "float16"
-            for block_m in DECODE_BLOCK_MS:
-                tiles = decode_tiles(head_size, block_m, capability, fp8)
+            for block_m in decode_block_ms(head_size, capability):
                 configs.append(
-                    KernelConfig(
-                        name=f"decode_d{head_size}_m{block_m}_{kv_dtype}",
-                        kernel=f"{KERNEL_MODULE}:paged_decode_kernel",
-                        signature={**kv_sig, **_DECODE_SIGNATURE_TAIL},
-                        constexprs={
-                            "HEAD_SIZE": head_size,
-                            "HEAD_PAD": pad,
-                            "BLOCK_M": tiles.block_m,
-                            "BLOCK_N": tiles.block_n,
-                            "KV_FP8": fp8,
-                            "NATIVE_FP8": fp8 and native_e5m2(capability),
-                        },
-                        num_warps=tiles.num_warps,
-                        num_stages=tiles.num_stages,
-                        divisible_by_16=_DECODE_DIVISIBLE,
+                    decode_kernel_config(
+                        f"decode_d{head_size}_m{block_m}_{kv_dtype}",
+                        head_size,
+                        kv_dtype,
+                        decode_tiles(head_size, block_m, capability, fp8),
+                        capability,
                     )
                 )
             tiles = prefill_tiles(head_size, capability)
@@ -257,7 +306,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     },
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,
-                    divisible_by_16=_PREFILL_DIVISIBLE,
+                    divisible_by_16=_ATTENTION_DIVISIBLE,
                 )
             )
         for kv_dtype in kv_dtypes:
@@ -297,15 +346,4 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     divisible_by_16=_CACHE_WRITE_DIVISIBLE,
                 )
             )
-        configs.append(
-            KernelConfig(
-                name=f"reduce_d{head_size}",
-                kernel=f"{KERNEL_MODULE}:split_reduce_kernel",
-                signature=dict(_REDUCE_SIGNATURE),
-                constexprs={"HEAD_SIZE": head_size, "HEAD_PAD": pad, "MAX_SPLITS": MAX_SPLITS},
-                num_warps=reduce_warps(head_size),
-                num_stages=1,
-                divisible_by_16=_REDUCE_DIVISIBLE,
-            )
-        )
     return configs

@@ -6,9 +6,9 @@ at the wrong place, and a block table pointing past the cache would read another
 
 ``paged_attention`` serves every batch vLLM sends: batches whose sequences all have at most
 :data:`~volta_attn_v100.configs.MAX_DECODE_QUERY_LEN` new tokens go to the split-KV decode
-kernel and its reduction, anything longer to the prefill kernel. Both read all keys from the
-paged cache (vLLM writes the new tokens' K/V there first), which covers chunked prefill,
-prefix caching and mixed batches.
+kernel (one launch: its partitions combine themselves), anything longer to the prefill
+kernel. Both read all keys from the paged cache (vLLM writes the new tokens' K/V there
+first), which covers chunked prefill, prefix caching and mixed batches.
 """
 
 from __future__ import annotations
@@ -20,15 +20,18 @@ import torch
 
 from volta_attn_v100.configs import (
     CACHE_WRITE_WARPS,
+    DEFAULT_SPLIT_POLICY,
     HEAD_SIZES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
+    SplitPolicy,
+    decode_block_m,
     decode_tiles,
     head_pad,
     native_e5m2,
     prefill_tiles,
-    reduce_warps,
 )
+from volta_core.kernels.counters import arrival_counters
 
 #: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
 KV_STORAGE: dict[str, torch.dtype] = {"float16": torch.float16, "fp8_e5m2": torch.uint8}
@@ -36,10 +39,6 @@ KV_STORAGE: dict[str, torch.dtype] = {"float16": torch.float16, "fp8_e5m2": torc
 #: Capability whose tiles run when the tensors are not on a GPU (the Triton interpreter):
 #: the interpreter then exercises exactly the SM70 configurations.
 INTERPRETER_CAPABILITY = (7, 0)
-
-#: Fewest keys a decode partition gets when the context is split (shorter splits cost more in
-#: the reduction than they win in parallelism).
-MIN_KEYS_PER_SPLIT = 256
 
 
 class AttentionInputError(ValueError):
@@ -232,12 +231,18 @@ def check_inputs(
         )
 
 
-def default_num_splits(num_seqs: int, num_kv_programs: int, max_seq_len: int, device) -> int:
-    """Partitions per sequence so that decode fills the GPU: about two programs per SM."""
-    base = max(1, num_seqs * num_kv_programs)
-    wanted = max(1, math.ceil(2 * _num_sms(torch.device(device)) / base))
-    by_length = max(1, math.ceil(max_seq_len / MIN_KEYS_PER_SPLIT))
-    return min(MAX_SPLITS, wanted, by_length)
+def default_num_splits(
+    num_seqs: int,
+    num_kv_programs: int,
+    max_seq_len: int,
+    device,
+    policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
+) -> int:
+    """Decode partitions per sequence on ``device`` under ``policy`` (shipped: about two
+    programs per SM, at least 256 keys each)."""
+    return policy.num_splits(
+        num_seqs * num_kv_programs, max_seq_len, _num_sms(torch.device(device))
+    )
 
 
 def paged_attention(
@@ -258,6 +263,7 @@ def paged_attention(
     logits_soft_cap: float = 0.0,
     sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
+    split_policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
     path: str | None = None,
     check_bounds: bool = True,
 ) -> torch.Tensor:
@@ -276,7 +282,9 @@ def paged_attention(
         convention); None for full attention.
     :param logits_soft_cap: ``cap * tanh(s / cap)`` on the scaled scores; 0 for none.
     :param sinks: float32 per query head: a logit in every row's softmax denominator.
-    :param num_splits: decode partitions per sequence (default: fill the GPU).
+    :param num_splits: decode partitions per sequence (default: ``split_policy``'s count).
+    :param split_policy: how the default partition count fills the GPU (the benchmark sweep
+        passes others).
     :param path: ``"decode"`` or ``"prefill"`` to force a kernel; default picks by query length.
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
@@ -318,7 +326,7 @@ def paged_attention(
         fp8=kv_cache_dtype != "float16",
     )
     if path == "decode":
-        _launch_decode(args, max_query_len, max_seq_len, num_splits)
+        _launch_decode(args, max_query_len, max_seq_len, num_splits, split_policy)
     else:
         _launch_prefill(args)
     return out
@@ -350,33 +358,43 @@ class _Common:
 
 
 def _launch_decode(
-    a: _Common, max_query_len: int, max_seq_len: int, num_splits: int | None
+    a: _Common,
+    max_query_len: int,
+    max_seq_len: int,
+    num_splits: int | None,
+    split_policy: SplitPolicy,
 ) -> None:
-    from volta_attn_v100.kernels import paged_decode_kernel, split_reduce_kernel
+    from volta_attn_v100.kernels import paged_decode_kernel
 
     num_tokens, num_heads, head_size = a.query.shape
     num_seqs = a.seq_lens.shape[0]
     num_kv_heads = a.kv.shape[1]
+    device = a.query.device
     q_pad = 1 << (max(max_query_len, 1) - 1).bit_length()
-    block_m = 16 if q_pad * min(a.group_pad, 16) <= 16 else 32
-    heads_per_prog = min(a.group_pad, block_m // q_pad)
-    head_chunks = math.ceil(a.group / heads_per_prog)
-    capability = _capability(a.query.device)
+    capability = _capability(device)
+    block_m = decode_block_m(head_size, q_pad, a.group_pad, capability)
     tiles = decode_tiles(head_size, block_m, capability, a.fp8)
+    heads_per_prog = min(a.group_pad, tiles.block_m // q_pad)
+    head_chunks = math.ceil(a.group / heads_per_prog)
+    kv_programs = num_kv_heads * head_chunks
     if num_splits is None:
-        num_splits = default_num_splits(
-            num_seqs, num_kv_heads * head_chunks, max_seq_len, a.query.device
-        )
+        num_splits = default_num_splits(num_seqs, kv_programs, max_seq_len, device, split_policy)
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     pad = head_pad(head_size)
-    part_acc = torch.empty(
-        (num_tokens, num_heads, num_splits, pad), dtype=torch.float32, device=a.query.device
-    )
-    part_ml = torch.empty(
-        (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=a.query.device
-    )
-    paged_decode_kernel[(num_seqs, num_kv_heads * head_chunks, num_splits)](
+    if num_splits > 1:
+        part_acc = torch.empty(
+            (num_tokens, num_heads, num_splits, pad), dtype=torch.float32, device=device
+        )
+        part_ml = torch.empty(
+            (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
+        )
+        counters = arrival_counters(device, num_seqs * kv_programs)
+    else:
+        # One partition writes the output itself: nothing to combine, nothing to count.
+        part_acc = part_ml = torch.empty(0, dtype=torch.float32, device=device)
+        counters = torch.empty(0, dtype=torch.int32, device=device)
+    paged_decode_kernel[(num_seqs, kv_programs, num_splits)](
         a.query,
         a.kv,
         a.block_table,
@@ -384,11 +402,15 @@ def _launch_decode(
         a.query_start_loc,
         a.scales.k,
         a.scales.v,
+        a.sinks,
+        a.out,
         part_acc,
         part_ml,
+        counters,
         a.sm_scale,
         a.softcap,
         a.window,
+        a.has_sinks,
         a.group,
         heads_per_prog,
         head_chunks,
@@ -402,6 +424,8 @@ def _launch_decode(
         a.kv.stride(1),
         a.kv.stride(2),
         a.block_table.stride(0),
+        a.out.stride(0),
+        a.out.stride(1),
         HEAD_SIZE=head_size,
         HEAD_PAD=pad,
         BLOCK_M=tiles.block_m,
@@ -410,24 +434,6 @@ def _launch_decode(
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
-    )
-    split_reduce_kernel[(num_tokens, num_heads)](
-        part_acc,
-        part_ml,
-        a.sinks,
-        a.out,
-        a.query_start_loc,
-        num_seqs,
-        num_heads,
-        num_splits,
-        a.has_sinks,
-        a.out.stride(0),
-        a.out.stride(1),
-        HEAD_SIZE=head_size,
-        HEAD_PAD=pad,
-        MAX_SPLITS=MAX_SPLITS,
-        num_warps=reduce_warps(head_size),
-        num_stages=1,
     )
 
 

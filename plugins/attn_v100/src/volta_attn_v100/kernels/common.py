@@ -170,6 +170,24 @@ def attend(
 
 
 @triton.jit
+def finish_rows(m_i, l_i, acc, sinks_ptr, q_head, row_valid, has_sinks):
+    """Normalise a program's rows into the attention output (float32), attention sinks included.
+
+    With sinks, the sink logit joins the softmax denominator (it attends to no value):
+    ``out = acc e^(m - M) / (l e^(m - M) + e^(sink - M))`` with ``M = max(m, sink)``, in base-2
+    units (the sink is multiplied by ``LOG2E``). Without sinks the sink reads as ``NEG_BIG``,
+    whose term is exactly zero. ``m_i``, ``l_i`` and ``acc`` are a row's running max, sum and
+    unnormalised output over all its keys (one program's, or the combined splits').
+    """
+    sink = tl.load(sinks_ptr + q_head, mask=row_valid & (has_sinks > 0), other=NEG_BIG)
+    sink = sink.to(tl.float32) * LOG2E
+    m_fin = tl.maximum(m_i, sink)
+    alpha = tl.exp2(m_i - m_fin)
+    denom = l_i * alpha + tl.exp2(sink - m_fin)
+    return acc * (alpha / tl.where(denom > 0, denom, 1.0))[:, None]
+
+
+@triton.jit
 def first_tile(lowest_q_abs, window, BLOCK_N: tl.constexpr):
     """The first key tile any row can see: 0, or the sliding window's start."""
     start = tl.where(window > 0, tl.maximum(lowest_q_abs - window + 1, 0), 0)

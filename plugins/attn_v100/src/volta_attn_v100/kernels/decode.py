@@ -1,11 +1,15 @@
-"""Split-KV paged decode: each sequence's context is partitioned across programs, then reduced.
+"""Split-KV paged decode in one launch: partitions of a sequence's context, combined in place.
 
 Decode reads the whole KV context of every sequence for one or a few query tokens, so it is
 bound by memory bandwidth. One KV head per program and all its query heads (GQA) as rows means
 each KV tile is read once per head group. With few sequences the grid would leave most SMs idle,
-so the context is split into ``num_splits`` partitions, each producing an unnormalised partial
-result (``acc``, running max ``m``, sum ``l``); :func:`split_reduce_kernel` combines them (and
-the attention sinks) into the output.
+so the context is split into ``num_splits`` partitions. Each partition's program stores its
+unnormalised partial result (``acc``, running max ``m``, sum ``l``) and counts itself in on its
+(sequence, KV program) arrival counter; the program that arrives last combines every partition
+and the attention sinks and writes the output, then sets the counter back to zero
+(:mod:`volta_core.kernels.counters`). No second kernel: at batch 1 a decode step is a few
+microseconds of reading, as long as one extra launch inside a CUDA graph. With one partition
+the program normalises its own rows and writes the output directly.
 
 Rows of a program are ``query token x head``: ``row = t * heads_per_prog + g``. Up to
 ``BLOCK_M // heads_per_prog`` query tokens per sequence are handled, which covers speculative
@@ -17,7 +21,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import LOG2E, NEG_BIG, attend, first_tile
+from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile
+
+#: Partitions whose partials the combining program loads per step: the unrolled loads issue
+#: together (one L2 round trip per group instead of per partition) while the registers held
+#: stay at a few ``acc`` tiles, whatever ``num_splits`` is.
+SPLIT_CHUNK = tl.constexpr(4)
 
 
 @triton.jit
@@ -29,11 +38,15 @@ def paged_decode_kernel(
     q_start_ptr,
     k_scale_ptr,
     v_scale_ptr,
+    sinks_ptr,
+    out_ptr,
     part_acc_ptr,
     part_ml_ptr,
+    counter_ptr,
     sm_scale,
     softcap,
     window,
+    has_sinks,
     group,
     heads_per_prog,
     head_chunks,
@@ -47,6 +60,8 @@ def paged_decode_kernel(
     stride_kvh,
     stride_slot,
     stride_bt,
+    stride_ot,
+    stride_oh,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -54,11 +69,18 @@ def paged_decode_kernel(
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
 ):
-    """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``.
+    """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
-    Partial results go to ``part_acc[token, q_head, split, :HEAD_PAD]`` and
+    With ``num_splits > 1``, partials go to ``part_acc[token, q_head, split, :HEAD_PAD]`` and
     ``part_ml[token, q_head, split, 0:2]`` (max in base-2 units, sum), both float32 and
-    contiguous.
+    contiguous, and ``counter_ptr[seq * num_kv_programs + pid_h]`` must be zero at launch (it
+    is again after it). As in ct_wna16's split-K: the barrier makes every thread's partial
+    stores precede the program's one release-acquire increment (GPU scope), so the program that
+    reads ``num_splits - 1`` sees all partials of its rows; it reads them past L1 (``.cg``: no
+    stale line), in partition order (deterministic). With ``num_splits == 1`` (an int argument
+    of 1, which the JIT specializes, so the combining code is not even compiled then) none of
+    the three is touched. Rows that are padding (past ``q_len`` or the head group) are neither
+    read nor written, so CUDA-graph padding tokens stay untouched.
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -125,61 +147,93 @@ def paged_decode_kernel(
         NATIVE_FP8,
     )
 
-    part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
-    tl.store(
-        part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
-        acc,
-        mask=row_valid[:, None],
-    )
-    tl.store(part_ml_ptr + part_row * 2, m_i, mask=row_valid)
-    tl.store(part_ml_ptr + part_row * 2 + 1, l_i, mask=row_valid)
+    if num_splits == 1:
+        out = finish_rows(m_i, l_i, acc, sinks_ptr, q_head, row_valid, has_sinks)
+        store_rows(
+            out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
+        )
+    else:
+        rows_base = (token.to(tl.int64) * num_q_heads + q_head) * num_splits
+        part_row = rows_base + split
+        tl.store(
+            part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
+            acc,
+            mask=row_valid[:, None],
+        )
+        tl.store(part_ml_ptr + part_row * 2, m_i, mask=row_valid)
+        tl.store(part_ml_ptr + part_row * 2 + 1, l_i, mask=row_valid)
+        tl.debug_barrier()
+        counter = counter_ptr + seq * tl.num_programs(1) + pid_h
+        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
+            m_c, l_c, acc_c = combine_splits(
+                part_acc_ptr, part_ml_ptr, rows_base, num_splits, row_valid, BLOCK_M, HEAD_PAD
+            )
+            out = finish_rows(m_c, l_c, acc_c, sinks_ptr, q_head, row_valid, has_sinks)
+            store_rows(
+                out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
+            )
+            tl.store(counter, 0)
 
 
 @triton.jit
-def split_reduce_kernel(
-    part_acc_ptr,
-    part_ml_ptr,
-    sinks_ptr,
+def store_rows(
+    out,
     out_ptr,
-    q_start_ptr,
-    num_seqs,
-    num_q_heads,
-    num_splits,
-    has_sinks,
+    token,
+    q_head,
+    row_valid,
     stride_ot,
     stride_oh,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
-    MAX_SPLITS: tl.constexpr,
 ):
-    """Grid ``(num_tokens, num_q_heads)``: combine the partitions of one query row.
-
-    Rows past the last sequence's tokens (``q_start[num_seqs]``: padding in CUDA-graph
-    batches) have no partials and are left untouched.
-
-    With sinks, the sink logit joins the softmax denominator (it attends to no value):
-    ``out = sum_i acc_i e^(m_i - M) / (sum_i l_i e^(m_i - M) + e^(sink - M))``, computed in the
-    partials' base-2 units (the sink is multiplied by ``LOG2E``). Without sinks the sink reads
-    as ``NEG_BIG``, whose term is exactly zero.
-    """
-    token = tl.program_id(0)
-    head = tl.program_id(1)
-    token_valid = token < tl.load(q_start_ptr + num_seqs)
-    splits = tl.arange(0, MAX_SPLITS)
-    s_mask = (splits < num_splits) & token_valid
-    base = (token.to(tl.int64) * num_q_heads + head) * num_splits
-    m = tl.load(part_ml_ptr + (base + splits) * 2, mask=s_mask, other=NEG_BIG)
-    l_part = tl.load(part_ml_ptr + (base + splits) * 2 + 1, mask=s_mask, other=0.0)
-    sink = tl.load(sinks_ptr + head, mask=has_sinks > 0, other=NEG_BIG).to(tl.float32) * LOG2E
-    m_max = tl.maximum(tl.max(m, 0), sink)
-    w = tl.exp2(m - m_max)
-    denom = tl.sum(l_part * w, 0) + tl.exp2(sink - m_max)
+    """Store the normalised rows as fp16 at ``out[token, q_head, :HEAD_SIZE]`` (valid rows
+    only). The output pointers are formed here, after the combine, so they hold no registers
+    while the partials are loaded."""
     offs_d = tl.arange(0, HEAD_PAD)
-    acc = tl.load(
-        part_acc_ptr + (base + splits)[:, None] * HEAD_PAD + offs_d[None, :],
-        mask=s_mask[:, None],
-        other=0.0,
-    )
-    out = tl.sum(acc * w[:, None], 0) / tl.where(denom > 0, denom, 1.0)
-    o_ptrs = out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + offs_d
-    tl.store(o_ptrs, out.to(tl.float16), mask=(offs_d < HEAD_SIZE) & token_valid)
+    o_ptrs = out_ptr + token[:, None].to(tl.int64) * stride_ot + q_head[:, None] * stride_oh
+    mask = row_valid[:, None] & (offs_d[None, :] < HEAD_SIZE)
+    tl.store(o_ptrs + offs_d[None, :], out.to(tl.float16), mask=mask)
+
+
+@triton.jit
+def combine_splits(
+    part_acc_ptr,
+    part_ml_ptr,
+    rows_base,
+    num_splits,
+    row_valid,
+    BLOCK_M: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+):
+    """Running max, sum and output of the rows over all partitions' partials, in order.
+
+    ``rows_base[r]`` is row ``r``'s first partial (partition 0). Each partition is folded in as
+    one more online-softmax step (maxima in base-2 units): ``M' = max(M, m_s)``,
+    ``L' = L e^(M - M') + l_s e^(m_s - M')``, likewise the output; partitions that saw no key
+    of a row hold ``m = NEG_BIG``, ``l = 0``, ``acc = 0`` and add nothing. :data:`SPLIT_CHUNK`
+    partitions per step, loaded past L1.
+    """
+    offs_d = tl.arange(0, HEAD_PAD)
+    m = tl.full([BLOCK_M], NEG_BIG, tl.float32)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    for s0 in range(0, num_splits, SPLIT_CHUNK):
+        for j in tl.static_range(SPLIT_CHUNK):
+            ok = row_valid & (s0 + j < num_splits)
+            row = rows_base + s0 + j
+            m_s = tl.load(part_ml_ptr + row * 2, mask=ok, other=NEG_BIG, cache_modifier=".cg")
+            l_s = tl.load(part_ml_ptr + row * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg")
+            acc_s = tl.load(
+                part_acc_ptr + row[:, None] * HEAD_PAD + offs_d[None, :],
+                mask=ok[:, None],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+            m_new = tl.maximum(m, m_s)
+            alpha = tl.exp2(m - m_new)
+            w = tl.exp2(m_s - m_new)
+            l_sum = l_sum * alpha + l_s * w
+            acc = acc * alpha[:, None] + acc_s * w[:, None]
+            m = m_new
+    return m, l_sum, acc

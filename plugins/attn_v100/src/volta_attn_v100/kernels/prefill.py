@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import LOG2E, NEG_BIG, attend, first_tile
+from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile
 
 
 @triton.jit
@@ -134,11 +134,6 @@ def paged_prefill_kernel(
         NATIVE_FP8,
     )
 
-    sink = tl.load(sinks_ptr + q_head, mask=row_valid & (has_sinks > 0), other=NEG_BIG)
-    sink = sink.to(tl.float32) * LOG2E
-    m_fin = tl.maximum(m_i, sink)
-    alpha = tl.exp2(m_i - m_fin)
-    denom = l_i * alpha + tl.exp2(sink - m_fin)
-    out = acc * (alpha / tl.where(denom > 0, denom, 1.0))[:, None]
+    out = finish_rows(m_i, l_i, acc, sinks_ptr, q_head, row_valid, has_sinks)
     o_ptrs = out_ptr + token[:, None].to(tl.int64) * stride_ot + q_head[:, None] * stride_oh
     tl.store(o_ptrs + offs_d[None, :], out.to(tl.float16), mask=row_valid[:, None] & d_mask)

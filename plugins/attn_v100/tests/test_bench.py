@@ -1,0 +1,74 @@
+"""The benchmark's CPU-side parts: the sweep's variants compile for the H100, its summary.
+
+The sweep runs only on a GPU (the lead's device run); what can go wrong before that is
+checked here: every decode tile variant it measures compiles for sm_90 as the JIT builds it
+(strides specialized as multiples of 16, and not), so a device call is not spent on a compile
+error, and the printed summary picks the fastest variant of each shape against the shipped one.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from volta_attn_v100 import bench
+from volta_attn_v100.configs import DEFAULT_SPLIT_POLICY, decode_kernel_config, decode_tiles
+from volta_core.kernels.gate import check_kernel_config, compiled, gate_variants
+
+H100 = (9, 0)
+
+
+def _sweep_decode_configs() -> list:
+    configs = [
+        decode_kernel_config(
+            f"sweep_fp8_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", 128, "fp8_e5m2", t, H100
+        )
+        for t in bench.SWEEP_FP8_TILES
+    ]
+    configs += [
+        decode_kernel_config(
+            f"sweep_64of8_m{t.block_m}_n{t.block_n}_w{t.num_warps}", 128, "float16", t, H100
+        )
+        for t in bench.SWEEP_WIDE_GROUP_TILES
+    ]
+    return gate_variants(configs)
+
+
+def test_each_sweep_section_starts_with_the_shipped_configuration() -> None:
+    assert bench.SWEEP_SPLIT_POLICIES[0] == DEFAULT_SPLIT_POLICY
+    assert bench.SWEEP_FP8_TILES[0] == decode_tiles(128, 16, H100, kv_fp8=True)
+    assert bench.SWEEP_WIDE_GROUP_TILES[0] == decode_tiles(128, 16, H100)
+    assert len(set(bench.SWEEP_SPLIT_POLICIES)) == len(bench.SWEEP_SPLIT_POLICIES)
+    assert len(set(bench.SWEEP_FP8_TILES)) == len(bench.SWEEP_FP8_TILES)
+    assert len(set(bench.SWEEP_WIDE_GROUP_TILES)) == len(bench.SWEEP_WIDE_GROUP_TILES)
+
+
+@pytest.mark.parametrize("config", _sweep_decode_configs(), ids=lambda c: c.name)
+def test_sweep_decode_variant_compiles_for_sm90(config) -> None:
+    report = check_kernel_config(config, capability=90)
+    assert compiled(report), report.describe()
+
+
+def test_sweep_summary_names_the_fastest_variant_per_shape(capsys) -> None:
+    def row(variant: str, ms: float, batch: int) -> dict:
+        return {
+            "kind": "decode",
+            "section": "split policy",
+            "variant": variant,
+            "heads": "32/8",
+            "batch": batch,
+            "context": 8192,
+            "kv_dtype": "float16",
+            "ms": ms,
+            "fraction_of_copy": 0.5,
+            "splits": 32,
+            "max_abs_diff": 0.0,
+        }
+
+    rows = [row("shipped", 0.02, 1), row("fast", 0.01, 1), row("shipped", 0.1, 2)]
+    bench.print_sweep({"sweep": rows})
+    best = capsys.readouterr().out.split("best per shape")[1].splitlines()[1:]
+    assert len(best) == 2
+    assert "best fast" in best[0]
+    assert "0.500x shipped" in best[0]
+    assert "best shipped" in best[1]
+    assert "1.000x shipped" in best[1]

@@ -95,10 +95,55 @@ def test_declines_what_it_does_not_run_with_a_reason(manager, changes, reason) -
     assert reason in decline.reason
 
 
-def test_declines_fused_moe_experts(manager) -> None:
-    layer = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768)
-    [(_, decline)] = manager.resolve_quant(config(), layer, V100).declines
-    assert "fused MoE" in decline.reason
+EXPERTS = "model.layers.0.mlp.experts"
+
+
+def experts(prefix: str = EXPERTS) -> QuantLayer:
+    return QuantLayer(LayerKind.FUSED_MOE, prefix, 2048, 768)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [32, 128, None])
+@pytest.mark.parametrize("device", [V100, H100])
+def test_claims_fused_moe_experts_with_the_per_expert_path(
+    manager, bits, symmetric, group, device
+) -> None:
+    scheme = WeightScheme(bits, symmetric, group)
+    resolution = manager.resolve_quant(config(scheme), experts(), device)
+    assert isinstance(resolution.claim, QuantClaim)
+    assert resolution.claim.impl == "volta_ct_wna16.moe:make_moe_method"
+    assert resolution.claim.detail.startswith(f"{scheme.label} fused MoE experts: the correct path")
+
+
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        ({"weights": {"actorder": "group"}}, "g_idx"),
+        ({"weights": {"num_bits": 2}}, "2-bit"),
+        ({"input_activations": {"num_bits": 8, "type": "int"}}, "activations"),
+    ],
+)
+def test_declines_fused_moe_experts_it_does_not_run(manager, changes, reason) -> None:
+    resolution = manager.resolve_quant(config(**copy.deepcopy(changes)), experts(), V100)
+    assert resolution.claim is None
+    [(_, decline)] = resolution.declines
+    assert reason in decline.reason
+    [(_, decline)] = manager.resolve_quant(config(), experts(), A100).declines
+    assert "sm_80" in decline.reason
+
+
+def test_fused_moe_experts_are_read_from_expert_zeros_projections(manager) -> None:
+    # vLLM asks for the fused module; the checkpoint names each expert's projections.
+    ignored = config(ignore=["re:.*mlp\\.experts\\..*"])
+    assert manager.resolve_quant(ignored, experts(), V100).declines == ()
+    partly = config(ignore=[f"{EXPERTS}.0.down_proj"])
+    [(_, decline)] = manager.resolve_quant(partly, experts(), V100).declines
+    assert "quantized differently" in decline.reason
+    assert "down_proj: unquantized" in decline.reason
+    targeted = config(targets=["re:.*experts.*_proj$"])
+    assert manager.resolve_quant(targeted, experts(), V100).claim is not None
+    assert manager.resolve_quant(targeted, linear(), V100).claim is None
 
 
 def test_declines_untested_devices(manager) -> None:

@@ -1,15 +1,17 @@
 """The hooks of the ``ct_wna16`` plugin (entry point target: imports no torch, triton or vllm).
 
-It claims the linear layers of compressed-tensors ``pack-quantized`` checkpoints that are
-weight-only int4/int8, group-wise (32, 64, 128) or channel-wise, symmetric or asymmetric, on
-Volta and Turing (compute capability 7.x, where vLLM's own WNA16 kernels refuse: minimum 7.5
-for Marlin-class kernels) and on the Hopper H100 the kernels are tested on. Everything else in
-such a checkpoint is declined with the reason, so ``vllm-volta plan`` shows why.
+It claims the linear layers and the fused MoE experts of compressed-tensors ``pack-quantized``
+checkpoints that are weight-only int4/int8, group-wise (32, 64, 128) or channel-wise, symmetric
+or asymmetric, on Volta and Turing (compute capability 7.x, where vLLM's own WNA16 kernels
+refuse: minimum 7.5 for Marlin-class kernels) and on the Hopper H100 the kernels are tested on.
+Everything else in such a checkpoint is declined with the reason, so ``vllm-volta plan`` shows
+why.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from volta_core import hookimpl
 from volta_core.device import Device
@@ -22,15 +24,21 @@ from volta_core.types import (
     QuantLayer,
     QuantMethodSpec,
 )
-from volta_ct_wna16.scheme import Unsupported, layer_scheme
+from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 
 VOLTA_HOST_API = "1.0"
 
 #: The quant method's name in plans and claims.
 METHOD = "ct-wna16"
 
-#: The factory the vLLM adapter calls for a claimed layer.
+#: The factory the vLLM adapter calls for a claimed linear layer.
 FACTORY = "volta_ct_wna16.linear:make_linear_method"
+
+#: The factory for claimed fused MoE experts.
+MOE_FACTORY = "volta_ct_wna16.moe:make_moe_method"
+
+#: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
+EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
@@ -68,19 +76,31 @@ def volta_quant_method(
         return None
     if layer.kind in (LayerKind.ATTENTION, LayerKind.EMBEDDING):
         return None
-    # vLLM lets a ``Linear`` target cover fused MoE experts too (they are linear layers fused).
-    scheme = layer_scheme(config.raw, layer.prefix, is_linear=True)
+    moe = layer.kind is LayerKind.FUSED_MOE
+    scheme = (
+        expert_scheme(config.raw, layer.prefix)
+        if moe
+        else layer_scheme(config.raw, layer.prefix, is_linear=True)
+    )
     if scheme is None:
         return None
     if isinstance(scheme, Unsupported):
         return QuantDecline(METHOD, scheme.reason)
-    if layer.kind is LayerKind.FUSED_MOE:
-        return QuantDecline(METHOD, f"{scheme.label}: fused MoE experts are not implemented")
     if not supports_device(device):
         return QuantDecline(
             METHOD,
             f"{device.sm} is neither Volta/Turing nor a tested device; "
             "vLLM's own kernels run there",
+        )
+    if moe:
+        return QuantClaim(
+            method=METHOD,
+            impl=MOE_FACTORY,
+            priority=PRIORITY,
+            detail=(
+                f"{scheme.label} fused MoE experts: the correct path, not a fast one (each "
+                "expert's tokens through the linear kernels, gate/up then down)"
+            ),
         )
     return QuantClaim(
         method=METHOD,
@@ -88,6 +108,38 @@ def volta_quant_method(
         priority=PRIORITY,
         detail=f"{scheme.label}: Triton split-K GEMV (decode) / tiled GEMM",
     )
+
+
+def expert_scheme(
+    raw: Mapping[str, Any],
+    prefix: str,
+    projections: Sequence[str] = EXPERT_PROJECTIONS,
+    ignore: Iterable[str] | None = None,
+) -> WeightScheme | Unsupported | None:
+    """The scheme of a fused-experts module, read from expert 0's projections as vLLM does.
+
+    The checkpoint quantizes each expert's projections as linear layers (a ``Linear`` target
+    covers them); vLLM fuses them into one module and requires one scheme for all three.
+    ``ignore`` replaces the checkpoint's list (the factory passes vLLM's, mapped to its module
+    names). None: the experts stay unquantized.
+    """
+    if ignore is not None:
+        raw = {**raw, "ignore": list(ignore)}
+    names = [f"{prefix}.0.{projection}" for projection in projections]
+    schemes = [layer_scheme(raw, name, is_linear=True) for name in names]
+    if any(s != schemes[0] for s in schemes):
+        found = ", ".join(
+            f"{name.rsplit('.', 1)[-1]}: {_describe(s)}"
+            for name, s in zip(names, schemes, strict=True)
+        )
+        return Unsupported(f"the experts' projections are quantized differently ({found})")
+    return schemes[0]
+
+
+def _describe(scheme: WeightScheme | Unsupported | None) -> str:
+    if isinstance(scheme, WeightScheme):
+        return scheme.label
+    return scheme.reason if scheme is not None else "unquantized"
 
 
 @hookimpl

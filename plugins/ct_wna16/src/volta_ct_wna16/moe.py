@@ -1,0 +1,497 @@
+"""The vLLM side for fused MoE experts: a ``FusedMoEMethodBase`` (this module imports vLLM).
+
+The correct path, not a fast one: after vLLM's router has picked ``topk_ids`` and
+``topk_weights``, each expert that received tokens runs them through two calls of the same
+linear op the dense layers use (:func:`volta_ct_wna16.ops.linear_op`: the Triton kernels on
+CUDA or under the interpreter, dequantize-and-``F.linear`` on CPU), ``gate_up`` then ``down``,
+with ``SiLU(gate) * up`` between them; the weighted outputs are summed in fp32 and cast once.
+
+Weights are registered under upstream's parameter names (``w13_weight_packed``,
+``w13_weight_scale``, ``w13_weight_zero_point``, ``w13_weight_shape`` and ``w2_*``) in the
+checkpoint's orientation (``[experts, out, in / pack]``) with the attributes vLLM's
+``RoutedExperts.weight_loader`` reads (``quant_method`` group/channel, ``is_transposed``
+False), so that loader places gate/up/down of every expert and shards them for tensor
+parallelism; each tensor is checked (whole, before sharding) by a wrapping loader first. After
+loading, every expert is moved to the kernels' layout by :func:`volta_ct_wna16.layout.prepare`
+and the checkpoint tensors are released.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import torch
+from vllm.model_executor.layers.fused_moe import (
+    FusedMoEConfig,
+    FusedMoEMethodBase,
+    FusedMoEQuantConfig,
+    MoEActivation,
+)
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+
+from volta_core.types import QuantConfig, QuantLayer
+from volta_ct_wna16 import ops
+from volta_ct_wna16.layout import (
+    SCALE_DTYPES,
+    PackedWeights,
+    WeightFormatError,
+    check_scales,
+    prepare,
+)
+from volta_ct_wna16.linear import _kernels_run_here
+from volta_ct_wna16.plugin import EXPERT_PROJECTIONS, expert_scheme
+from volta_ct_wna16.scheme import Unsupported, WeightScheme
+
+#: The checkpoint tensors of one projection, as compressed-tensors names them.
+TENSORS = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")
+
+
+def make_moe_method(
+    *, volta_config: QuantConfig, layer: QuantLayer, engine_config: Any = None
+) -> QuantizeMethodBase | None:
+    """The factory named by the plugin's MoE claims (the adapter's contract).
+
+    The ignore rule is checked again with vLLM's ``ignore`` list (mapped to its module names).
+    Experts that list ignores are left to vLLM (None: the adapter then asks vLLM's own config,
+    which gives them its unquantized method; building that here would need the layer's
+    ``FusedMoEConfig``, which the factory does not get).
+    """
+    engine_ignore = getattr(engine_config, "ignore", None)
+    scheme = expert_scheme(volta_config.raw, layer.prefix, ignore=engine_ignore or None)
+    if scheme is None:
+        return None
+    if isinstance(scheme, Unsupported):
+        raise WeightFormatError(f"layer {layer.prefix}: ct_wna16 cannot run it: {scheme.reason}")
+    return WNA16MoEMethod(scheme, layer.prefix, volta_config.raw)
+
+
+@dataclass(frozen=True)
+class _Sizes:
+    """One rank's sizes: ``hidden`` in and out, ``inter`` the intermediate per rank."""
+
+    hidden: int
+    inter: int
+    tp: int
+
+    def full(self, shard: str) -> tuple[int, int]:
+        """The whole checkpoint projection's (out, in) for shard ``w1``/``w3``/``w2``."""
+        if shard == "w2":
+            return self.hidden, self.inter * self.tp
+        return self.inter * self.tp, self.hidden
+
+
+@dataclass
+class ExpertWeights:
+    """Every local expert's gate/up (``w13``) and down (``w2``) weights in the kernels' layout.
+
+    ``*_qweight`` int32 ``[experts, words, out]``, ``*_scales`` ``[experts, groups, out]``,
+    ``*_zeros`` uint8 ``[experts, groups, out]`` or None (symmetric): one slice per expert is one
+    layer's :class:`~volta_ct_wna16.layout.PackedWeights`.
+    """
+
+    w13_qweight: torch.Tensor
+    w13_scales: torch.Tensor
+    w13_zeros: torch.Tensor | None
+    w2_qweight: torch.Tensor
+    w2_scales: torch.Tensor
+    w2_zeros: torch.Tensor | None
+    hidden: int
+    inter: int
+    bits: int
+    w13_group: int
+    w2_group: int
+
+    @property
+    def num_experts(self) -> int:
+        return self.w13_qweight.shape[0]
+
+    def gate_up(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """``x @ [gate; up]_e.T``: ``[tokens, 2 * inter]``."""
+        zeros = self.w13_zeros[e] if self.w13_zeros is not None else None
+        return ops.linear_op(
+            x,
+            self.w13_qweight[e],
+            self.w13_scales[e],
+            zeros,
+            None,
+            self.hidden,
+            self.bits,
+            self.w13_group,
+        )
+
+    def down(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """``x @ down_e.T``: ``[tokens, hidden]``."""
+        zeros = self.w2_zeros[e] if self.w2_zeros is not None else None
+        return ops.linear_op(
+            x,
+            self.w2_qweight[e],
+            self.w2_scales[e],
+            zeros,
+            None,
+            self.inter,
+            self.bits,
+            self.w2_group,
+        )
+
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """``down(SiLU(gate(x)) * up(x))`` for one expert, in the activation dtype."""
+        h = self.gate_up(e, x).float()
+        act = torch.nn.functional.silu(h[:, : self.inter]) * h[:, self.inter :]
+        return self.down(e, act.to(x.dtype))
+
+
+class WNA16MoEMethod(FusedMoEMethodBase):
+    """Fused MoE experts with compressed-tensors int4/int8 weights, one expert at a time.
+
+    ``apply`` is reached through ``RoutedExperts.forward_modular`` (vLLM routes first): the
+    method builds no modular kernel (``moe_kernel`` stays None, so ``is_monolithic`` and
+    ``supports_internal_mk`` are False and the runner computes shared experts itself) and
+    returns the routed output unreduced (the runner all-reduces it over tensor parallelism).
+    """
+
+    def __init__(self, scheme: WeightScheme, prefix: str, raw: Mapping[str, Any]) -> None:
+        # The adapter's factory gets no vLLM layer, so the layer's FusedMoEConfig is bound in
+        # create_weights (RoutedExperts sets ``moe_config`` before it asks for the method, and
+        # reads nothing of the method's config before create_weights).
+        super().__init__(cast(FusedMoEConfig, None))
+        self.scheme = scheme
+        self.prefix = prefix
+        self.raw = raw
+
+    def create_weights(
+        self,
+        layer: torch.nn.Module,
+        num_experts: int,
+        hidden_size: int,
+        intermediate_size_per_partition: int,
+        params_dtype: torch.dtype,
+        **extra_weight_attrs: Any,
+    ) -> None:
+        self.moe = layer.moe_config
+        name, scheme = self.prefix, self.scheme
+        _check_layer(name, scheme, layer, self.raw, hidden_size, params_dtype, extra_weight_attrs)
+        pack = scheme.pack_factor
+        sizes = _Sizes(hidden_size, intermediate_size_per_partition, self.moe.tp_size)
+        h, i = sizes.hidden, sizes.inter
+        if scheme.group_size:
+            for size, what in ((h, "hidden size"), (i, "intermediate size per TP rank")):
+                if size % scheme.group_size:
+                    raise WeightFormatError(
+                        f"layer {name}: {what} {size} is not a multiple of the group size "
+                        f"{scheme.group_size}"
+                    )
+            g13, g2 = h // scheme.group_size, i // scheme.group_size
+        else:
+            g13 = g2 = 1
+        if i % pack:
+            raise WeightFormatError(
+                f"layer {name}: intermediate size per TP rank {i} is not a multiple of "
+                f"{pack}: down_proj's packed words (and gate/up's zero points) would straddle "
+                "the rank's shard"
+            )
+        seen: set[tuple[str, str, int]] = set()
+        inner = extra_weight_attrs["weight_loader"]
+        strategy = "group" if scheme.group_size else "channel"
+        e = num_experts
+        shapes: dict[str, tuple[tuple[int, ...], torch.dtype]] = {
+            "w13_weight_packed": ((e, 2 * i, -(-h // pack)), torch.int32),
+            "w2_weight_packed": ((e, h, i // pack), torch.int32),
+            "w13_weight_scale": ((e, 2 * i, g13), params_dtype),
+            "w2_weight_scale": ((e, h, g2), params_dtype),
+            # Symmetric: an empty placeholder whose loader refuses a checkpoint's zero points.
+            "w13_weight_zero_point": (
+                (e, 0) if scheme.symmetric else (e, 2 * i // pack, g13),
+                torch.int32,
+            ),
+            "w2_weight_zero_point": (
+                (e, 0) if scheme.symmetric else (e, -(-h // pack), g2),
+                torch.int32,
+            ),
+            "w13_weight_shape": ((e, 2), torch.int64),
+            "w2_weight_shape": ((e, 2), torch.int64),
+        }
+        for param_name, (shape, dtype) in shapes.items():
+            param = torch.nn.Parameter(torch.zeros(shape, dtype=dtype), requires_grad=False)
+            loader = functools.partial(
+                _checked_load,
+                tensor=param_name.split("_", 1)[1],
+                layer_name=name,
+                scheme=scheme,
+                sizes=sizes,
+                seen=seen,
+                inner=inner,
+            )
+            layer.register_parameter(param_name, param)
+            param.weight_loader = loader  # type: ignore[attr-defined]
+            param.quant_method = strategy  # type: ignore[attr-defined]
+            param.is_transposed = False  # type: ignore[attr-defined]
+        layer.ct_wna16_seen = seen
+        layer.ct_wna16_sizes = sizes
+        layer.ct_wna16_global_experts = int(extra_weight_attrs.get("global_num_experts", e))
+
+    def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+        name, scheme = self.prefix, self.scheme
+        sizes: _Sizes = layer.ct_wna16_sizes
+        _check_complete(name, scheme, layer.ct_wna16_seen, layer.ct_wna16_global_experts)
+        h, i = sizes.hidden, sizes.inter
+        act_dtype = layer.w13_weight_scale.dtype
+        experts = layer.w13_weight_packed.shape[0]
+        packed: dict[str, list[PackedWeights]] = {"w13": [], "w2": []}
+        for stem, n, k in (("w13", 2 * i, h), ("w2", h, i)):
+            zp = getattr(layer, f"{stem}_weight_zero_point").data
+            for e in range(experts):
+                packed[stem].append(
+                    prepare(
+                        f"{name} expert {e} ({stem})",
+                        scheme,
+                        n=n,
+                        k=k,
+                        weight_packed=getattr(layer, f"{stem}_weight_packed").data[e],
+                        weight_scale=getattr(layer, f"{stem}_weight_scale").data[e],
+                        weight_zero_point=zp[e] if zp.numel() else None,
+                        act_dtype=act_dtype,
+                    )
+                )
+            for tensor in TENSORS:
+                delattr(layer, f"{stem}_{tensor}")
+        del layer.ct_wna16_seen
+        for stem, parts in packed.items():
+            for attr in ("qweight", "scales", "zeros"):
+                tensors = [getattr(pw, attr) for pw in parts]
+                if tensors[0] is None:
+                    setattr(layer, f"ct_{stem}_{attr}", None)
+                    continue
+                layer.register_parameter(
+                    f"ct_{stem}_{attr}",
+                    torch.nn.Parameter(torch.stack(tensors), requires_grad=False),
+                )
+        layer.ct_wna16_meta = (h, i, scheme.num_bits, packed["w13"][0].group, packed["w2"][0].group)
+
+    def get_fused_moe_quant_config(self, layer: torch.nn.Module) -> FusedMoEQuantConfig | None:
+        """None: ``apply`` runs the experts itself, no modular kernel reads a quant config."""
+        return None
+
+    def apply(
+        self,
+        layer: torch.nn.Module,
+        x: torch.Tensor,
+        topk_weights: torch.Tensor,
+        topk_ids: torch.Tensor,
+        shared_experts: Any,
+        shared_experts_input: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The routed experts' weighted sum (shared experts are the runner's: no modular kernel
+        here, so it never hands them to the method)."""
+        return experts_forward(
+            x,
+            topk_weights,
+            topk_ids,
+            expert_weights(layer),
+            expert_map=layer.expert_map,
+            weight_on_input=bool(layer.apply_router_weight_on_input),
+            every_expert=x.is_cuda and torch.cuda.is_current_stream_capturing(),
+        )
+
+
+def expert_weights(layer: torch.nn.Module) -> ExpertWeights:
+    """The loaded layer's weights as :class:`ExpertWeights` (views, no copies)."""
+    h, i, bits, g13, g2 = layer.ct_wna16_meta
+    return ExpertWeights(
+        layer.ct_w13_qweight,
+        layer.ct_w13_scales,
+        layer.ct_w13_zeros,
+        layer.ct_w2_qweight,
+        layer.ct_w2_scales,
+        layer.ct_w2_zeros,
+        h,
+        i,
+        bits,
+        g13,
+        g2,
+    )
+
+
+def experts_forward(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    weights: ExpertWeights,
+    *,
+    expert_map: torch.Tensor | None = None,
+    weight_on_input: bool = False,
+    every_expert: bool = False,
+) -> torch.Tensor:
+    """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
+
+    ``topk_ids`` are global expert ids; ``expert_map`` (expert parallelism) maps them to this
+    rank's experts, -1 for another rank's. ``weight_on_input`` scales each token's input by its
+    router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
+
+    By default each expert runs only the tokens routed to it, which needs the per-expert counts
+    on the host (one synchronization). ``every_expert`` runs every local expert on every token
+    and masks the unrouted ones out: no synchronization and no data-dependent shapes, so it can
+    be captured in a CUDA graph (vLLM captures decode steps), at ``experts / top_k`` times the
+    work.
+    """
+    m, top_k = topk_ids.shape
+    experts = weights.num_experts
+    out = torch.zeros((m, weights.hidden), dtype=torch.float32, device=x.device)
+    ids = topk_ids.long()
+    if expert_map is not None:
+        ids = expert_map[ids].long()
+    if every_expert:
+        for e in range(experts):
+            hit = ids == e
+            w = torch.where(hit, topk_weights.float(), 0.0).sum(-1, keepdim=True)
+            routed = hit.any(-1, keepdim=True)
+            xe = (x.float() * w).to(x.dtype) if weight_on_input else x
+            y = weights.expert(e, xe).float()
+            out += torch.where(routed, y if weight_on_input else y * w, 0.0)
+        return out.to(x.dtype)
+    flat = ids.reshape(-1)
+    flat = torch.where(flat < 0, experts, flat)  # another rank's experts: a bucket never run
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=experts + 1)[:experts].tolist()
+    flat_weights = topk_weights.reshape(-1).float()
+    start = 0
+    for e, count in enumerate(counts):
+        if not count:
+            continue
+        pairs = order[start : start + count]
+        start += count
+        tokens = pairs // top_k
+        w = flat_weights[pairs].unsqueeze(-1)
+        xe = x[tokens]
+        if weight_on_input:
+            xe = (xe.float() * w).to(x.dtype)
+        y = weights.expert(e, xe).float()
+        out.index_add_(0, tokens, y if weight_on_input else y * w)
+    return out.to(x.dtype)
+
+
+def _check_layer(
+    name: str,
+    scheme: WeightScheme,
+    layer: torch.nn.Module,
+    raw: Mapping[str, Any],
+    hidden_size: int,
+    params_dtype: torch.dtype,
+    extra_weight_attrs: Mapping[str, Any],
+) -> None:
+    """Refuse, when the layer is built, what this method does not compute."""
+    moe = layer.moe_config
+    if moe.activation is not MoEActivation.SILU:
+        raise WeightFormatError(
+            f"layer {name}: activation {moe.activation.value!r}; the ct_wna16 MoE path runs "
+            "SiLU(gate) * up only"
+        )
+    extras = {
+        "expert biases": moe.has_bias,
+        "swiglu limit/alpha/beta": any(
+            v is not None for v in (moe.swiglu_limit, moe.swiglu_alpha, moe.swiglu_beta)
+        ),
+        "block-aligned TP padding": moe.tp_shard_with_padding,
+        "a padded hidden size": extra_weight_attrs.get("unpadded_hidden_size", hidden_size)
+        != hidden_size,
+    }
+    for what, present in extras.items():
+        if present:
+            raise WeightFormatError(f"layer {name}: {what} are not supported by ct_wna16")
+    if params_dtype not in ops.KERNEL_DTYPES and _kernels_run_here():
+        raise WeightFormatError(
+            f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
+            f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
+        )
+    projections: Sequence[str] = (
+        layer.ckpt_gate_proj_name,
+        layer.ckpt_up_proj_name,
+        layer.ckpt_down_proj_name,
+    )
+    if tuple(projections) != EXPERT_PROJECTIONS:
+        actual = expert_scheme(raw, name, projections)
+        if actual != scheme:
+            raise WeightFormatError(
+                f"layer {name}: the checkpoint's projections {list(projections)} have scheme "
+                f"{actual}, not the {scheme.label} claimed"
+            )
+
+
+def _checked_load(
+    param: torch.nn.Parameter,
+    loaded_weight: torch.Tensor,
+    weight_name: str,
+    shard_id: str,
+    expert_id: int,
+    return_success: bool = False,
+    *,
+    tensor: str,
+    layer_name: str,
+    scheme: WeightScheme,
+    sizes: _Sizes,
+    seen: set[tuple[str, str, int]],
+    inner: Callable[..., Any],
+) -> Any:
+    """Check one expert's checkpoint tensor (whole, before TP sharding), then hand it to vLLM."""
+    where = f"layer {layer_name} expert {expert_id} ({shard_id}): {tensor}"
+    shape = tuple(loaded_weight.shape)
+    pack = scheme.pack_factor
+    rows, cols = sizes.full(shard_id) if shard_id in ("w1", "w2", "w3") else (0, 0)
+    groups = cols // scheme.group_size if scheme.group_size else 1
+    if tensor == "weight_zero_point" and scheme.symmetric:
+        raise WeightFormatError(f"{where}: present, but the scheme is symmetric (no zero points)")
+    if tensor == "weight_scale":
+        if loaded_weight.dtype not in SCALE_DTYPES:
+            raise WeightFormatError(
+                f"{where}: dtype {loaded_weight.dtype}; expected one of {SCALE_DTYPES}"
+            )
+        check_scales(f"{layer_name} expert {expert_id} ({shard_id})", loaded_weight)
+        want: tuple[int, ...] = (rows, groups)
+    elif tensor == "weight_packed":
+        want = (rows, -(-cols // pack))
+    elif tensor == "weight_zero_point":
+        want = (-(-rows // pack), groups)
+    else:
+        want = (2,)
+    if tensor in ("weight_packed", "weight_zero_point") and loaded_weight.dtype != torch.int32:
+        raise WeightFormatError(f"{where}: dtype {loaded_weight.dtype}; expected torch.int32")
+    if tensor == "weight_shape":
+        values = tuple(int(v) for v in loaded_weight.flatten().tolist())
+        if values != (rows, cols):
+            raise WeightFormatError(
+                f"{where}: {list(values)}; the layer's {shard_id} projection is {[rows, cols]}"
+            )
+        loaded_weight = loaded_weight.to(param.dtype)
+    elif shape != want:
+        raise WeightFormatError(
+            f"{where}: shape {shape}; the layer's {shard_id} projection ({rows} x {cols}, "
+            f"{scheme.label}) needs {want}"
+        )
+    seen.add((tensor, shard_id, expert_id))
+    try:
+        return inner(param, loaded_weight, weight_name, shard_id, expert_id, return_success)
+    except (AssertionError, RuntimeError, IndexError) as exc:
+        raise WeightFormatError(
+            f"{where}: shape {shape} does not fit the layer's parameter "
+            f"{tuple(param.shape)}: {exc or type(exc).__name__}"
+        ) from exc
+
+
+def _check_complete(
+    layer_name: str, scheme: WeightScheme, seen: set[tuple[str, str, int]], experts: int
+) -> None:
+    """Every expert's gate, up and down arrived with packed weights and scales (and zero
+    points when asymmetric); a missing one would otherwise run as zeros."""
+    needed = ["weight_packed", "weight_scale"]
+    if not scheme.symmetric:
+        needed.append("weight_zero_point")
+    for expert in range(experts):
+        for shard in ("w1", "w3", "w2"):
+            missing = [t for t in needed if (t, shard, expert) not in seen]
+            if missing:
+                raise WeightFormatError(
+                    f"layer {layer_name} expert {expert} ({shard}): the checkpoint has no "
+                    f"{', '.join(missing)}"
+                )

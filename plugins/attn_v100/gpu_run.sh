@@ -25,4 +25,4 @@ for tool in memcheck racecheck; do
 done
 
 echo "== table"
-tail -40 "$OUT/bench.log"
+tail -110 "$OUT/bench.log"

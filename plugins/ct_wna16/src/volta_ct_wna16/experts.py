@@ -9,9 +9,8 @@ so the GPU tests run it on a machine without vLLM.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 
@@ -21,86 +20,68 @@ from volta_ct_wna16.layout import PackedWeights
 
 @dataclass
 class ExpertWeights:
-    """Every local expert's gate/up (``w13``) and down (``w2``) weights in the kernels' layout.
+    """Every local expert's gate/up (``w13``, ``[2 * inter, hidden]``) and down (``w2``,
+    ``[hidden, inter]``) weights: each a :class:`~volta_ct_wna16.layout.PackedWeights` whose
+    tensors carry the expert first (``qweight[e]``, ``scales[e]``, ``zeros[e]`` are expert
+    ``e``'s, in the layout :func:`~volta_ct_wna16.layout.prepare` makes)."""
 
-    ``*_qweight`` int32 ``[experts, words, out]``, ``*_scales`` ``[experts, groups, out]``,
-    ``*_zeros`` uint8 ``[experts, groups, out]`` or None (symmetric): one slice per expert is one
-    layer's :class:`~volta_ct_wna16.layout.PackedWeights`.
-    """
-
-    w13_qweight: torch.Tensor
-    w13_scales: torch.Tensor
-    w13_zeros: torch.Tensor | None
-    w2_qweight: torch.Tensor
-    w2_scales: torch.Tensor
-    w2_zeros: torch.Tensor | None
-    hidden: int
-    inter: int
-    bits: int
-    w13_group: int
-    w2_group: int
+    w13: PackedWeights
+    w2: PackedWeights
 
     @classmethod
-    def stack(cls, w13: Sequence[PackedWeights], w2: Sequence[PackedWeights]) -> ExpertWeights:
-        """Each expert's gate/up and down :class:`PackedWeights` (from ``layout.prepare``) as one
-        tensor per kind, the expert first."""
-
-        def zeros(parts: Sequence[PackedWeights]) -> torch.Tensor | None:
-            if parts[0].zeros is None:
-                return None
-            return torch.stack([cast(torch.Tensor, pw.zeros) for pw in parts])
-
-        return cls(
-            w13_qweight=torch.stack([pw.qweight for pw in w13]),
-            w13_scales=torch.stack([pw.scales for pw in w13]),
-            w13_zeros=zeros(w13),
-            w2_qweight=torch.stack([pw.qweight for pw in w2]),
-            w2_scales=torch.stack([pw.scales for pw in w2]),
-            w2_zeros=zeros(w2),
-            hidden=w13[0].k,
-            inter=w2[0].k,
-            bits=w13[0].bits,
-            w13_group=w13[0].group,
-            w2_group=w2[0].group,
-        )
+    def stack(
+        cls, w13: Iterable[PackedWeights], w2: Iterable[PackedWeights], experts: int
+    ) -> ExpertWeights:
+        """``experts`` experts' prepared weights, each iterable consumed one expert at a time
+        (so a generator of ``prepare`` calls holds one repacked expert besides the result)."""
+        return cls(_stack(w13, experts), _stack(w2, experts))
 
     @property
     def num_experts(self) -> int:
-        return self.w13_qweight.shape[0]
+        return self.w13.qweight.shape[0]
 
-    def gate_up(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """``x @ [gate; up]_e.T``: ``[tokens, 2 * inter]``."""
-        zeros = self.w13_zeros[e] if self.w13_zeros is not None else None
-        return ops.linear_op(
-            x,
-            self.w13_qweight[e],
-            self.w13_scales[e],
-            zeros,
-            None,
-            self.hidden,
-            self.bits,
-            self.w13_group,
-        )
+    @property
+    def hidden(self) -> int:
+        return self.w13.k
 
-    def down(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """``x @ down_e.T``: ``[tokens, hidden]``."""
-        zeros = self.w2_zeros[e] if self.w2_zeros is not None else None
-        return ops.linear_op(
-            x,
-            self.w2_qweight[e],
-            self.w2_scales[e],
-            zeros,
-            None,
-            self.inter,
-            self.bits,
-            self.w2_group,
-        )
+    @property
+    def inter(self) -> int:
+        return self.w2.k
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """``down(SiLU(gate(x)) * up(x))`` for one expert, in the activation dtype."""
-        h = self.gate_up(e, x).float()
+        """``down(SiLU(gate(x)) * up(x))`` for expert ``e``, in the activation dtype."""
+        h = _linear(self.w13, e, x).float()
         act = torch.nn.functional.silu(h[:, : self.inter]) * h[:, self.inter :]
-        return self.down(e, act.to(x.dtype))
+        return _linear(self.w2, e, act.to(x.dtype))
+
+
+def _linear(pw: PackedWeights, e: int, x: torch.Tensor) -> torch.Tensor:
+    zeros = pw.zeros[e] if pw.zeros is not None else None
+    return ops.linear_op(x, pw.qweight[e], pw.scales[e], zeros, None, pw.k, pw.bits, pw.group)
+
+
+def _stack(parts: Iterable[PackedWeights], experts: int) -> PackedWeights:
+    out: PackedWeights | None = None
+    count = 0
+    for e, pw in enumerate(parts):
+        if out is None:
+            out = PackedWeights(
+                pw.qweight.new_empty((experts, *pw.qweight.shape)),
+                pw.scales.new_empty((experts, *pw.scales.shape)),
+                None if pw.zeros is None else pw.zeros.new_empty((experts, *pw.zeros.shape)),
+                pw.n,
+                pw.k,
+                pw.bits,
+                pw.group,
+            )
+        out.qweight[e] = pw.qweight
+        out.scales[e] = pw.scales
+        if out.zeros is not None and pw.zeros is not None:
+            out.zeros[e] = pw.zeros
+        count = e + 1
+    if out is None or count != experts:
+        raise ValueError(f"expected {experts} experts' weights, got {count}")
+    return out
 
 
 def experts_forward(

@@ -18,7 +18,7 @@ and the checkpoint tensors are released.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -179,35 +179,35 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         h, i = sizes.hidden, sizes.inter
         act_dtype = layer.w13_weight_scale.dtype
         experts = layer.w13_weight_packed.shape[0]
-        packed: dict[str, list[PackedWeights]] = {"w13": [], "w2": []}
-        for stem, n, k in (("w13", 2 * i, h), ("w2", h, i)):
+
+        def prepared(stem: str, n: int, k: int) -> Iterator[PackedWeights]:
             zp = getattr(layer, f"{stem}_weight_zero_point").data
             for e in range(experts):
-                packed[stem].append(
-                    prepare(
-                        f"{name} expert {e} ({stem})",
-                        scheme,
-                        n=n,
-                        k=k,
-                        weight_packed=getattr(layer, f"{stem}_weight_packed").data[e],
-                        weight_scale=getattr(layer, f"{stem}_weight_scale").data[e],
-                        weight_zero_point=zp[e] if zp.numel() else None,
-                        act_dtype=act_dtype,
-                    )
+                yield prepare(
+                    f"{name} expert {e} ({stem})",
+                    scheme,
+                    n=n,
+                    k=k,
+                    weight_packed=getattr(layer, f"{stem}_weight_packed").data[e],
+                    weight_scale=getattr(layer, f"{stem}_weight_scale").data[e],
+                    weight_zero_point=zp[e] if zp.numel() else None,
+                    act_dtype=act_dtype,
                 )
+
+        weights = ExpertWeights.stack(prepared("w13", 2 * i, h), prepared("w2", h, i), experts)
+        for stem in ("w13", "w2"):
             for tensor in TENSORS:
                 delattr(layer, f"{stem}_{tensor}")
         del layer.ct_wna16_seen
-        weights = ExpertWeights.stack(packed["w13"], packed["w2"])
-        for attr in ("qweight", "scales", "zeros"):
-            for stem in ("w13", "w2"):
-                tensor = getattr(weights, f"{stem}_{attr}")
+        for stem, pw in (("w13", weights.w13), ("w2", weights.w2)):
+            for attr in ("qweight", "scales", "zeros"):
+                tensor = getattr(pw, attr)
                 if tensor is None:
                     setattr(layer, f"ct_{stem}_{attr}", None)
                 else:
                     param = torch.nn.Parameter(tensor, requires_grad=False)
                     layer.register_parameter(f"ct_{stem}_{attr}", param)
-        layer.ct_wna16_meta = (h, i, weights.bits, weights.w13_group, weights.w2_group)
+        layer.ct_wna16_meta = (h, i, scheme.num_bits, weights.w13.group, weights.w2.group)
 
     def get_fused_moe_quant_config(self, layer: torch.nn.Module) -> FusedMoEQuantConfig | None:
         """None: ``apply`` runs the experts itself, no modular kernel reads a quant config."""
@@ -236,20 +236,13 @@ class WNA16MoEMethod(FusedMoEMethodBase):
 
 
 def expert_weights(layer: torch.nn.Module) -> ExpertWeights:
-    """The loaded layer's weights as :class:`ExpertWeights` (views, no copies)."""
+    """The loaded layer's weights as :class:`ExpertWeights` (its parameters, no copies)."""
     h, i, bits, g13, g2 = layer.ct_wna16_meta
     return ExpertWeights(
-        layer.ct_w13_qweight,
-        layer.ct_w13_scales,
-        layer.ct_w13_zeros,
-        layer.ct_w2_qweight,
-        layer.ct_w2_scales,
-        layer.ct_w2_zeros,
-        h,
-        i,
-        bits,
-        g13,
-        g2,
+        PackedWeights(
+            layer.ct_w13_qweight, layer.ct_w13_scales, layer.ct_w13_zeros, 2 * i, h, bits, g13
+        ),
+        PackedWeights(layer.ct_w2_qweight, layer.ct_w2_scales, layer.ct_w2_zeros, h, i, bits, g2),
     )
 
 

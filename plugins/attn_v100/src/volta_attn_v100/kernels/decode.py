@@ -75,12 +75,13 @@ def paged_decode_kernel(
     ``part_ml[token, q_head, split, 0:2]`` (max in base-2 units, sum), both float32 and
     contiguous, and ``counter_ptr[seq * num_kv_programs + pid_h]`` must be zero at launch (it
     is again after it). As in ct_wna16's split-K: the barrier makes every thread's partial
-    stores precede the program's one release-acquire increment (GPU scope), so the program that
-    reads ``num_splits - 1`` sees all partials of its rows; it reads them past L1 (``.cg``: no
-    stale line), in partition order (deterministic). With ``num_splits == 1`` (an int argument
-    of 1, which the JIT specializes, so the combining code is not even compiled then) none of
-    the three is touched. Rows that are padding (past ``q_len`` or the head group) are neither
-    read nor written, so CUDA-graph padding tokens stay untouched.
+    stores precede the program's one release-acquire increment (GPU scope), so the program
+    whose increment returns ``num_splits - 1`` sees all partials of its rows; it reads them
+    past L1 (``.cg``: no stale line), in partition order (deterministic). With
+    ``num_splits == 1`` (an int argument of 1, which the JIT specializes, so the combining
+    code is not even compiled then) none of the three is touched. Rows that are padding (past
+    ``q_len`` or the head group) are neither read nor written, so CUDA-graph padding tokens
+    stay untouched.
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)

@@ -10,12 +10,14 @@ from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 def test_one_zeroed_buffer_per_stream_that_grows_and_keeps_the_old_one() -> None:
     device = torch.device("cpu")
     first = arrival_counters(device)
-    assert first.dtype == torch.int32 and first.numel() >= MIN_COUNTERS
+    assert first.dtype == torch.int32
+    assert first.numel() >= MIN_COUNTERS
     assert not first.any()
     assert arrival_counters(device, first.numel()) is first
     first[3] = 1  # a buffer a captured graph still uses must not be handed out zeroed again
     grown = arrival_counters(device, first.numel() + 1)
-    assert grown is not first and grown.numel() >= 2 * first.numel()
+    assert grown is not first
+    assert grown.numel() >= 2 * first.numel()
     assert not grown.any()
     assert arrival_counters(device) is grown
     assert first[3] == 1

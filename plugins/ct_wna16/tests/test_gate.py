@@ -103,3 +103,13 @@ def test_sweep_candidates_compile_for_sm90_without_spills(cfg) -> None:
     candidate that spilled there would measure its spills, not its tile."""
     report = check_kernel_config(cfg, capability=90)
     assert report.passed, report.describe()
+
+
+def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
+    decode = configs.SM90.decode
+    assert configs.group_tile(decode, 128)
+    assert configs.group_tile(decode, 256)
+    assert not configs.group_tile(decode, 64)
+    assert not configs.group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
+    assert not configs.group_tile(configs.SM90.gemv, 128)  # the GEMV loads per 32 inputs
+    assert not configs.group_tile(configs.SM90.gemm, 128)

@@ -62,7 +62,8 @@ def volta_quant_methods() -> Iterable[QuantMethodSpec]:
             impl=FACTORY,
             description=(
                 "compressed-tensors pack-quantized int4/int8 weights (group 32/64/128 or "
-                "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM"
+                "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM; "
+                "fused MoE experts one expert at a time through the same kernels"
             ),
         )
     ]

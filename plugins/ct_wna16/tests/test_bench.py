@@ -31,7 +31,7 @@ def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
     assert bound == "memory"
     assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / bench.V100_BANDWIDTH)
     assert bench.sm70_estimate(16, n, k, pw)[1] == "FMA"
-    assert configs.choose(2048, 256, 512, (7, 0), 4).path == configs.DEQUANT_MATMUL
+    assert configs.choose(2048, 256, (7, 0), 4).path == configs.DEQUANT_MATMUL
     assert bench.sm70_estimate(2048, n, k, pw)[1] == "dequant+cuBLAS"
 
 

@@ -102,11 +102,9 @@ def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
     pw = packed(library_checkpoint(40, 384, scheme, seed=2))
     table = configs.SM90
     assert table.wide_gemv is not None
-    assert table.long_gemv is not None
     for launch, m in (
         (table.gemv, 1),
         (table.wide_gemv[1], 1),
-        (table.long_gemv[1], 1),
         (table.decode, 5),
         (table.gemm, 17),
         (table.dequant, 40),
@@ -142,7 +140,7 @@ def splits_of(pw: PackedWeights, m: int) -> int:
     """How many input splits the table's launch for ``m`` tokens makes on this device."""
     probe = torch.empty(0, device=pw.qweight.device)
     capability, sm_count = device_facts(probe)
-    launch = configs.choose(m, pw.n, pw.k, capability, pw.bits)
+    launch = configs.choose(m, pw.n, capability, pw.bits)
     return configs.split_count(pw.n, pw.k, launch, sm_count)[0]
 
 

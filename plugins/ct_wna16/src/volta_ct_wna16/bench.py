@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from volta_core.kernels.bench import time_cuda_graph
+from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda_graph
 from volta_ct_wna16 import __version__, configs
 from volta_ct_wna16.layout import PackedWeights, prepare
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
@@ -57,14 +57,6 @@ MAX_COPIES = 8
 REPLAYS = 7
 #: Token counts whose times the summary sets against the launch floor.
 DECODE_MS = (1, 16)
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy, counting reads and writes."""
-    src = torch.empty(1 << 29, dtype=torch.float16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    timing = time_cuda_graph(lambda: dst.copy_(src), [()], replays=5)
-    return 2 * src.numel() * src.element_size() / (timing.median_ms * 1e-3)
 
 
 def matmul_flops() -> float:
@@ -103,7 +95,7 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
     """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
-    launch = configs.choose(m, n, k, (7, 0), pw.bits)
+    launch = configs.choose(m, n, (7, 0), pw.bits)
     io = m * k * 2 + m * n * 2
     if launch.path == configs.DEQUANT_MATMUL:
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
@@ -143,7 +135,7 @@ def measure(
             * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = configs.choose(m, n, k, torch.cuda.get_device_capability(), 4)
+        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
         wbytes = pws[0].nbytes()
         rows.append(
             {
@@ -281,7 +273,7 @@ def sweep(
             ).median_ms
             * 1e-3
         )
-        table_launch = configs.choose(m, n, k, capability, 4)
+        table_launch = configs.choose(m, n, capability, 4)
         launches = [table_launch] + [c for c in sweep_candidates(m) if c != table_launch]
         for launch in launches:
             row: dict[str, Any] = {
@@ -453,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the benchmark needs a CUDA GPU", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    copy_bw = copy_bandwidth()
+    copy_bw = measure_copy_bandwidth()[0] * 1e9
     if args.sweep_only:
         record = {**versions(), "copy_bandwidth_gbps": copy_bw / 1e9}
         path = args.out / "ct_wna16_sweep.json"

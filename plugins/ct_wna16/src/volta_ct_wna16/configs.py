@@ -80,8 +80,6 @@ class Table:
     dequant: Launch
     wide_gemv: tuple[int, Launch] | None = None
     """1 token from this many outputs on: ``(outputs, launch)``."""
-    long_gemv: tuple[int, Launch] | None = None
-    """1 token below the ``wide_gemv`` outputs, from this many inputs on: ``(inputs, launch)``."""
 
 
 SM70 = Table(
@@ -103,16 +101,18 @@ SM90 = Table(
     # two warps over 512 outputs (8 per thread share each activation load) at 8 per SM were
     # best, 48.2 us, and the narrow tile 52-69 us. The switch sits at 8192 outputs, between
     # the measured shapes (7168, 14 blocks of 512, is on the narrow side, like 5120).
-    # num_stages 3 and 8 partials per reduction round trip on the 1-token tiles are not
-    # measured yet (run 4 ran unpipelined, 4 partials per round trip): H100 run 5's sweep
-    # decides them.
+    # H100 run 5's sweep (one-launch split-K): the input loop pipelined (3 stages, cp.async)
+    # and 8 partials per reduction round trip. The narrow tile at 8 programs per SM was best
+    # or equal on every narrow shape: 13.7 us at 5120x5120 (run 4: 16.2), 14.9 at 7168x5120
+    # (14.8 at 4 per SM), and 37.9 us at 5120x27648 (59.9 at 4 per SM, 59.0 on a 2-warp,
+    # 64-input tile tried for long inputs): the long input is cut into more splits.
     gemv=Launch(
         SPLITK,
         block_m=1,
         block_n=256,
         block_k=32,
         num_warps=1,
-        programs_per_sm=4,
+        programs_per_sm=8,
         num_stages=3,
         reduce_unroll=8,
     ),
@@ -125,22 +125,6 @@ SM90 = Table(
             block_k=32,
             num_warps=2,
             programs_per_sm=8,
-            num_stages=3,
-            reduce_unroll=8,
-        ),
-    ),
-    # Narrow layers with a long input (5120x27648 took 71 us in run 4 on the narrow tile, 41%
-    # of copy bandwidth): two warps and twice the inputs per iteration, so each program keeps
-    # more bytes in flight. A candidate, not measured: run 5's sweep times it.
-    long_gemv=(
-        16384,
-        Launch(
-            SPLITK,
-            block_m=1,
-            block_n=256,
-            block_k=64,
-            num_warps=2,
-            programs_per_sm=4,
             num_stages=3,
             reduce_unroll=8,
         ),
@@ -165,22 +149,18 @@ def table_for(capability: tuple[int, int]) -> Table:
 
 
 def choose(
-    m: int, n: int, k: int, capability: tuple[int, int], bits: int, table: Table | None = None
+    m: int, n: int, capability: tuple[int, int], bits: int, table: Table | None = None
 ) -> Launch:
-    """The launch for ``m`` tokens, ``n`` outputs and ``k`` inputs on ``capability`` with
-    ``bits``-bit weights.
+    """The launch for ``m`` tokens and ``n`` outputs on ``capability`` with ``bits``-bit weights.
 
-    One token: the wide tile from ``wide_gemv``'s outputs on, else the long-input tile from
-    ``long_gemv``'s inputs on, else the narrow one. A wide layer already has column blocks
-    enough to fill the device; a narrow one with a long input is split into long pieces.
+    One token: the wide tile from ``wide_gemv``'s outputs on, else the narrow one. The input
+    length acts through :func:`split_count` (a long input is cut into more splits).
     """
     t = table or table_for(capability)
     if m <= 1:
         launch = t.gemv
         if t.wide_gemv is not None and n >= t.wide_gemv[0]:
             launch = t.wide_gemv[1]
-        elif t.long_gemv is not None and k >= t.long_gemv[0]:
-            launch = t.long_gemv[1]
     elif m <= 4:
         launch = t.small
     elif m <= DECODE_MAX_M:
@@ -302,7 +282,6 @@ def _launches(table: Table) -> list[Launch]:
     for launch in (
         table.gemv,
         table.wide_gemv[1] if table.wide_gemv else None,
-        table.long_gemv[1] if table.long_gemv else None,
         table.small,
         table.decode,
         table.gemm,

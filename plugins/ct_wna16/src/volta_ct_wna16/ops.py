@@ -84,7 +84,7 @@ def wna16_linear(
         return out.reshape(*lead, pw.n)
     capability, sm_count = device_facts(x)
     if launch is None:
-        launch = configs.choose(m, pw.n, pw.k, capability, pw.bits)
+        launch = configs.choose(m, pw.n, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS

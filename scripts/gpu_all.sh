@@ -13,7 +13,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton", triton.__version__, "python", sys.version.split()[0])' | tee -a "$out/device.txt"
 
 attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
-ct_path=core/src:plugins/ct_wna16/src
+ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
 attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py)
 
 echo "== phase 1: GPU tests and memcheck, side by side"
@@ -22,7 +22,7 @@ PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-240}"
   "${attn_tests[@]}" > "$out/attn_v100/gpu_tests.log" 2>&1 &
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-240}" \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
-  plugins/ct_wna16/tests/test_kernels.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
+  plugins/ct_wna16/tests/test_kernels.py plugins/ct_wna16/tests/test_moe_gpu.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_san timeout "${SAN_LIMIT:-200}" \
   compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
@@ -33,14 +33,18 @@ for f in attn_v100/gpu_tests ct_wna16/gpu_tests attn_v100/sanitizer_memcheck; do
 done
 
 echo "== phase 2: benchmarks, one at a time"
-PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
-  > "$out/core/selfcheck.log" 2>&1
+if [ "${SELF_LIMIT:-90}" != 0 ]; then
+  PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
+    > "$out/core/selfcheck.log" 2>&1
+fi
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_BENCH_LIMIT:-200}" \
   python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" > "$out/ct_wna16/bench.log" 2>&1
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_BENCH_LIMIT:-240}" \
-  python3 -m volta_attn_v100.bench --out "$out/attn_v100" > "$out/attn_v100/bench.log" 2>&1
+  python3 -m volta_attn_v100.bench --out "$out/attn_v100" --parts "${ATTN_PARTS:-decode,prefill,sweep}" \
+  > "$out/attn_v100/bench.log" 2>&1
+tar -C "$out" -czf "$out/logs.tar.gz" attn_v100 ct_wna16 core device.txt
 
 echo "== tables"
-tail -4 "$out/core/selfcheck.log"
+[ -f "$out/core/selfcheck.log" ] && tail -4 "$out/core/selfcheck.log"
 tail -60 "$out/ct_wna16/bench.log"
 tail -60 "$out/attn_v100/bench.log"

@@ -264,7 +264,6 @@ def decode_kernel_config(
             "BLOCK_N": tiles.block_n,
             "KV_FP8": fp8,
             "NATIVE_FP8": fp8 and native_e5m2(capability),
-            "COMBINE_STAGES": tiles.num_stages,
         },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,

@@ -21,16 +21,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.configs import MAX_SPLITS
 from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile
 
-#: Partitions whose ``acc`` partials the combining program loads per step: the unrolled loads
-#: issue together (one L2 round trip per group instead of per partition) while the registers
-#: held stay at a few ``acc`` tiles, whatever ``num_splits`` is.
+#: Partitions whose partials the combining program loads per step: the unrolled loads issue
+#: together (one L2 round trip per group instead of per partition) while the registers held
+#: stay at a few ``acc`` tiles, whatever ``num_splits`` is.
 SPLIT_CHUNK = tl.constexpr(4)
-
-#: Every partition's maximum and sum fit in one load of the combining program.
-MAX_PARTS = tl.constexpr(MAX_SPLITS)
 
 
 @triton.jit
@@ -72,7 +68,6 @@ def paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
-    COMBINE_STAGES: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -172,14 +167,7 @@ def paged_decode_kernel(
         counter = counter_ptr + seq * tl.num_programs(1) + pid_h
         if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
             m_c, l_c, acc_c = combine_splits(
-                part_acc_ptr,
-                part_ml_ptr,
-                rows_base,
-                num_splits,
-                row_valid,
-                BLOCK_M,
-                HEAD_PAD,
-                COMBINE_STAGES,
+                part_acc_ptr, part_ml_ptr, rows_base, num_splits, row_valid, BLOCK_M, HEAD_PAD
             )
             out = finish_rows(m_c, l_c, acc_c, sinks_ptr, q_head, row_valid, has_sinks)
             store_rows(
@@ -218,39 +206,35 @@ def combine_splits(
     row_valid,
     BLOCK_M: tl.constexpr,
     HEAD_PAD: tl.constexpr,
-    COMBINE_STAGES: tl.constexpr,
 ):
-    """Maximum, sum and output of the rows over all partitions' partials.
+    """Running max, sum and output of the rows over all partitions' partials, in order.
 
-    ``rows_base[r]`` is row ``r``'s first partial (partition 0). The combine runs after the
-    last partition, so its latency is added to the whole step; it is kept to few dependent
-    L2 round trips. First every partition's maximum and sum in one load
-    (``[BLOCK_M, MAX_PARTS]``): the row maximum ``M`` and ``L = sum_s l_s 2^(m_s - M)`` (base-2
-    units). Then ``acc = sum_s acc_s 2^(m_s - M)``, in partition order (deterministic), whose
-    terms depend on nothing but ``M``: :data:`SPLIT_CHUNK` partitions per step, and on SM80+
-    the steps are software-pipelined (``COMBINE_STAGES``, cp.async), so the loads of the next
-    steps are in flight while one is summed. Partitions that saw no key of a row hold
-    ``m = NEG_BIG``, ``l = 0``, ``acc = 0`` and add nothing. Loads are ``.cg`` (past L1).
+    ``rows_base[r]`` is row ``r``'s first partial (partition 0). Each partition is folded in as
+    one more online-softmax step (maxima in base-2 units): ``M' = max(M, m_s)``,
+    ``L' = L e^(M - M') + l_s e^(m_s - M')``, likewise the output; partitions that saw no key
+    of a row hold ``m = NEG_BIG``, ``l = 0``, ``acc = 0`` and add nothing. :data:`SPLIT_CHUNK`
+    partitions per step, loaded past L1.
     """
     offs_d = tl.arange(0, HEAD_PAD)
-    offs_s = tl.arange(0, MAX_PARTS)
-    ok = row_valid[:, None] & (offs_s[None, :] < num_splits)
-    ml = part_ml_ptr + (rows_base[:, None] + offs_s[None, :]) * 2
-    m_s = tl.load(ml, mask=ok, other=NEG_BIG, cache_modifier=".cg")
-    l_s = tl.load(ml + 1, mask=ok, other=0.0, cache_modifier=".cg")
-    m = tl.max(m_s, 1)
-    l_sum = tl.sum(l_s * tl.exp2(m_s - m[:, None]), 1)
+    m = tl.full([BLOCK_M], NEG_BIG, tl.float32)
+    l_sum = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
-    for s0 in tl.range(0, num_splits, SPLIT_CHUNK, num_stages=COMBINE_STAGES):
+    for s0 in range(0, num_splits, SPLIT_CHUNK):
         for j in tl.static_range(SPLIT_CHUNK):
-            part_ok = row_valid & (s0 + j < num_splits)
+            ok = row_valid & (s0 + j < num_splits)
             row = rows_base + s0 + j
-            m_j = tl.load(part_ml_ptr + row * 2, mask=part_ok, other=NEG_BIG, cache_modifier=".cg")
-            acc_j = tl.load(
+            m_s = tl.load(part_ml_ptr + row * 2, mask=ok, other=NEG_BIG, cache_modifier=".cg")
+            l_s = tl.load(part_ml_ptr + row * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg")
+            acc_s = tl.load(
                 part_acc_ptr + row[:, None] * HEAD_PAD + offs_d[None, :],
-                mask=part_ok[:, None],
+                mask=ok[:, None],
                 other=0.0,
                 cache_modifier=".cg",
             )
-            acc += acc_j * tl.exp2(m_j - m)[:, None]
+            m_new = tl.maximum(m, m_s)
+            alpha = tl.exp2(m - m_new)
+            w = tl.exp2(m_s - m_new)
+            l_sum = l_sum * alpha + l_s * w
+            acc = acc * alpha[:, None] + acc_s * w[:, None]
+            m = m_new
     return m, l_sum, acc

@@ -206,7 +206,15 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
 DECODE_SEED = 1234
 
 #: Sweep, split policy (32/8 heads, fp16 and fp8): the shipped policy first.
-SWEEP_SPLIT_POLICIES = [SplitPolicy(p, k) for p in (2, 4, 8) for k in (256, 128)]
+SWEEP_SPLIT_POLICIES = [
+    DEFAULT_SPLIT_POLICY,
+    *(
+        SplitPolicy(p, k)
+        for p in (2, 4, 8)
+        for k in (256, 128)
+        if SplitPolicy(p, k) != DEFAULT_SPLIT_POLICY
+    ),
+]
 SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024)]
 #: Sweep, fp8 decode tiles on SM80+ (16 rows; keys, warps, stages), 32/8 heads: shipped first.
 SWEEP_FP8_TILES = [

@@ -30,6 +30,12 @@ def _sweep_decode_configs() -> list:
         )
         for t in bench.SWEEP_WIDE_GROUP_TILES
     ]
+    configs += [
+        decode_kernel_config(
+            f"sweep_b1_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", 128, "float16", t, H100
+        )
+        for t in bench.SWEEP_BATCH1_TILES
+    ]
     return gate_variants(configs)
 
 
@@ -37,6 +43,8 @@ def test_each_sweep_section_starts_with_the_shipped_configuration() -> None:
     assert bench.SWEEP_SPLIT_POLICIES[0] == DEFAULT_SPLIT_POLICY
     assert bench.SWEEP_FP8_TILES[0] == decode_tiles(128, 16, H100, kv_fp8=True)
     assert bench.SWEEP_WIDE_GROUP_TILES[0] == decode_tiles(128, 16, H100)
+    assert bench.SWEEP_BATCH1_TILES[0] == decode_tiles(128, 16, H100)
+    assert len(set(bench.SWEEP_BATCH1_TILES)) == len(bench.SWEEP_BATCH1_TILES)
     assert len(set(bench.SWEEP_SPLIT_POLICIES)) == len(bench.SWEEP_SPLIT_POLICIES)
     assert len(set(bench.SWEEP_FP8_TILES)) == len(bench.SWEEP_FP8_TILES)
     assert len(set(bench.SWEEP_WIDE_GROUP_TILES)) == len(bench.SWEEP_WIDE_GROUP_TILES)

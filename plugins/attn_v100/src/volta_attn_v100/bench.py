@@ -228,6 +228,13 @@ SWEEP_WIDE_GROUP_TILES = [
     Tiles(m, n, w, 2) for m, n, w in itertools.product((16, 32), (64, 32), (4, 8))
 ]
 SWEEP_WIDE_GROUP_SHAPE = (128, 2048)
+#: Sweep, fp16 decode tiles at batch 1 (1 x 8K and 1 x 32K, 32/8): more stages or wider tiles
+#: put more of a short partition's keys in flight at once; shipped first.
+SWEEP_BATCH1_TILES = [
+    Tiles(16, n, w, st)
+    for n, w, st in ((64, 4, 2), (64, 4, 3), (64, 4, 4), (32, 4, 4), (128, 4, 2), (64, 8, 3))
+]
+SWEEP_BATCH1_SHAPES = [(1, 8192), (1, 32768)]
 #: Sweep, prefill: the 128 x 128 tile against the shipped one on 8 x 2048.
 SWEEP_PREFILL_TILES = [Tiles(128, 128, 8, 2)]
 
@@ -285,7 +292,8 @@ def sweep(copy_bw: float) -> list[dict]:
     """Leads for tuning, not the shipped configuration (``--parts sweep``).
 
     Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), fp8 decode tiles
-    (64 x 8K and 32 x 16K, 32/8), 64/8 decode tiles (128 x 2K fp16) and the 128 x 128 prefill
+    (64 x 8K and 32 x 16K, 32/8), fp16 decode tiles at batch 1 (1 x 8K and 1 x 32K, 32/8),
+    64/8 decode tiles (128 x 2K fp16) and the 128 x 128 prefill
     tile. Each row is timed like the main table; the split policy is passed to the launcher,
     tiles by answering the launcher's tile lookup for one measurement. The first variant of
     each decode section is the shipped configuration, and every variant's output on the
@@ -316,6 +324,12 @@ def sweep(copy_bw: float) -> list[dict]:
         for batch, ctx in SWEEP_FP8_SHAPES:
             decode_row(
                 "fp8 tiles", name, batch, ctx, 32, 8, "fp8_e5m2", DEFAULT_SPLIT_POLICY, tiles
+            )
+    for tiles in SWEEP_BATCH1_TILES:
+        name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
+        for batch, ctx in SWEEP_BATCH1_SHAPES:
+            decode_row(
+                "batch-1 tiles", name, batch, ctx, 32, 8, "float16", DEFAULT_SPLIT_POLICY, tiles
             )
     for tiles in SWEEP_WIDE_GROUP_TILES:
         name = f"{tiles.block_m} rows, {tiles.block_n} keys, {tiles.num_warps} warps"

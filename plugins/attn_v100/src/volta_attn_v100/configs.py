@@ -126,7 +126,7 @@ def decode_tiles(
     ============  ===========  ===========
     head pad      16 rows      32 rows
     ============  ===========  ===========
-    64            8            8
+    64            8            16
     128           4            8
     256           8            (not used)
     ============  ===========  ===========
@@ -135,13 +135,15 @@ def decode_tiles(
     build at head pad 128 with 32 rows and at 256 with 16 once the combine joined the kernel;
     8 warps take 160-240 registers there and do not spill. At head pad 256 no warp count
     keeps 32 rows from spilling (4: ~2 KB, 8: ~300 B, 16: 228 B), so 256-dim heads run 16 rows
-    (:func:`decode_block_ms`). On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
+    (:func:`decode_block_ms`). At head pad 64 with 32 rows, 8 warps spilled 20 B once the sink
+    logits were loaded before the key loop (ptxas held the thread to 128 registers); 16 warps
+    take 93-104 registers there. On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
     one tile moves the same bytes in half the iterations.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
         if pad <= 64:
-            warps = 8
+            warps = 8 if block_m <= 16 else 16
         elif pad <= 128:
             warps = 4 if block_m <= 16 else 8
         else:

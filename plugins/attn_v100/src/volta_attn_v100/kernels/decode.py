@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile
+from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
 
 #: Partitions whose partials the combining program loads per step: the unrolled loads issue
 #: together (one L2 round trip per group instead of per partition) while the registers held
@@ -118,6 +118,7 @@ def paged_decode_kernel(
     tile_lo = lo + split * per_split
     tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
 
+    sink = load_sinks(sinks_ptr, q_head, row_valid, has_sinks)
     m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
@@ -149,7 +150,7 @@ def paged_decode_kernel(
     )
 
     if num_splits == 1:
-        out = finish_rows(m_i, l_i, acc, sinks_ptr, q_head, row_valid, has_sinks)
+        out = finish_rows(m_i, l_i, acc, sink)
         store_rows(
             out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
         )
@@ -169,7 +170,7 @@ def paged_decode_kernel(
             m_c, l_c, acc_c = combine_splits(
                 part_acc_ptr, part_ml_ptr, rows_base, num_splits, row_valid, BLOCK_M, HEAD_PAD
             )
-            out = finish_rows(m_c, l_c, acc_c, sinks_ptr, q_head, row_valid, has_sinks)
+            out = finish_rows(m_c, l_c, acc_c, sink)
             store_rows(
                 out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
             )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile
+from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
 
 
 @triton.jit
@@ -104,6 +104,7 @@ def paged_prefill_kernel(
     tile_lo = first_tile(context + q_block * block_q, window, BLOCK_N)
     tile_hi = tl.where(block_valid, tl.cdiv(last_key, BLOCK_N), tile_lo)
 
+    sink = load_sinks(sinks_ptr, q_head, row_valid, has_sinks)
     m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
@@ -134,6 +135,6 @@ def paged_prefill_kernel(
         NATIVE_FP8,
     )
 
-    out = finish_rows(m_i, l_i, acc, sinks_ptr, q_head, row_valid, has_sinks)
+    out = finish_rows(m_i, l_i, acc, sink)
     o_ptrs = out_ptr + token[:, None].to(tl.int64) * stride_ot + q_head[:, None] * stride_oh
     tl.store(o_ptrs + offs_d[None, :], out.to(tl.float16), mask=row_valid[:, None] & d_mask)

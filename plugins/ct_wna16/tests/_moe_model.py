@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from volta_ct_wna16.layout import dequantize, prepare
+from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import library_checkpoint, quantization_config
 
@@ -95,17 +95,7 @@ def write_checkpoints(root: Path, scheme: WeightScheme) -> tuple[Path, Path]:
     for i, (name, weight) in enumerate(experts.items()):
         ckpt = library_checkpoint(*weight.shape, scheme, seed=i, weight=weight)
         quantized.update({f"{name}.{t}": v.contiguous() for t, v in ckpt.tensors.items()})
-        t = ckpt.tensors
-        pw = prepare(
-            name,
-            scheme,
-            n=weight.shape[0],
-            k=weight.shape[1],
-            weight_packed=t["weight_packed"],
-            weight_scale=t["weight_scale"],
-            weight_zero_point=t.get("weight_zero_point"),
-            act_dtype=torch.float16,
-        )
+        pw = ckpt.packed(name)
         dense[f"{name}.weight"] = dequantize(pw).to(torch.float16).contiguous()
     config = model.config.to_dict()
     paths = []

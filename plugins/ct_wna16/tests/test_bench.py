@@ -9,24 +9,13 @@ import pytest
 import torch
 
 from volta_ct_wna16 import bench, configs
-from volta_ct_wna16.layout import prepare
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import fresh_checkpoint
 
 
 def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
     n, k = 256, 512
-    t = fresh_checkpoint(n, k, WeightScheme(4, True, 128)).tensors
-    pw = prepare(
-        "b",
-        WeightScheme(4, True, 128),
-        n=n,
-        k=k,
-        weight_packed=t["weight_packed"],
-        weight_scale=t["weight_scale"],
-        weight_zero_point=None,
-        act_dtype=torch.float16,
-    )
+    pw = fresh_checkpoint(n, k, WeightScheme(4, True, 128)).packed("b")
     seconds, bound = bench.sm70_estimate(1, n, k, pw)
     assert bound == "memory"
     assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / bench.V100_BANDWIDTH)

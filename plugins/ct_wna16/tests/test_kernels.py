@@ -14,7 +14,7 @@ import torch
 from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import bench, configs
-from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
+from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import device_facts, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import (
@@ -33,18 +33,7 @@ TOLERANCE = 2e-3
 
 
 def packed(ckpt: Checkpoint, device: str = "cpu") -> PackedWeights:
-    n, k = ckpt.shape
-    t = {name: tensor.to(device) for name, tensor in ckpt.tensors.items()}
-    return prepare(
-        "test",
-        ckpt.scheme,
-        n=n,
-        k=k,
-        weight_packed=t["weight_packed"],
-        weight_scale=t["weight_scale"],
-        weight_zero_point=t.get("weight_zero_point"),
-        act_dtype=torch.float16,
-    )
+    return ckpt.packed("test", device)
 
 
 def check(pw: PackedWeights, m: int, bias: bool, launch=None, seed: int = 0) -> None:

@@ -27,7 +27,7 @@ import _vllm_layers as vl
 
 from volta_core.kernels.testing import rel_error
 from volta_ct_wna16.experts import experts_forward
-from volta_ct_wna16.layout import WeightFormatError, dequantize, prepare
+from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.moe import WNA16MoEMethod, expert_weights
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import Checkpoint, library_checkpoint, quantization_config
@@ -103,19 +103,7 @@ def load(runner: Any, ckpts: Experts) -> Any:
 
 
 def dense(ckpt: Checkpoint) -> torch.Tensor:
-    n, k = ckpt.shape
-    t = ckpt.tensors
-    pw = prepare(
-        "ref",
-        ckpt.scheme,
-        n=n,
-        k=k,
-        weight_packed=t["weight_packed"],
-        weight_scale=t["weight_scale"],
-        weight_zero_point=t.get("weight_zero_point"),
-        act_dtype=torch.float16,
-    )
-    return dequantize(pw)
+    return dequantize(ckpt.packed("ref"))
 
 
 def reference(

@@ -15,7 +15,7 @@ import torch
 
 from volta_core.kernels.testing import assert_rel_close
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
-from volta_ct_wna16.layout import PackedWeights, dequantize, prepare
+from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import Checkpoint, fresh_checkpoint
 
@@ -25,18 +25,7 @@ SCHEMES = [WeightScheme(4, True, 128), WeightScheme(4, False, 32), WeightScheme(
 
 
 def packed(ckpt: Checkpoint, name: str) -> PackedWeights:
-    n, k = ckpt.shape
-    t = ckpt.tensors
-    return prepare(
-        name,
-        ckpt.scheme,
-        n=n,
-        k=k,
-        weight_packed=t["weight_packed"],
-        weight_scale=t["weight_scale"],
-        weight_zero_point=t.get("weight_zero_point"),
-        act_dtype=torch.float16,
-    )
+    return ckpt.packed(name)
 
 
 def gate_up(gate: Checkpoint, up: Checkpoint) -> Checkpoint:

@@ -23,7 +23,7 @@ import _vllm_layers as vl
 
 from volta_core.kernels.testing import rel_error
 from volta_ct_wna16 import ops
-from volta_ct_wna16.layout import WeightFormatError, dequantize, prepare
+from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import (
@@ -51,19 +51,7 @@ def vllm_single_rank() -> Iterator[None]:
 def reference(shards: list[Checkpoint]) -> torch.Tensor:
     parts = []
     for ckpt in shards:
-        n, k = ckpt.shape
-        t = ckpt.tensors
-        pw = prepare(
-            "ref",
-            ckpt.scheme,
-            n=n,
-            k=k,
-            weight_packed=t["weight_packed"],
-            weight_scale=t["weight_scale"],
-            weight_zero_point=t.get("weight_zero_point"),
-            act_dtype=torch.float16,
-        )
-        parts.append(dequantize(pw))
+        parts.append(dequantize(ckpt.packed("ref")))
     return torch.cat(parts)
 
 

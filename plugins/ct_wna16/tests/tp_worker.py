@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _vllm_layers as vl
 
 from volta_core.kernels.testing import rel_error
-from volta_ct_wna16.layout import dequantize, prepare
+from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import library_checkpoint, quantization_config
 
@@ -29,20 +29,7 @@ SIZES = {"column": [48], "row": [40], "merged": [48, 48], "qkv": [64, 32, 32]}
 
 
 def dense(ckpt) -> torch.Tensor:
-    n, k = ckpt.shape
-    t = ckpt.tensors
-    return dequantize(
-        prepare(
-            "ref",
-            ckpt.scheme,
-            n=n,
-            k=k,
-            weight_packed=t["weight_packed"],
-            weight_scale=t["weight_scale"],
-            weight_zero_point=t.get("weight_zero_point"),
-            act_dtype=torch.float16,
-        )
-    )
+    return dequantize(ckpt.packed("ref"))
 
 
 def main() -> None:

@@ -36,7 +36,7 @@ import torch
 
 from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda_graph
 from volta_ct_wna16 import __version__, configs
-from volta_ct_wna16.layout import PackedWeights, prepare
+from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import fresh_checkpoint
@@ -77,19 +77,7 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
     out = []
     for i in range(copies):
         ckpt = fresh_checkpoint(n, k, WeightScheme(4, symmetric, GROUP), seed=i, device="cuda")
-        t = ckpt.tensors
-        out.append(
-            prepare(
-                f"bench.{n}x{k}",
-                ckpt.scheme,
-                n=n,
-                k=k,
-                weight_packed=t["weight_packed"],
-                weight_scale=t["weight_scale"],
-                weight_zero_point=t.get("weight_zero_point"),
-                act_dtype=torch.float16,
-            )
-        )
+        out.append(ckpt.packed(f"bench.{n}x{k}"))
     return out
 
 

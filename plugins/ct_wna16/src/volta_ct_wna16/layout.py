@@ -63,6 +63,18 @@ def _fail(layer: str, message: str) -> WeightFormatError:
     return WeightFormatError(f"layer {layer}: {message}")
 
 
+def require_whole_groups(layer: str, group_size: int | None, sizes: dict[str, int]) -> None:
+    """Raise if a quantization group would straddle a size (``what -> size``) of ``layer``.
+
+    The kernels read one scale row per group of inputs, so every input length a layer is built
+    with (whole and per tensor-parallel rank) must be a multiple of the group size; channel-wise
+    schemes (``group_size`` None) have one group and always pass.
+    """
+    for what, size in sizes.items():
+        if group_size and size % group_size:
+            raise _fail(layer, f"{what} {size} is not a multiple of the group size {group_size}")
+
+
 def unpack_int32(packed: torch.Tensor, bits: int, length: int, dim: int) -> torch.Tensor:
     """Unpack offset-binary values stored ``32 // bits`` per int32 along ``dim`` (0 or 1).
 

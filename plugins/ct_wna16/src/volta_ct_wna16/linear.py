@@ -35,7 +35,13 @@ from vllm.model_executor.parameter import (
 
 from volta_core.types import QuantConfig, QuantLayer
 from volta_ct_wna16 import ops
-from volta_ct_wna16.layout import SCALE_DTYPES, WeightFormatError, check_scales, prepare
+from volta_ct_wna16.layout import (
+    SCALE_DTYPES,
+    WeightFormatError,
+    check_scales,
+    prepare,
+    require_whole_groups,
+)
 from volta_ct_wna16.scheme import DEFAULT_FUSED, Unsupported, WeightScheme, ignored, layer_scheme
 
 
@@ -89,20 +95,17 @@ class WNA16LinearMethod(LinearMethodBase):
         **extra_weight_attrs: Any,
     ) -> None:
         scheme, name = self.scheme, self.prefix
-        if params_dtype not in ops.KERNEL_DTYPES and _kernels_run_here():
+        if params_dtype not in ops.KERNEL_DTYPES and kernels_run_here():
             raise WeightFormatError(
                 f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
                 f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
             )
         pack = scheme.pack_factor
         n, k = sum(output_partition_sizes), input_size_per_partition
+        require_whole_groups(
+            name, scheme.group_size, {"input size": input_size, "input size per TP rank": k}
+        )
         if scheme.group_size:
-            for size, what in ((input_size, "input size"), (k, "input size per TP rank")):
-                if size % scheme.group_size:
-                    raise WeightFormatError(
-                        f"layer {name}: {what} {size} is not a multiple of the group size "
-                        f"{scheme.group_size}"
-                    )
             groups, full_groups = k // scheme.group_size, input_size // scheme.group_size
         else:
             groups = full_groups = 1
@@ -208,7 +211,7 @@ class WNA16LinearMethod(LinearMethodBase):
         )
 
 
-def _kernels_run_here() -> bool:
+def kernels_run_here() -> bool:
     """Whether ``apply`` will launch the kernels (a CUDA platform), not the CPU path."""
     from vllm.platforms import current_platform
 

@@ -40,8 +40,9 @@ from volta_ct_wna16.layout import (
     WeightFormatError,
     check_scales,
     prepare,
+    require_whole_groups,
 )
-from volta_ct_wna16.linear import _kernels_run_here
+from volta_ct_wna16.linear import kernels_run_here
 from volta_ct_wna16.plugin import EXPERT_PROJECTIONS, expert_scheme
 from volta_ct_wna16.scheme import Unsupported, WeightScheme
 
@@ -116,13 +117,10 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         pack = scheme.pack_factor
         sizes = _Sizes(hidden_size, intermediate_size_per_partition, self.moe.tp_size)
         h, i = sizes.hidden, sizes.inter
+        require_whole_groups(
+            name, scheme.group_size, {"hidden size": h, "intermediate size per TP rank": i}
+        )
         if scheme.group_size:
-            for size, what in ((h, "hidden size"), (i, "intermediate size per TP rank")):
-                if size % scheme.group_size:
-                    raise WeightFormatError(
-                        f"layer {name}: {what} {size} is not a multiple of the group size "
-                        f"{scheme.group_size}"
-                    )
             g13, g2 = h // scheme.group_size, i // scheme.group_size
         else:
             g13 = g2 = 1
@@ -274,7 +272,7 @@ def _check_layer(
     for what, present in extras.items():
         if present:
             raise WeightFormatError(f"layer {name}: {what} are not supported by ct_wna16")
-    if params_dtype not in ops.KERNEL_DTYPES and _kernels_run_here():
+    if params_dtype not in ops.KERNEL_DTYPES and kernels_run_here():
         raise WeightFormatError(
             f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
             f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from volta_ct_wna16.layout import pack_int32
+from volta_ct_wna16.layout import PackedWeights, pack_int32, prepare
 from volta_ct_wna16.scheme import WeightScheme
 
 #: Library-made checkpoints carried to machines without compressed-tensors (the GPU machine):
@@ -44,6 +44,22 @@ class Checkpoint:
     def shape(self) -> tuple[int, int]:
         n, k = (int(v) for v in self.tensors["weight_shape"])
         return n, k
+
+    def packed(self, name: str = "test", device: torch.device | str | None = None) -> PackedWeights:
+        """The layer in the kernels' layout (:func:`~volta_ct_wna16.layout.prepare`, fp16
+        activations), its tensors moved to ``device`` first when given."""
+        n, k = self.shape
+        t = {key: v.to(device) for key, v in self.tensors.items()} if device else self.tensors
+        return prepare(
+            name,
+            self.scheme,
+            n=n,
+            k=k,
+            weight_packed=t["weight_packed"],
+            weight_scale=t["weight_scale"],
+            weight_zero_point=t.get("weight_zero_point"),
+            act_dtype=torch.float16,
+        )
 
 
 def quantization_config(scheme: WeightScheme, ignore: list[str] | None = None) -> dict[str, Any]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from typing import Any
@@ -116,3 +118,24 @@ def load(layer: Any, shards: list[Checkpoint], biases: list[torch.Tensor] | None
             param.weight_loader(param, tensor, *args)
     # What vLLM's process_weights_after_loading does for each module with a quant method.
     layer.quant_method.process_weights_after_loading(layer)
+
+
+def run_two_ranks(script: str, env: dict[str, str]) -> list[str]:
+    """Run ``script RANK 2 INIT_FILE`` as two processes (a gloo tensor-parallel group of two)
+    and return each rank's output, after checking both exited cleanly and printed ``TP-OK``."""
+    init = tempfile.mktemp()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(rank), "2", init],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for rank in range(2)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for rank, (p, text) in enumerate(zip(procs, outputs, strict=True)):
+        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
+        assert "TP-OK" in text, text[-3000:]
+    return outputs

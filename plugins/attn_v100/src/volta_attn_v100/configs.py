@@ -248,6 +248,21 @@ _ATTENTION_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh", "stride_ot", "st
 _CACHE_WRITE_DIVISIBLE = (*_KV_STRIDES, "stride_kt", "stride_kh", "stride_vt", "stride_vh")
 
 
+def _attention_constexprs(
+    head_size: int, tiles: Tiles, fp8: bool, capability: tuple[int, int]
+) -> dict[str, int | bool]:
+    """The compile-time arguments the decode and prefill kernels share, as the launchers pass
+    them."""
+    return {
+        "HEAD_SIZE": head_size,
+        "HEAD_PAD": head_pad(head_size),
+        "BLOCK_M": tiles.block_m,
+        "BLOCK_N": tiles.block_n,
+        "KV_FP8": fp8,
+        "NATIVE_FP8": fp8 and native_e5m2(capability),
+    }
+
+
 def decode_kernel_config(
     name: str, head_size: int, kv_dtype: str, tiles: Tiles, capability: tuple[int, int]
 ) -> KernelConfig:
@@ -262,14 +277,7 @@ def decode_kernel_config(
             "kv_ptr": KV_POINTER_TYPES[kv_dtype],
             **_DECODE_SIGNATURE_TAIL,
         },
-        constexprs={
-            "HEAD_SIZE": head_size,
-            "HEAD_PAD": head_pad(head_size),
-            "BLOCK_M": tiles.block_m,
-            "BLOCK_N": tiles.block_n,
-            "KV_FP8": fp8,
-            "NATIVE_FP8": fp8 and native_e5m2(capability),
-        },
+        constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         divisible_by_16=_ATTENTION_DIVISIBLE,
@@ -301,14 +309,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     name=f"prefill_d{head_size}_{kv_dtype}",
                     kernel=f"{KERNEL_MODULE}:paged_prefill_kernel",
                     signature={**kv_sig, **_PREFILL_SIGNATURE_TAIL},
-                    constexprs={
-                        "HEAD_SIZE": head_size,
-                        "HEAD_PAD": pad,
-                        "BLOCK_M": tiles.block_m,
-                        "BLOCK_N": tiles.block_n,
-                        "KV_FP8": fp8,
-                        "NATIVE_FP8": fp8 and native_e5m2(capability),
-                    },
+                    constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
                     num_warps=tiles.num_warps,
                     num_stages=tiles.num_stages,
                     divisible_by_16=_ATTENTION_DIVISIBLE,

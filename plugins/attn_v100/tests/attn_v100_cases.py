@@ -8,9 +8,14 @@ FACTS.md 2), and optional scales, window, soft cap and sinks.
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -256,3 +261,20 @@ def record_attention_error(store: dict, args: tuple, kwargs: dict) -> None:
     """Keep the largest :func:`call_error` and query length of the attention calls in ``store``."""
     store["max_rel_error"] = max(store.get("max_rel_error", 0.0), call_error(args, kwargs))
     store["max_query_len"] = max(store.get("max_query_len", 0), kwargs["max_query_len"])
+
+
+def run_engine_script(script: Path, args: list[str], model: Path, env: dict[str, str]) -> Any:
+    """Run an engine script (``python script MODEL ARGS...`` in the model's folder, so each run
+    has a fresh process and engine) and return the JSON of its last ``RESULT`` line."""
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=model,
+        timeout=900,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert lines, proc.stderr[-4000:]
+    return json.loads(lines[-1][len("RESULT ") :])

@@ -14,13 +14,11 @@ registration applies to the engine that runs. Findings pinned here:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from attn_v100_cases import run_engine_script
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
@@ -57,18 +55,8 @@ def model(tmp_path_factory) -> Path:
 def runs(model) -> dict:
     """Three engines, one after another in one process: fp16 CPU attention, fp16 and fp8 Volta."""
     env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(model), "auto:cpu", "auto:volta", "fp8_e5m2:volta"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=model,
-        timeout=900,
-    )
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert lines, proc.stderr[-4000:]
-    return {(r["kv_cache_dtype"], r["backend"]): r for r in json.loads(lines[-1][len("RESULT ") :])}
+    runs = run_engine_script(SCRIPT, ["auto:cpu", "auto:volta", "fp8_e5m2:volta"], model, env)
+    return {(r["kv_cache_dtype"], r["backend"]): r for r in runs}
 
 
 def test_fp16_greedy_tokens_equal_cpu_attention(runs) -> None:

@@ -22,13 +22,11 @@ Findings pinned here:
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from attn_v100_cases import run_engine_script
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
@@ -97,18 +95,7 @@ def runs(model) -> dict:
     env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
     results = {}
     for mode in ("cpu", "volta"):
-        proc = subprocess.run(
-            [sys.executable, str(SCRIPT), str(model), mode],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=model,
-            timeout=900,
-        )
-        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        assert lines, proc.stderr[-4000:]
-        results[mode] = json.loads(lines[-1][len("RESULT ") :])
+        results[mode] = run_engine_script(SCRIPT, [mode], model, env)
     return results
 
 

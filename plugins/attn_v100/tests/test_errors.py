@@ -133,3 +133,14 @@ def test_wrong_index_dtypes(case) -> None:
 def test_sinks_shape(case) -> None:
     with pytest.raises(AttentionInputError, match="sinks must have one value per query head"):
         attempt(case, sinks=torch.zeros(3))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("programs_per_sm", 0), ("min_keys_per_split", 0), ("min_keys_per_split", 1.5)],
+)
+def test_split_policy_needs_positive_integers(field, value) -> None:
+    from volta_attn_v100.configs import SplitPolicy
+
+    with pytest.raises(ValueError, match=f"SplitPolicy.{field} must be a positive integer"):
+        SplitPolicy(**{field: value})

@@ -65,6 +65,12 @@ class SplitPolicy:
     programs_per_sm: int = 2
     min_keys_per_split: int = 128
 
+    def __post_init__(self) -> None:
+        for name in ("programs_per_sm", "min_keys_per_split"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"SplitPolicy.{name} must be a positive integer, got {value!r}")
+
     def num_splits(self, num_programs: int, max_seq_len: int, num_sms: int) -> int:
         """Partitions per sequence for ``num_programs`` (sequences x KV programs) programs."""
         wanted = -(-self.programs_per_sm * num_sms // max(1, num_programs))

@@ -114,6 +114,20 @@ def test_sweep_candidates_run_correctly_in_the_interpreter() -> None:
                 check(pw, m, bias=False, launch=launch)
 
 
+def test_slot_exponents_hold_every_field_exponent() -> None:
+    """The GEMV turns field ``o`` of a word into ``2**(23 - o) + q`` with one AND: it needs the
+    exponent ``150 - o`` of every field offset to be a sub-mask of ``SLOT_EXPONENTS``, and every
+    field to end below the exponent (bit 23)."""
+    from volta_ct_wna16.kernels import SLOT_EXPONENTS
+
+    for bits in (4, 8):
+        sh = bits * (23 // bits)
+        for j in range(32 // bits):
+            o = bits * j if bits * (j + 1) <= sh else bits * j - sh
+            assert o + bits <= 23, (bits, j)
+            assert (150 - o) & ~SLOT_EXPONENTS.value == 0, (bits, j)
+
+
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
     pw = packed(library_checkpoint(24, 2304, WeightScheme(4, False, 128), seed=2))
     one_split = configs.Launch(

@@ -104,6 +104,50 @@ def _load_words(
 GEMV_SUB = tl.constexpr(32)
 
 
+#: The fp32 exponent field the GEMV writes into every word before masking out one field: it
+#: holds as a sub-mask every exponent ``150 - o`` of a field at bit offset ``o`` (0 to 16 for
+#: 4-bit words, 0 and 8 for 8-bit ones), so one AND keeps field ``o`` with exponent ``150 - o``.
+SLOT_EXPONENTS = tl.constexpr(150 | 146 | 142 | 138 | 134)
+
+
+@triton.jit
+def _slot_minus(w, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr):
+    """``q - ZC`` in fp32 for the field ``MASK << OFF`` of every word of ``w``, in two operations.
+
+    ``w`` has :data:`SLOT_EXPONENTS` in bits 23..30 and a clear sign bit. Keeping field ``OFF``
+    and exponent ``150 - OFF`` reads as the fp32 ``2**(23 - OFF) + q`` exactly (the field is
+    the low end of the mantissa at that exponent), so one subtraction of the constant
+    ``2**(23 - OFF) + ZC`` gives ``q - ZC`` exactly, for any slot, with no shift.
+    """
+    f = (w & ((MASK << OFF) | ((150 - OFF) << 23))).to(tl.float32, bitcast=True)
+    return f - ((1 << (23 - OFF)) + ZC)
+
+
+@triton.jit
+def _x_columns(x_ptr, kb, k_end, ROWS: tl.constexpr, PACK: tl.constexpr):
+    """The 32 activations from ``kb`` as fp32, one ``[ROWS]`` column per word slot.
+
+    One ``[ROWS, PACK]`` load (a few per thread, not ``32`` per thread), split into its
+    columns: column ``j`` holds input ``kb + PACK * r + j`` of word row ``r``.
+    """
+    kk = kb + tl.arange(0, ROWS)[:, None] * PACK + tl.arange(0, PACK)[None, :]
+    x = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
+    if PACK == 8:
+        a, b = tl.split(tl.reshape(x, (ROWS, 4, 2)))
+        a0, a1 = tl.split(tl.reshape(a, (ROWS, 2, 2)))
+        b0, b1 = tl.split(tl.reshape(b, (ROWS, 2, 2)))
+        c0, c4 = tl.split(a0)
+        c2, c6 = tl.split(a1)
+        c1, c5 = tl.split(b0)
+        c3, c7 = tl.split(b1)
+        return (c0, c1, c2, c3, c4, c5, c6, c7)
+    else:
+        a, b = tl.split(tl.reshape(x, (ROWS, 2, 2)))
+        c0, c2 = tl.split(a)
+        c1, c3 = tl.split(b)
+        return (c0, c1, c2, c3)
+
+
 @triton.jit
 def _gemv_sub(
     x_ptr,
@@ -122,13 +166,11 @@ def _gemv_sub(
 ):
     """``s * sum_j x_j * (q_j - z)`` per word row of the 32 inputs from ``kb``: ``[rows, BLOCK_N]``.
 
-    Per weight one AND, one subtraction and one FMA. Each word gets the fp32 exponent of
-    ``2**23`` once (``(t & 0x7FFFFF) | 0x4B000000``); slot ``j`` is then masked in place, not
-    shifted: keeping the exponent bits and field ``j`` reads as fp32 ``2**23 + q * 2**o``
-    exactly (the field ends below bit 23), so subtracting ``2**23`` leaves ``q * 2**o``, and the
-    activation is pre-scaled by ``2**-o`` (exact: a power of two). Fields that reach bit 23
-    come from one shifted copy of the word. The zero point and the scale are applied once per
-    word row: ``s * (sum_j x_j q_j - z * sum_j x_j)``.
+    Per weight one AND, one subtraction and one fp32 FMA (:func:`_slot_minus`); per word one
+    operation that writes :data:`SLOT_EXPONENTS` over bits 23..31 (fields below bit 23), and one
+    more for the copy shifted down by ``SH`` (the fields that reach bit 23). Symmetric weights
+    subtract the zero point with the bias constant; asymmetric ones once per word row as
+    ``z * sum_j x_j``. The scale is applied once per word row.
     """
     PACK: tl.constexpr = 32 // BITS
     ROWS: tl.constexpr = GEMV_SUB // PACK
@@ -138,30 +180,30 @@ def _gemv_sub(
     rkp = tl.arange(0, ROWS)
     kp = kb // PACK + rkp
     t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=(kp[:, None] < KW) & n_ok[None, :])
-    lo = (t & 0x7FFFFF) | 0x4B000000
-    hi = ((t >> SH) & 0x7FFFFF) | 0x4B000000
+    lo = (t & 0x7FFFFF) | (SLOT_EXPONENTS << 23)
+    hi = ((t >> SH) & ((1 << (32 - SH)) - 1)) | (SLOT_EXPONENTS << 23)
     in_split = kb < k_end
     g = kb // GROUP
     s = tl.load(s_ptr + g * N + rn, mask=n_ok & in_split, other=0.0).to(tl.float32)
     if HAS_ZP:
         z = tl.load(z_ptr + g * N + rn, mask=n_ok & in_split, other=0).to(tl.float32)
+        ZC: tl.constexpr = 0
     else:
-        z = tl.full([1], 1 << (BITS - 1), tl.float32)
+        ZC: tl.constexpr = 1 << (BITS - 1)
+    xc = _x_columns(x_ptr, kb, k_end, ROWS, PACK)
     part = tl.zeros([ROWS, t.shape[1]], dtype=tl.float32)
     xsum = tl.zeros([ROWS], dtype=tl.float32)
     for j in tl.static_range(PACK):
-        kk = kb + rkp * PACK + j
-        xj = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
-        xsum += xj
-        # -0x800000 is the int32 with bits 23..31 set: the exponent is kept.
+        xj = xc[j]
+        if HAS_ZP:
+            xsum += xj
         if BITS * (j + 1) <= SH:
-            f = (lo & ((MASK << (BITS * j)) - 0x800000)).to(tl.float32, bitcast=True)
-            xs = xj * (1.0 / (1 << (BITS * j)))
+            part += xj[:, None] * _slot_minus(lo, BITS * j, MASK, ZC)
         else:
-            f = (hi & ((MASK << (BITS * j - SH)) - 0x800000)).to(tl.float32, bitcast=True)
-            xs = xj * (1.0 / (1 << (BITS * j - SH)))
-        part += xs[:, None] * (f - 8388608.0)
-    return (part - xsum[:, None] * z[None, :]) * s[None, :]
+            part += xj[:, None] * _slot_minus(hi, BITS * j - SH, MASK, ZC)
+    if HAS_ZP:
+        part -= xsum[:, None] * z[None, :]
+    return part * s[None, :]
 
 
 @triton.jit

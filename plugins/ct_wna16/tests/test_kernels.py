@@ -114,18 +114,17 @@ def test_sweep_candidates_run_correctly_in_the_interpreter() -> None:
                 check(pw, m, bias=False, launch=launch)
 
 
-def test_slot_exponents_hold_every_field_exponent() -> None:
-    """The GEMV turns field ``o`` of a word into ``2**(23 - o) + q`` with one AND: it needs the
-    exponent ``150 - o`` of every field offset to be a sub-mask of ``SLOT_EXPONENTS``, and every
-    field to end below the exponent (bit 23)."""
-    from volta_ct_wna16.kernels import SLOT_EXPONENTS
+def test_gemv_fields_lie_below_the_fp32_exponent() -> None:
+    """The GEMV reads field ``j`` of a word as the fp32 ``2**(23 - o) + q`` at bit offset ``o``
+    of the copy shifted by ``field_shift``: exact only if the whole field lies in bits 0..22 of
+    that copy, and for every field of both widths."""
+    from volta_ct_wna16.kernels import field_shift
 
     for bits in (4, 8):
-        sh = bits * (23 // bits)
         for j in range(32 // bits):
-            o = bits * j if bits * (j + 1) <= sh else bits * j - sh
-            assert o + bits <= 23, (bits, j)
-            assert (150 - o) & ~SLOT_EXPONENTS.value == 0, (bits, j)
+            o = bits * j - field_shift(bits, j)
+            assert o >= 0, (bits, j, o)
+            assert o + bits <= 23, (bits, j, o)
 
 
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:

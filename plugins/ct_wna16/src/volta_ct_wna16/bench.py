@@ -155,7 +155,9 @@ SWEEP_MS = (1, 4, 16)
 SWEEP_TOLERANCE = 1e-2
 
 
-def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Launch:
+def _gemv(
+    bn: int, bk: int, w: int, st: int, p: int, ru: int = 8, ahead: bool = False
+) -> configs.Launch:
     return configs.Launch(
         configs.SPLITK,
         block_m=1,
@@ -165,6 +167,7 @@ def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Lau
         programs_per_sm=p,
         num_stages=st,
         reduce_unroll=ru,
+        x_ahead=ahead,
     )
 
 
@@ -184,7 +187,7 @@ def _dot(bn: int, bk: int, w: int, st: int, p: int) -> configs.Launch:
 def sweep_candidates(m: int) -> list[configs.Launch]:
     """Launches ``--sweep`` times for ``m`` tokens (4-bit sizes), besides the table's own.
 
-    Pruned so that the sweep compiles about 35 kernels (2 to 5 s each on the H100; each
+    Pruned so that the sweep compiles about 40 kernels (2 to 5 s each on the H100; each
     compiles for sm_90 without spills, and 64 x 256 at 4 warps, which spilled, is left out):
     ``programs_per_sm`` is a launch argument, not a compile one, so it varies freely; the
     1-token list keeps run 4's unpipelined tiles (1 stage, 4 partials per reduction round
@@ -203,6 +206,17 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
             *(_gemv(256, 128, 4, 3, p) for p in (2, 4)),
             _gemv(256, 32, 1, 3, 8, ru=16),
             _gemv(512, 32, 2, 3, 8, ru=16),
+            # 16 outputs per thread: the per-thread activation work (loads, conversions,
+            # addresses) spread over twice the weights, 3.76 SASS instructions per weight in the
+            # loop against 3.94 at 8 (sm_90, 4-bit; 255 registers, so at most 8 per SM; 8-bit
+            # weights spill there).
+            *(_gemv(512, 32, 1, st, p) for st in (2, 3) for p in (4, 8)),
+            *(_gemv(1024, 32, 2, 3, p) for p in (4, 8)),
+            # The activations one tile ahead (no wait on their load in the tile), on the
+            # table's two tiles and the 16-per-thread one.
+            *(_gemv(256, 32, 1, 3, p, ahead=True) for p in (4, 8)),
+            _gemv(512, 32, 2, 3, 8, ahead=True),
+            _gemv(512, 32, 1, 3, 8, ahead=True),
         ]
     return [
         *(_dot(256, 128, 4, 3, p) for p in (2, 4)),
@@ -218,10 +232,12 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
 
 
 def launch_label(ln: configs.Launch) -> str:
-    """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM."""
+    """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM,
+    and ``xa`` when the activations are loaded one tile ahead."""
     return (
         f"{'dot' if ln.use_dot else 'fma'} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
         f"w{ln.num_warps} s{ln.num_stages} r{ln.reduce_unroll} p{ln.programs_per_sm}"
+        f"{' xa' if ln.x_ahead else ''}"
     )
 
 

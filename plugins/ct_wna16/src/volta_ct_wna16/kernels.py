@@ -104,34 +104,67 @@ def _load_words(
 GEMV_SUB = tl.constexpr(32)
 
 
-#: The fp32 exponent field the GEMV writes into every word before masking out one field: it
-#: holds as a sub-mask every exponent ``150 - o`` of a field at bit offset ``o`` (0 to 16 for
-#: 4-bit words, 0 and 8 for 8-bit ones), so one AND keeps field ``o`` with exponent ``150 - o``.
-SLOT_EXPONENTS = tl.constexpr(150 | 146 | 142 | 138 | 134)
+@triton.constexpr_function
+def high_shift(bits: int) -> int:
+    """How far the GEMV shifts the copy of each word that the fields reaching bit 23 (the fp32
+    exponent) are taken from: half a field short of the first such field, so that none sits at
+    bit 0 of the copy (a shift and mask to bit 0 compiles to a bit-field extract, which the OR
+    of the exponent then no longer fuses with)."""
+    return bits * (23 // bits) - bits // 2
+
+
+@triton.constexpr_function
+def field_shift(bits: int, j: int) -> int:
+    """The shift of the word copy field ``j`` of a ``bits``-bit word is taken from by the GEMV:
+    0 (the word itself) for fields that end below bit 23, else :func:`high_shift`."""
+    return 0 if bits * (j + 1) <= 23 else high_shift(bits)
 
 
 @triton.jit
-def _slot_minus(w, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr):
-    """``q - ZC`` in fp32 for the field ``MASK << OFF`` of every word of ``w``, in two operations.
+def _slot_minus(w, live, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr):
+    """``q - ZC`` in fp32 for the field ``MASK << OFF`` (below bit 23) of every word of ``w``.
 
-    ``w`` has :data:`SLOT_EXPONENTS` in bits 23..30 and a clear sign bit. Keeping field ``OFF``
-    and exponent ``150 - OFF`` reads as the fp32 ``2**(23 - OFF) + q`` exactly (the field is
-    the low end of the mantissa at that exponent), so one subtraction of the constant
-    ``2**(23 - OFF) + ZC`` gives ``q - ZC`` exactly, for any slot, with no shift.
+    The field with the fp32 exponent ``150 - OFF`` over it reads as ``2**(23 - OFF) + q``
+    exactly (the field is the low end of the mantissa at that exponent), so one subtraction of
+    the constant ``2**(23 - OFF) + ZC`` gives ``q - ZC`` exactly, for any slot, with no shift.
+    ``live`` is 1, but not to the compiler: the exponent is ORed in from a register, so the AND
+    and the OR are one three-input LOP3 (with two immediates they would be two).
     """
-    f = (w & ((MASK << OFF) | ((150 - OFF) << 23))).to(tl.float32, bitcast=True)
+    f = ((w & (MASK << OFF)) | (live * ((150 - OFF) << 23))).to(tl.float32, bitcast=True)
     return f - ((1 << (23 - OFF)) + ZC)
 
 
 @triton.jit
-def _x_columns(x_ptr, kb, k_end, ROWS: tl.constexpr, PACK: tl.constexpr):
-    """The 32 activations from ``kb`` as fp32, one ``[ROWS]`` column per word slot.
+def _x_tile(x_ptr, k0, k_end, PACK: tl.constexpr, SUBS: tl.constexpr):
+    """The ``32 * SUBS`` activations from ``k0`` (zero from ``k_end`` on) as ``[rows, PACK, SUBS]``:
+    element ``[r, j, s]`` is input ``k0 + 32 * s + PACK * r + j``, so that :func:`_sub_tile`
+    takes the sub-tiles apart along the last axis."""
+    ROWS: tl.constexpr = GEMV_SUB // PACK
+    kk = (
+        k0
+        + tl.arange(0, ROWS)[:, None, None] * PACK
+        + tl.arange(0, PACK)[None, :, None]
+        + tl.arange(0, SUBS)[None, None, :] * GEMV_SUB
+    )
+    return tl.load(x_ptr + kk, mask=kk < k_end, other=0.0)
 
-    One ``[ROWS, PACK]`` load (a few per thread, not ``32`` per thread), split into its
-    columns: column ``j`` holds input ``kb + PACK * r + j`` of word row ``r``.
-    """
-    kk = kb + tl.arange(0, ROWS)[:, None] * PACK + tl.arange(0, PACK)[None, :]
-    x = tl.load(x_ptr + kk, mask=kk < k_end, other=0.0).to(tl.float32)
+
+@triton.jit
+def _sub_tile(x, SUB: tl.constexpr, SUBS: tl.constexpr):
+    """Sub-tile ``SUB`` (``[rows, pack]``) of an :func:`_x_tile` of ``SUBS`` sub-tiles: the
+    last axis halved by ``tl.split`` once per bit of ``SUB`` (``SUBS`` a power of two)."""
+    for level in tl.static_range(8):
+        if (SUBS >> level) > 1:
+            lo, hi = tl.split(tl.reshape(x, (x.shape[0], x.shape[1], SUBS >> (level + 1), 2)))
+            x = hi if (SUB >> level) & 1 else lo
+    return tl.reshape(x, (x.shape[0], x.shape[1]))
+
+
+@triton.jit
+def _columns(x, ROWS: tl.constexpr, PACK: tl.constexpr):
+    """The ``[ROWS, PACK]`` activations of a sub-tile as fp32, one ``[ROWS]`` column per word
+    slot: column ``j`` holds input ``PACK * r + j`` of word row ``r``."""
+    x = x.to(tl.float32)
     if PACK == 8:
         a, b = tl.split(tl.reshape(x, (ROWS, 4, 2)))
         a0, a1 = tl.split(tl.reshape(a, (ROWS, 2, 2)))
@@ -150,7 +183,7 @@ def _x_columns(x_ptr, kb, k_end, ROWS: tl.constexpr, PACK: tl.constexpr):
 
 @triton.jit
 def _gemv_sub(
-    x_ptr,
+    x,
     w_ptr,
     s_ptr,
     z_ptr,
@@ -166,22 +199,21 @@ def _gemv_sub(
 ):
     """``s * sum_j x_j * (q_j - z)`` per word row of the 32 inputs from ``kb``: ``[rows, BLOCK_N]``.
 
-    Per weight one AND, one subtraction and one fp32 FMA (:func:`_slot_minus`); per word one
-    operation that writes :data:`SLOT_EXPONENTS` over bits 23..31 (fields below bit 23), and one
-    more for the copy shifted down by ``SH`` (the fields that reach bit 23). Symmetric weights
-    subtract the zero point with the bias constant; asymmetric ones once per word row as
-    ``z * sum_j x_j``. The scale is applied once per word row.
+    Per weight one AND-OR, one subtraction and one fp32 FMA (:func:`_slot_minus`), and per
+    word one shift (:func:`field_shift`). Symmetric weights subtract the zero point in the
+    subtraction's constant; asymmetric ones once per word row as ``z * sum_j x_j``. The scale
+    is applied once per word row.
     """
     PACK: tl.constexpr = 32 // BITS
     ROWS: tl.constexpr = GEMV_SUB // PACK
     MASK: tl.constexpr = (1 << BITS) - 1
-    # First field offset that would reach the exponent; fields from there come from t >> SH.
-    SH: tl.constexpr = BITS * (23 // BITS)
     rkp = tl.arange(0, ROWS)
     kp = kb // PACK + rkp
     t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=(kp[:, None] < KW) & n_ok[None, :])
-    lo = (t & 0x7FFFFF) | (SLOT_EXPONENTS << 23)
-    hi = ((t >> SH) & ((1 << (32 - SH)) - 1)) | (SLOT_EXPONENTS << 23)
+    # Unsigned: the shift is logical, so the copy needs no mask beyond each field's.
+    t = t.to(tl.uint32, bitcast=True)
+    hi = t >> high_shift(BITS)
+    live = (N >= 0).to(tl.uint32)
     in_split = kb < k_end
     g = kb // GROUP
     s = tl.load(s_ptr + g * N + rn, mask=n_ok & in_split, other=0.0).to(tl.float32)
@@ -190,17 +222,17 @@ def _gemv_sub(
         ZC: tl.constexpr = 0
     else:
         ZC: tl.constexpr = 1 << (BITS - 1)
-    xc = _x_columns(x_ptr, kb, k_end, ROWS, PACK)
+    xc = _columns(x, ROWS, PACK)
     part = tl.zeros([ROWS, t.shape[1]], dtype=tl.float32)
     xsum = tl.zeros([ROWS], dtype=tl.float32)
     for j in tl.static_range(PACK):
         xj = xc[j]
         if HAS_ZP:
             xsum += xj
-        if BITS * (j + 1) <= SH:
-            part += xj[:, None] * _slot_minus(lo, BITS * j, MASK, ZC)
+        if field_shift(BITS, j) == 0:
+            part += xj[:, None] * _slot_minus(t, live, BITS * j, MASK, ZC)
         else:
-            part += xj[:, None] * _slot_minus(hi, BITS * j - SH, MASK, ZC)
+            part += xj[:, None] * _slot_minus(hi, live, BITS * j - field_shift(BITS, j), MASK, ZC)
     if HAS_ZP:
         part -= xsum[:, None] * z[None, :]
     return part * s[None, :]
@@ -235,6 +267,7 @@ def wna16_splitk_kernel(
     NUM_STAGES: tl.constexpr,
     REDUCE_UNROLL: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    X_AHEAD: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
 
@@ -244,7 +277,11 @@ def wna16_splitk_kernel(
     iteration, waited for). ``GROUP_TILE``: every tile lies inside one quantization group
     (:func:`_load_words`). ``REDUCE_UNROLL``: partials the fused reduction has in flight; the
     unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` splits (wide dot
-    tiles need few, or they spill).
+    tiles need few, or they spill). ``X_AHEAD`` (1-token GEMV): the activations are loaded one
+    tile ahead, so their load is not waited for in the tile it is issued in, at the cost of
+    holding them in registers across an iteration. For tiles of one warp, whose threads load
+    one activation each (too little for the pipeline's asynchronous copies); wider tiles give
+    every thread all 32, which the pipeline copies asynchronously anyway (sm_90 TTGIR).
 
     With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
     to ``ws_ptr[split]`` and then increments its tile's counter in ``cnt_ptr`` (zero before the
@@ -270,6 +307,8 @@ def wna16_splitk_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     elif BLOCK_M == 1:
         acc2 = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)
+        if X_AHEAD:
+            x_next = _x_tile(x_ptr, k_begin, k_end, PACK, BLOCK_K // GEMV_SUB)
     else:
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in tl.range(k_begin, k_end, BLOCK_K, num_stages=NUM_STAGES):
@@ -313,9 +352,14 @@ def wna16_splitk_kernel(
             )
             acc += tl.dot(xk, w)
         elif BLOCK_M == 1:
+            if X_AHEAD:
+                xt = x_next
+                x_next = _x_tile(x_ptr, k0 + BLOCK_K, k_end, PACK, BLOCK_K // GEMV_SUB)
+            else:
+                xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB)
             for sub in tl.static_range(BLOCK_K // GEMV_SUB):
                 acc2 += _gemv_sub(
-                    x_ptr,
+                    _sub_tile(xt, sub, BLOCK_K // GEMV_SUB),
                     w_ptr,
                     s_ptr,
                     z_ptr,

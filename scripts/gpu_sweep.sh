@@ -3,6 +3,8 @@
 # adopted has been checked on the GPU), then each plugin's sweep, one at a time, alone on the
 # GPU. Logs land under $OUT/<part>/ and, packed, in $OUT/logs.tar.gz (the device returns few
 # files).    OUT=/some/dir bash scripts/gpu_sweep.sh
+# PLUGINS="attn_v100 ct_wna16" (default both) picks the plugins; ATTN_PARTS (default "sweep")
+# the attention benchmark's parts, e.g. "sweep,decode" for the main decode table after the sweep.
 set -uo pipefail
 out=${OUT:?set OUT}
 mkdir -p "$out/attn_v100" "$out/ct_wna16"
@@ -13,25 +15,28 @@ python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton
 attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
 ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
 
+plugins=${PLUGINS:-attn_v100 ct_wna16}
+has() { [[ " $plugins " == *" $1 "* ]]; }
+
 echo "== phase 1: GPU tests, side by side"
-PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-110}" \
+has attn_v100 && PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-110}" \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
   plugins/attn_v100/tests/test_kernels.py -k "decode" > "$out/attn_v100/gpu_tests.log" 2>&1 &
-PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-110}" \
+has ct_wna16 && PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-110}" \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
   plugins/ct_wna16/tests/test_kernels.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
 wait
-for f in attn_v100/gpu_tests ct_wna16/gpu_tests; do
-  echo "$f: $(grep -E 'passed|failed|error' "$out/$f.log" | tail -1)"
+for p in $plugins; do
+  echo "$p gpu_tests: $(grep -E 'passed|failed|error' "$out/$p/gpu_tests.log" | tail -1)"
 done
 
 echo "== phase 2: sweeps, one at a time"
-PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_LIMIT:-190}" \
-  python3 -m volta_attn_v100.bench --out "$out/attn_v100" --parts sweep > "$out/attn_v100/sweep.log" 2>&1
-PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_LIMIT:-270}" \
+has attn_v100 && PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_LIMIT:-190}" \
+  python3 -m volta_attn_v100.bench --out "$out/attn_v100" --parts "${ATTN_PARTS:-sweep}" > "$out/attn_v100/sweep.log" 2>&1
+has ct_wna16 && PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_LIMIT:-270}" \
   python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" --sweep-only > "$out/ct_wna16/sweep.log" 2>&1
 tar -C "$out" -czf "$out/logs.tar.gz" attn_v100 ct_wna16 device.txt
 
 echo "== tables"
-tail -45 "$out/ct_wna16/sweep.log"
-tail -45 "$out/attn_v100/sweep.log"
+has ct_wna16 && tail -45 "$out/ct_wna16/sweep.log"
+has attn_v100 && grep -v "^case" "$out/attn_v100/sweep.log" | tail -90

@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 
 from volta_attn_v100 import bench
-from volta_attn_v100.configs import DEFAULT_SPLIT_POLICY, decode_kernel_config, decode_tiles
+from volta_attn_v100.configs import (
+    DEFAULT_SPLIT_POLICY,
+    decode_combine,
+    decode_kernel_config,
+    decode_tiles,
+)
 from volta_core.kernels.gate import check_kernel_config, compiled, gate_variants
 
 H100 = (9, 0)
@@ -20,19 +25,34 @@ H100 = (9, 0)
 def _sweep_decode_configs() -> list:
     configs = [
         decode_kernel_config(
-            f"sweep_fp8_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", 128, "fp8_e5m2", t, H100
+            f"sweep_fp8_n{t.block_n}_w{t.num_warps}_s{t.num_stages}",
+            128,
+            "fp8_e5m2",
+            t,
+            H100,
+            decode_combine(t.block_m, 1, 4, 128, H100),
         )
         for t in bench.SWEEP_FP8_TILES
     ]
     configs += [
         decode_kernel_config(
-            f"sweep_64of8_m{t.block_m}_n{t.block_n}_w{t.num_warps}", 128, "float16", t, H100
+            f"sweep_64of8_m{t.block_m}_n{t.block_n}_w{t.num_warps}",
+            128,
+            "float16",
+            t,
+            H100,
+            decode_combine(t.block_m, 1, 8, 128, H100),
         )
         for t in bench.SWEEP_WIDE_GROUP_TILES
     ]
     configs += [
         decode_kernel_config(
-            f"sweep_b1_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", 128, "float16", t, H100
+            f"sweep_b1_n{t.block_n}_w{t.num_warps}_s{t.num_stages}",
+            128,
+            "float16",
+            t,
+            H100,
+            decode_combine(t.block_m, 1, 4, 128, H100),
         )
         for t in bench.SWEEP_BATCH1_TILES
     ]

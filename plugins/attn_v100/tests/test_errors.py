@@ -137,10 +137,17 @@ def test_sinks_shape(case) -> None:
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("programs_per_sm", 0), ("min_keys_per_split", 0), ("min_keys_per_split", 1.5)],
+    [
+        ("programs_per_sm", 0),
+        ("min_keys_per_split", 0),
+        ("min_keys_per_split", 1.5),
+        ("max_splits", 0),
+        ("max_splits", 65),
+    ],
 )
-def test_split_policy_needs_positive_integers(field, value) -> None:
+def test_split_policy_needs_positive_integers_within_bounds(field, value) -> None:
     from volta_attn_v100.configs import SplitPolicy
 
-    with pytest.raises(ValueError, match=f"SplitPolicy.{field} must be a positive integer"):
+    expected = "at most 64" if value == 65 else "a positive integer"
+    with pytest.raises(ValueError, match=f"SplitPolicy.{field} must be {expected}"):
         SplitPolicy(**{field: value})

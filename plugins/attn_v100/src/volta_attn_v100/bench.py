@@ -209,17 +209,14 @@ DECODE_SEED = 1234
 SWEEP_SPLIT_POLICIES = [
     DEFAULT_SPLIT_POLICY,
     *(
-        SplitPolicy(p, k)
-        for p in (2, 4, 8)
-        for k in (256, 128)
-        if SplitPolicy(p, k) != DEFAULT_SPLIT_POLICY
+        SplitPolicy(p, k, n)
+        for p, k, n in ((2, 128, 64), (2, 64, 64), (2, 64, 16), (4, 64, 32), (1, 64, 32))
     ),
 ]
 SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024)]
 #: Sweep, fp8 decode tiles on SM80+ (16 rows; keys, warps, stages), 32/8 heads: shipped first.
 SWEEP_FP8_TILES = [
-    Tiles(16, n, w, st)
-    for n, w, st in ((128, 4, 2), (128, 4, 3), (256, 4, 2), (256, 8, 2), (128, 8, 3), (64, 4, 3))
+    Tiles(16, n, w, st) for n, w, st in ((128, 4, 2), (64, 4, 2), (64, 4, 4), (128, 8, 2))
 ]
 SWEEP_FP8_SHAPES = [(64, 8192), (32, 16384)]
 #: Sweep, 64/8 heads (8 query heads per KV head: 8 of 16 rows used, 8 of 32 with 32 rows) at
@@ -232,7 +229,7 @@ SWEEP_WIDE_GROUP_SHAPE = (128, 2048)
 #: put more of a short partition's keys in flight at once; shipped first.
 SWEEP_BATCH1_TILES = [
     Tiles(16, n, w, st)
-    for n, w, st in ((64, 4, 2), (64, 4, 3), (64, 4, 4), (32, 4, 4), (128, 4, 2), (64, 8, 3))
+    for n, w, st in ((64, 4, 2), (64, 8, 2), (64, 8, 3), (64, 4, 3), (128, 8, 2))
 ]
 SWEEP_BATCH1_SHAPES = [(1, 8192), (1, 32768)]
 #: Sweep, prefill: the 128 x 128 tile against the shipped one on 8 x 2048.
@@ -314,7 +311,10 @@ def sweep(copy_bw: float) -> list[dict]:
         progress(row)
 
     for policy in SWEEP_SPLIT_POLICIES:
-        name = f"{policy.programs_per_sm}/SM, >={policy.min_keys_per_split} keys"
+        name = (
+            f"{policy.programs_per_sm}/SM, >={policy.min_keys_per_split} keys, "
+            f"<={policy.max_splits}"
+        )
         for (batch, ctx), kv_dtype in itertools.product(
             SWEEP_SPLIT_SHAPES, ("float16", "fp8_e5m2")
         ):

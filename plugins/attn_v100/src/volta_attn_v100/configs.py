@@ -57,31 +57,37 @@ class SplitPolicy:
     Few sequences leave most SMs idle, so each sequence's keys are split until the grid has
     about ``programs_per_sm`` programs per SM, but no partition gets fewer than
     ``min_keys_per_split`` keys (a short partition costs its program's fixed work and one more
-    partial to combine for little reading), and never more than :data:`MAX_SPLITS`. The count
-    depends only on the batch size and the length bound, so vLLM's builder can fix it for a
-    CUDA graph. Data, so the benchmark sweep can measure other policies.
+    partial to combine for little reading), and never more than ``max_splits`` (at most
+    :data:`MAX_SPLITS`). The count depends only on the batch size and the length bound, so
+    vLLM's builder can fix it for a CUDA graph. Data, so the benchmark sweep can measure other
+    policies.
     """
 
     programs_per_sm: int = 2
-    min_keys_per_split: int = 128
+    min_keys_per_split: int = 64
+    max_splits: int = 32
 
     def __post_init__(self) -> None:
-        for name in ("programs_per_sm", "min_keys_per_split"):
+        for name in ("programs_per_sm", "min_keys_per_split", "max_splits"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"SplitPolicy.{name} must be a positive integer, got {value!r}")
+        if self.max_splits > MAX_SPLITS:
+            raise ValueError(
+                f"SplitPolicy.max_splits must be at most {MAX_SPLITS}, got {self.max_splits}"
+            )
 
     def num_splits(self, num_programs: int, max_seq_len: int, num_sms: int) -> int:
         """Partitions per sequence for ``num_programs`` (sequences x KV programs) programs."""
         wanted = -(-self.programs_per_sm * num_sms // max(1, num_programs))
         by_length = -(-max_seq_len // self.min_keys_per_split)
-        return max(1, min(MAX_SPLITS, wanted, by_length))
+        return max(1, min(self.max_splits, wanted, by_length))
 
 
-#: The shipped split policy. H100 sweep (run 5, one-launch decode, 32/8 heads): 128-key
-#: partitions took 1 x 1K from 13.2 us (4 partitions of 256) to 10.3-11.0 us (8 of 128); at
-#: 1 x 8K the policy gives 33 partitions where 32 measured 23.7-24.0 us and 64 took 29.1 us
-#: (each partition adds to the combine that runs after the last one).
+#: The shipped split policy. H100 sweep (one-launch decode with the chunked combine, 32/8
+#: heads, 132 SMs): 1 x 1K took 8.3 us with 16 partitions of 64 keys against 9.5 us with 8 of
+#: 128; 1 x 8K took 20.7 us with 32 partitions (4 combine steps of 8) against 21.1 us with 33
+#: (5 steps), 22.1 us with 64 and 24.5 us with 17.
 DEFAULT_SPLIT_POLICY = SplitPolicy()
 
 
@@ -118,6 +124,50 @@ def decode_block_m(
     choices = decode_block_ms(head_size, capability)
     wanted = query_len_pad * min(group_pad, 16)
     return next((m for m in choices if wanted <= m), choices[-1])
+
+
+#: Fewest rows the partitions' combine is compiled for: 1 and 2 (MQA, one token) run as 4,
+#: with the extra rows masked, rather than as two more builds of the decode kernel.
+MIN_COMBINE_ROWS = 4
+
+#: Partial-output floats the combining program loads per L2 round trip: 8 partitions of 4
+#: rows x 128 (a 32/8-head decode), 2 of 16 rows x 128. At sm_90 the 16-row fp16 decode then
+#: takes 112-116 registers (the unrolled per-partition combine it replaces: 118); 8192 took
+#: 146 and spilled 16 B at 4 rows, and at sm_70 spilled 8-20 B at head sizes 80 and 96.
+COMBINE_FLOATS = 4096
+
+#: Most partitions per combine step.
+MAX_SPLIT_CHUNK = 16
+
+
+def decode_combine(
+    block_m: int, query_len_pad: int, group_pad: int, head_size: int, capability: tuple[int, int]
+) -> tuple[int, int]:
+    """``(COMBINE_M, SPLIT_CHUNK)`` of a decode launch: the rows the partitions' combine
+    covers (every row the program owns: ``query_len_pad`` tokens times its share of the head
+    group, a power of two) and how many partitions it loads per step, so that a step holds
+    about :data:`COMBINE_FLOATS` floats whatever the rows and head size."""
+    rows = max(MIN_COMBINE_ROWS, min(block_m, query_len_pad * group_pad))
+    if is_sm70_class(capability) and rows > MIN_COMBINE_ROWS:
+        # 8 rows at head sizes 80 and 96 (4 warps, any-size build) spilled 12-28 B at sm_70
+        # whatever the chunk; the whole block does not.
+        rows = block_m
+    chunk = COMBINE_FLOATS // (rows * head_pad(head_size))
+    return rows, max(1, min(MAX_SPLIT_CHUNK, chunk))
+
+
+def decode_launches(head_size: int, capability: tuple[int, int]) -> list[tuple[int, int, int]]:
+    """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` the decode launcher can pick for a head size
+    (all query-length and head-group pads), for the gate to compile."""
+    found: list[tuple[int, int, int]] = []
+    q_pads = [1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())]
+    for q_pad in q_pads:
+        for group_pad in (1 << i for i in range(8)):
+            block_m = decode_block_m(head_size, q_pad, group_pad, capability)
+            launch = (block_m, *decode_combine(block_m, q_pad, group_pad, head_size, capability))
+            if launch not in found:
+                found.append(launch)
+    return sorted(found)
 
 
 def decode_tiles(
@@ -270,10 +320,16 @@ def _attention_constexprs(
 
 
 def decode_kernel_config(
-    name: str, head_size: int, kv_dtype: str, tiles: Tiles, capability: tuple[int, int]
+    name: str,
+    head_size: int,
+    kv_dtype: str,
+    tiles: Tiles,
+    capability: tuple[int, int],
+    combine: tuple[int, int],
 ) -> KernelConfig:
-    """The decode kernel's launch configuration for these tiles (shipped ones, or the benchmark
-    sweep's variants, which are compiled for sm_90 in the tests before a GPU runs them)."""
+    """The decode kernel's launch configuration for these tiles and ``(COMBINE_M,
+    SPLIT_CHUNK)`` (shipped ones, or the benchmark sweep's variants, which are compiled for
+    sm_90 in the tests before a GPU runs them)."""
     fp8 = kv_dtype != "float16"
     return KernelConfig(
         name=name,
@@ -283,7 +339,11 @@ def decode_kernel_config(
             "kv_ptr": KV_POINTER_TYPES[kv_dtype],
             **_DECODE_SIGNATURE_TAIL,
         },
-        constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
+        constexprs={
+            **_attention_constexprs(head_size, tiles, fp8, capability),
+            "COMBINE_M": combine[0],
+            "SPLIT_CHUNK": combine[1],
+        },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         divisible_by_16=_ATTENTION_DIVISIBLE,
@@ -299,14 +359,15 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
         for kv_dtype in kv_dtypes:
             kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
             fp8 = kv_dtype != "float16"
-            for block_m in decode_block_ms(head_size, capability):
+            for block_m, rows, chunk in decode_launches(head_size, capability):
                 configs.append(
                     decode_kernel_config(
-                        f"decode_d{head_size}_m{block_m}_{kv_dtype}",
+                        f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}",
                         head_size,
                         kv_dtype,
                         decode_tiles(head_size, block_m, capability, fp8),
                         capability,
+                        (rows, chunk),
                     )
                 )
             tiles = prefill_tiles(head_size, capability)

@@ -26,6 +26,7 @@ from volta_attn_v100.configs import (
     MAX_SPLITS,
     SplitPolicy,
     decode_block_m,
+    decode_combine,
     decode_tiles,
     head_pad,
     native_e5m2,
@@ -375,6 +376,9 @@ def _launch_decode(
     block_m = decode_block_m(head_size, q_pad, a.group_pad, capability)
     tiles = decode_tiles(head_size, block_m, capability, a.fp8)
     heads_per_prog = min(a.group_pad, tiles.block_m // q_pad)
+    combine_m, split_chunk = decode_combine(
+        tiles.block_m, q_pad, a.group_pad, head_size, capability
+    )
     head_chunks = math.ceil(a.group / heads_per_prog)
     kv_programs = num_kv_heads * head_chunks
     if num_splits is None:
@@ -432,6 +436,8 @@ def _launch_decode(
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
+        COMBINE_M=combine_m,
+        SPLIT_CHUNK=split_chunk,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

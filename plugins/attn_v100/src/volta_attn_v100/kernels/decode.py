@@ -23,11 +23,6 @@ import triton.language as tl
 
 from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
 
-#: Partitions whose partials the combining program loads per step: the unrolled loads issue
-#: together (one L2 round trip per group instead of per partition) while the registers held
-#: stay at a few ``acc`` tiles, whatever ``num_splits`` is.
-SPLIT_CHUNK = tl.constexpr(4)
-
 
 @triton.jit
 def paged_decode_kernel(
@@ -68,6 +63,8 @@ def paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    COMBINE_M: tl.constexpr,
+    SPLIT_CHUNK: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -82,6 +79,11 @@ def paged_decode_kernel(
     code is not even compiled then) none of the three is touched. Rows that are padding (past
     ``q_len`` or the head group) are neither read nor written, so CUDA-graph padding tokens
     stay untouched.
+
+    ``COMBINE_M`` (a power of two, at most ``BLOCK_M``) covers every row a program can own
+    (``query_len_pad x heads_per_prog``): ``BLOCK_M`` is at least 16 for ``tl.dot``, but a
+    32/8-head decode owns 4 rows, so the combine loads only those rows' partials and takes
+    ``SPLIT_CHUNK`` partitions per L2 round trip (:func:`combine_splits`).
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -93,12 +95,9 @@ def paged_decode_kernel(
     q_len = tl.load(q_start_ptr + seq + 1) - q_begin
     seq_len = tl.load(seq_lens_ptr + seq)
 
-    rows = tl.arange(0, BLOCK_M)
-    t = rows // heads_per_prog
-    head_in_group = chunk * heads_per_prog + rows % heads_per_prog
-    row_valid = (t < q_len) & (head_in_group < group)
-    q_head = kv_head * group + head_in_group
-    token = q_begin + t
+    t, token, q_head, row_valid = program_rows(
+        BLOCK_M, chunk, kv_head, heads_per_prog, group, q_begin, q_len
+    )
     q_abs = tl.where(row_valid, seq_len - q_len + t, -1)
 
     offs_d = tl.arange(0, HEAD_PAD)
@@ -155,8 +154,7 @@ def paged_decode_kernel(
             out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
         )
     else:
-        rows_base = (token.to(tl.int64) * num_q_heads + q_head) * num_splits
-        part_row = rows_base + split
+        part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
         tl.store(
             part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
             acc,
@@ -167,12 +165,26 @@ def paged_decode_kernel(
         tl.debug_barrier()
         counter = counter_ptr + seq * tl.num_programs(1) + pid_h
         if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
-            m_c, l_c, acc_c = combine_splits(
-                part_acc_ptr, part_ml_ptr, rows_base, num_splits, row_valid, BLOCK_M, HEAD_PAD
+            t_c, token_c, q_head_c, valid_c = program_rows(
+                COMBINE_M, chunk, kv_head, heads_per_prog, group, q_begin, q_len
             )
-            out = finish_rows(m_c, l_c, acc_c, sink)
+            # Partials of row 0 first: 64-bit once, the rows' offsets from it in 32 bits.
+            head0 = kv_head * group + chunk * heads_per_prog
+            first = (q_begin.to(tl.int64) * num_q_heads + head0) * num_splits
+            rel = (t_c * num_q_heads + q_head_c - head0) * num_splits
+            m_c, l_c, acc_c = combine_splits(
+                part_acc_ptr + first * HEAD_PAD,
+                part_ml_ptr + first * 2,
+                rel,
+                num_splits,
+                valid_c,
+                HEAD_PAD,
+                SPLIT_CHUNK,
+            )
+            sink_c = load_sinks(sinks_ptr, q_head_c, valid_c, has_sinks)
+            out = finish_rows(m_c, l_c, acc_c, sink_c)
             store_rows(
-                out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
+                out, out_ptr, token_c, q_head_c, valid_c, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
             )
             tl.store(counter, 0)
 
@@ -199,43 +211,63 @@ def store_rows(
 
 
 @triton.jit
+def program_rows(ROWS: tl.constexpr, chunk, kv_head, heads_per_prog, group, q_begin, q_len):
+    """The first ``ROWS`` rows of a program: query token index ``t`` within the sequence, token,
+    query head and whether the row is real (``row = t * heads_per_prog + g``)."""
+    rows = tl.arange(0, ROWS)
+    t = rows // heads_per_prog
+    head_in_group = chunk * heads_per_prog + rows % heads_per_prog
+    row_valid = (t < q_len) & (head_in_group < group)
+    return t, q_begin + t, kv_head * group + head_in_group, row_valid
+
+
+@triton.jit
 def combine_splits(
     part_acc_ptr,
     part_ml_ptr,
     rows_base,
     num_splits,
     row_valid,
-    BLOCK_M: tl.constexpr,
     HEAD_PAD: tl.constexpr,
+    SPLIT_CHUNK: tl.constexpr,
 ):
-    """Running max, sum and output of the rows over all partitions' partials, in order.
+    """Running max, sum and output of the rows over all partitions' partials.
 
-    ``rows_base[r]`` is row ``r``'s first partial (partition 0). Each partition is folded in as
-    one more online-softmax step (maxima in base-2 units): ``M' = max(M, m_s)``,
-    ``L' = L e^(M - M') + l_s e^(m_s - M')``, likewise the output; partitions that saw no key
-    of a row hold ``m = NEG_BIG``, ``l = 0``, ``acc = 0`` and add nothing. :data:`SPLIT_CHUNK`
-    partitions per step, loaded past L1.
+    ``rows_base[r]`` is row ``r``'s first partial (partition 0), counted from the pointers.
+    ``SPLIT_CHUNK`` partitions are loaded as one ``[rows, SPLIT_CHUNK, HEAD_PAD]`` tile (past
+    L1), so their loads issue together: one L2 round trip per chunk. (Unrolled per-partition
+    loads let ptxas place each partition's loads after the previous partition's arithmetic,
+    which waits for its data: one round trip per partition, about 0.17 us each on the H100.)
+    Rows come first so that each warp sums its own rows' partitions in registers, with no
+    exchange between warps.
+
+    Each chunk is folded in as one online-softmax step
+    (maxima in base-2 units): ``M' = max(M, max_s m_s)``, ``L' = L e^(M - M') +
+    sum_s l_s e^(m_s - M')``, likewise the output. Partitions that saw no key of a row hold
+    ``m = NEG_BIG``, ``l = 0``, ``acc = 0`` and add nothing; the order of the sums is fixed by
+    the compiled kernel, so the result is deterministic.
     """
+    offs_s = tl.arange(0, SPLIT_CHUNK)
     offs_d = tl.arange(0, HEAD_PAD)
-    m = tl.full([BLOCK_M], NEG_BIG, tl.float32)
-    l_sum = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    m = tl.full(rows_base.shape, NEG_BIG, tl.float32)
+    l_sum = tl.zeros(rows_base.shape, tl.float32)
+    acc = tl.zeros([rows_base.shape[0], HEAD_PAD], tl.float32)
     for s0 in range(0, num_splits, SPLIT_CHUNK):
-        for j in tl.static_range(SPLIT_CHUNK):
-            ok = row_valid & (s0 + j < num_splits)
-            row = rows_base + s0 + j
-            m_s = tl.load(part_ml_ptr + row * 2, mask=ok, other=NEG_BIG, cache_modifier=".cg")
-            l_s = tl.load(part_ml_ptr + row * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg")
-            acc_s = tl.load(
-                part_acc_ptr + row[:, None] * HEAD_PAD + offs_d[None, :],
-                mask=ok[:, None],
-                other=0.0,
-                cache_modifier=".cg",
-            )
-            m_new = tl.maximum(m, m_s)
-            alpha = tl.exp2(m - m_new)
-            w = tl.exp2(m_s - m_new)
-            l_sum = l_sum * alpha + l_s * w
-            acc = acc * alpha[:, None] + acc_s * w[:, None]
-            m = m_new
+        split = s0 + offs_s
+        ok = row_valid[:, None] & (split[None, :] < num_splits)
+        row = rows_base[:, None] + split[None, :]
+        m_s = tl.load(part_ml_ptr + row * 2, mask=ok, other=NEG_BIG, cache_modifier=".cg")
+        l_s = tl.load(part_ml_ptr + row * 2 + 1, mask=ok, other=0.0, cache_modifier=".cg")
+        acc_s = tl.load(
+            part_acc_ptr + row[:, :, None] * HEAD_PAD + offs_d[None, None, :],
+            mask=ok[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        m_new = tl.maximum(m, tl.max(m_s, 1))
+        alpha = tl.exp2(m - m_new)
+        w = tl.exp2(m_s - m_new[:, None])
+        l_sum = l_sum * alpha + tl.sum(l_s * w, 1)
+        acc = acc * alpha[:, None] + tl.sum(acc_s * w[:, :, None], 1)
+        m = m_new
     return m, l_sum, acc

@@ -49,8 +49,8 @@ def test_sm90_gemv_tile_follows_the_output_count() -> None:
 
 
 def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
-    """H100 run 5: the narrow 1-token tile at 8 programs per SM was the fastest launch on
-    5120x27648 (37.9 us against 59.0 for a 2-warp, 64-input tile), so the input length acts
+    """Run 6's sweep: the 1-token tile of the narrow shapes was also the fastest launch on
+    5120x27648 (30.6 us; 33.4-41.4 for the 64- and 128-input tiles), so the input length acts
     through the split count: the same tile, more and longer splits."""
     sm90 = (9, 0)
     narrow = configs.SM90.gemv

@@ -96,25 +96,21 @@ SM70 = Table(
 )
 
 SM90 = Table(
-    # The 1-token tile by N, from H100 run 3's sweep (two-launch split-K, 132 SMs). At 5120
-    # outputs a 512-wide tile leaves 10 column blocks, so 8 programs per SM cut the input into
-    # 80 splits of 64: 256 outputs x 1 warp x 4 programs per SM (20 blocks, 27 splits of 192)
-    # took 20.0 us against 27.9. At 27648 outputs (54 column blocks of 512, 20 splits of 256)
-    # two warps over 512 outputs (8 per thread share each activation load) at 8 per SM were
-    # best, 48.2 us, and the narrow tile 52-69 us. The switch sits at 8192 outputs, between
-    # the measured shapes (7168, 14 blocks of 512, is on the narrow side, like 5120).
-    # H100 run 5's sweep (one-launch split-K): the input loop pipelined (3 stages, cp.async)
-    # and 8 partials per reduction round trip. The narrow tile at 8 programs per SM was best
-    # or equal on every narrow shape: 13.7 us at 5120x5120 (run 4: 16.2), 14.9 at 7168x5120
-    # (14.8 at 4 per SM), and 37.9 us at 5120x27648 (59.9 at 4 per SM, 59.0 on a 2-warp,
-    # 64-input tile tried for long inputs): the long input is cut into more splits.
+    # The 1-token tile. Runs 3-5 (H100) chose 256 outputs x 1 warp at 8 programs per SM
+    # below 8192 outputs and 512 x 2 warps from there on. Run 6's sweep (on an H200: the
+    # device lent that call was one), after the GEMV loop went from 5.2 to 3.9-4.0 SASS
+    # instructions per weight: the 512 x 2-warp tile (its activations now one cp.async tile
+    # per iteration) at 4 programs per SM was best or within 0.7 us on every narrow shape
+    # (5120x5120 11.7 us against 13.0 for the old narrow tile, 7168x5120 12.7 against 14.5,
+    # 5120x27648 30.6 against 38.3), and at 8 per SM best at 27648x5120 (32.4 us, 36.5 at 4
+    # per SM). So one tile; the output count picks the programs per SM.
     gemv=Launch(
         SPLITK,
         block_m=1,
-        block_n=256,
+        block_n=512,
         block_k=32,
-        num_warps=1,
-        programs_per_sm=8,
+        num_warps=2,
+        programs_per_sm=4,
         num_stages=3,
         reduce_unroll=8,
     ),
@@ -282,6 +278,8 @@ def splitk_config(
 
 
 def _launches(table: Table) -> list[Launch]:
+    """The table's compile-distinct launches (``programs_per_sm`` sizes the grid only, so two
+    launches that differ in it alone are one kernel build)."""
     seen: list[Launch] = []
     for launch in (
         table.gemv,
@@ -297,8 +295,9 @@ def _launches(table: Table) -> list[Launch]:
             continue
         if launch.path == DEQUANT_MATMUL and table.dequant_from is None:
             continue
-        if launch not in seen:
-            seen.append(launch)
+        build = replace(launch, programs_per_sm=1)
+        if build not in seen:
+            seen.append(build)
     return seen
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from volta_attn_v100 import bench
 from volta_attn_v100.configs import (
+    COMBINE_FLOATS,
     DEFAULT_SPLIT_POLICY,
     decode_combine,
     decode_kernel_config,
@@ -56,11 +57,26 @@ def _sweep_decode_configs() -> list:
         )
         for t in bench.SWEEP_BATCH1_TILES
     ]
+    shipped = decode_tiles(128, 16, H100)
+    configs += [
+        decode_kernel_config(
+            f"sweep_combine_{floats}_{kv_dtype}",
+            128,
+            kv_dtype,
+            decode_tiles(128, 16, H100, kv_fp8=kv_dtype != "float16"),
+            H100,
+            decode_combine(shipped.block_m, 1, 4, 128, H100, floats=floats),
+        )
+        for floats in bench.SWEEP_COMBINE_FLOATS[1:]
+        for kv_dtype in ("float16", "fp8_e5m2")
+    ]
     return gate_variants(configs)
 
 
 def test_each_sweep_section_starts_with_the_shipped_configuration() -> None:
     assert bench.SWEEP_SPLIT_POLICIES[0] == DEFAULT_SPLIT_POLICY
+    assert bench.SWEEP_COMBINE_FLOATS[0] == COMBINE_FLOATS
+    assert len(set(bench.SWEEP_COMBINE_FLOATS)) == len(bench.SWEEP_COMBINE_FLOATS)
     assert bench.SWEEP_FP8_TILES[0] == decode_tiles(128, 16, H100, kv_fp8=True)
     assert bench.SWEEP_WIDE_GROUP_TILES[0] == decode_tiles(128, 16, H100)
     assert bench.SWEEP_BATCH1_TILES[0] == decode_tiles(128, 16, H100)

@@ -19,6 +19,7 @@ The copy bandwidth is the harness's ceiling, measured in the same run. Results g
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 
 from volta_attn_v100.configs import (
+    COMBINE_FLOATS,
     DEFAULT_SPLIT_POLICY,
     SplitPolicy,
     Tiles,
@@ -232,6 +234,10 @@ SWEEP_BATCH1_TILES = [
     for n, w, st in ((64, 4, 2), (64, 8, 2), (64, 8, 3), (64, 4, 3), (128, 8, 2))
 ]
 SWEEP_BATCH1_SHAPES = [(1, 8192), (1, 32768)]
+#: Sweep, the partitions' combine: partial floats per L2 round trip (4 rows x 128 per
+#: partition at 32/8 heads: 2048 -> 4 partitions, 4096 -> 8, 8192 -> 16); shipped first.
+SWEEP_COMBINE_FLOATS = [COMBINE_FLOATS, 8192, 2048]
+SWEEP_COMBINE_SHAPES = [(1, 8192), (1, 32768), (32, 16384)]
 #: Sweep, prefill: the 128 x 128 tile against the shipped one on 8 x 2048.
 SWEEP_PREFILL_TILES = [Tiles(128, 128, 8, 2)]
 
@@ -251,6 +257,19 @@ def _launcher_tiles(decode: Tiles | None = None, prefill: Tiles | None = None) -
         yield
     finally:
         ops.decode_tiles, ops.prefill_tiles = shipped
+
+
+@contextmanager
+def _launcher_combine(floats: int) -> Iterator[None]:
+    """The launcher's combine lookup uses ``floats`` partial floats per step for the block."""
+    from volta_attn_v100 import ops
+
+    shipped = ops.decode_combine
+    ops.decode_combine = functools.partial(shipped, floats=floats)
+    try:
+        yield
+    finally:
+        ops.decode_combine = shipped
 
 
 def _decode_output(batch, ctx, heads, kv_heads, kv_dtype, policy) -> torch.Tensor:
@@ -288,7 +307,8 @@ def _max_abs_diff(out: torch.Tensor, reference: torch.Tensor) -> float:
 def sweep(copy_bw: float) -> list[dict]:
     """Leads for tuning, not the shipped configuration (``--parts sweep``).
 
-    Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), fp8 decode tiles
+    Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), the combine's
+    partitions per step (1 x 8K, 1 x 32K and 32 x 16K, fp16 and fp8), fp8 decode tiles
     (64 x 8K and 32 x 16K, 32/8), fp16 decode tiles at batch 1 (1 x 8K and 1 x 32K, 32/8),
     64/8 decode tiles (128 x 2K fp16) and the 128 x 128 prefill
     tile. Each row is timed like the main table; the split policy is passed to the launcher,
@@ -319,6 +339,15 @@ def sweep(copy_bw: float) -> list[dict]:
             SWEEP_SPLIT_SHAPES, ("float16", "fp8_e5m2")
         ):
             decode_row("split policy", name, batch, ctx, 32, 8, kv_dtype, policy, None)
+    for floats in SWEEP_COMBINE_FLOATS:
+        for (batch, ctx), kv_dtype in itertools.product(
+            SWEEP_COMBINE_SHAPES, ("float16", "fp8_e5m2")
+        ):
+            with _launcher_combine(floats):
+                decode_row(
+                    "combine", f"{floats} floats per step", batch, ctx, 32, 8, kv_dtype,
+                    DEFAULT_SPLIT_POLICY, None,
+                )  # fmt: skip
     for tiles in SWEEP_FP8_TILES:
         name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
         for batch, ctx in SWEEP_FP8_SHAPES:

@@ -141,18 +141,24 @@ MAX_SPLIT_CHUNK = 16
 
 
 def decode_combine(
-    block_m: int, query_len_pad: int, group_pad: int, head_size: int, capability: tuple[int, int]
+    block_m: int,
+    query_len_pad: int,
+    group_pad: int,
+    head_size: int,
+    capability: tuple[int, int],
+    floats: int = COMBINE_FLOATS,
 ) -> tuple[int, int]:
     """``(COMBINE_M, SPLIT_CHUNK)`` of a decode launch: the rows the partitions' combine
     covers (every row the program owns: ``query_len_pad`` tokens times its share of the head
     group, a power of two) and how many partitions it loads per step, so that a step holds
-    about :data:`COMBINE_FLOATS` floats whatever the rows and head size."""
+    about ``floats`` floats (:data:`COMBINE_FLOATS`; the sweep tries others) whatever the rows
+    and head size."""
     rows = max(MIN_COMBINE_ROWS, min(block_m, query_len_pad * group_pad))
     if is_sm70_class(capability) and rows > MIN_COMBINE_ROWS:
         # 8 rows at head sizes 80 and 96 (4 warps, any-size build) spilled 12-28 B at sm_70
         # whatever the chunk; the whole block does not.
         rows = block_m
-    chunk = COMBINE_FLOATS // (rows * head_pad(head_size))
+    chunk = floats // (rows * head_pad(head_size))
     return rows, max(1, min(MAX_SPLIT_CHUNK, chunk))
 
 

@@ -116,3 +116,20 @@ def test_sweep_summary_names_the_fastest_variant_per_shape(capsys) -> None:
     assert "0.500x shipped" in best[0]
     assert "best shipped" in best[1]
     assert "1.000x shipped" in best[1]
+
+
+def test_an_unknown_sweep_section_is_refused_before_any_measurement(capsys, tmp_path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--out", str(tmp_path), "--parts", "sweep", "--sweep-sections", "combin"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown sweep sections ['combin']" in err
+    assert "combine" in err
+
+
+def test_sweep_sections_name_every_section_the_sweep_runs() -> None:
+    import inspect
+
+    source = inspect.getsource(bench.sweep)
+    for section in bench.SWEEP_SECTIONS:
+        assert f'"{section}"' in source

@@ -207,6 +207,16 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
 #: that set can be compared with the shipped configuration's on the same set.
 DECODE_SEED = 1234
 
+#: The sweep's sections, in the order they run (``--sweep-sections`` picks some).
+SWEEP_SECTIONS = (
+    "split policy",
+    "combine",
+    "fp8 tiles",
+    "batch-1 tiles",
+    "64/8 tiles",
+    "prefill tiles",
+)
+
 #: Sweep, split policy (32/8 heads, fp16 and fp8): the shipped policy first.
 SWEEP_SPLIT_POLICIES = [
     DEFAULT_SPLIT_POLICY,
@@ -304,7 +314,7 @@ def _max_abs_diff(out: torch.Tensor, reference: torch.Tensor) -> float:
     return float(torch.nan_to_num(diff, nan=float("inf")).max())
 
 
-def sweep(copy_bw: float) -> list[dict]:
+def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
     """Leads for tuning, not the shipped configuration (``--parts sweep``).
 
     Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), the combine's
@@ -320,7 +330,12 @@ def sweep(copy_bw: float) -> list[dict]:
     rows: list[dict] = []
     shipped_out: dict[tuple, torch.Tensor] = {}
 
+    def wanted(section: str) -> bool:
+        return sections is None or section in sections
+
     def decode_row(section, variant, batch, ctx, heads, kv_heads, kv_dtype, policy, tiles):
+        if not wanted(section):
+            return
         key = (batch, ctx, heads, kv_heads, kv_dtype)
         with _launcher_tiles(decode=tiles):
             out = _decode_output(*key, policy)
@@ -364,6 +379,8 @@ def sweep(copy_bw: float) -> list[dict]:
         name = f"{tiles.block_m} rows, {tiles.block_n} keys, {tiles.num_warps} warps"
         batch, ctx = SWEEP_WIDE_GROUP_SHAPE
         decode_row("64/8 tiles", name, batch, ctx, 64, 8, "float16", DEFAULT_SPLIT_POLICY, tiles)
+    if not wanted("prefill tiles"):
+        return rows
     prefill_ref = _prefill_output(2048)
     for tiles in (None, *SWEEP_PREFILL_TILES):
         with _launcher_tiles(prefill=tiles):
@@ -428,7 +445,16 @@ def main(argv: list[str] | None = None) -> None:
         default="decode,prefill,sweep",
         help="comma-separated parts to run: decode, prefill, sweep",
     )
+    parser.add_argument(
+        "--sweep-sections",
+        default=None,
+        help="comma-separated sweep sections to run (default all), e.g. 'combine,fp8 tiles'",
+    )
     args = parser.parse_args(argv)
+    sections = set(args.sweep_sections.split(",")) if args.sweep_sections else None
+    unknown = sorted((sections or set()) - set(SWEEP_SECTIONS))
+    if unknown:
+        parser.error(f"unknown sweep sections {unknown}; known: {', '.join(SWEEP_SECTIONS)}")
     if not torch.cuda.is_available():
         raise SystemExit("the benchmarks need a CUDA GPU")
     import triton
@@ -461,7 +487,7 @@ def main(argv: list[str] | None = None) -> None:
         results["prefill"].append(prefill_case(2048, prefix=8192))
         progress(results["prefill"][-1])
     if not args.quick and "sweep" in parts:
-        results["sweep"] = sweep(copy_bw)
+        results["sweep"] = sweep(copy_bw, sections)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
     print_table(results)
     print_sweep(results)

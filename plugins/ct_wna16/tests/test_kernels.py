@@ -10,10 +10,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import bench, configs
+from volta_ct_wna16.kernels import _slot_f16
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import device_facts, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
@@ -125,6 +128,51 @@ def test_gemv_fields_lie_below_the_fp32_exponent() -> None:
             o = bits * j - field_shift(bits, j)
             assert o >= 0, (bits, j, o)
             assert o + bits <= 23, (bits, j, o)
+
+
+def test_dot_slots_lie_in_the_fp16_mantissa_of_their_half() -> None:
+    """The dot paths read value ``j`` of a word, shifted by ``slot_shift``, as the fp16
+    ``2**(10 - o) + q`` at offset ``o`` of one 16-bit half: exact only if the field lies in bits
+    0..9 of that half, for every value of both widths, in place or not (then at bit 0)."""
+    from volta_ct_wna16.kernels import slot_shift
+
+    for bits in (4, 8):
+        half = 16 // bits
+        for j in range(32 // bits):
+            for in_place in (True, False):
+                o = bits * (j % half) - slot_shift(bits, j, in_place)
+                assert o >= 0, (bits, j, in_place, o)
+                assert o + bits <= 10, (bits, j, in_place, o)
+                assert in_place or o == 0, (bits, j, o)
+
+
+@triton.jit
+def _slots(w_ptr, z_ptr, out_ptr, BITS: tl.constexpr, IN_PLACE: tl.constexpr, R: tl.constexpr):
+    """Every value of ``R`` words through ``_slot_f16`` with unit scales: ``[R, 32 // BITS]``."""
+    r = tl.arange(0, R)
+    t = tl.load(w_ptr + r).to(tl.uint32, bitcast=True)
+    z = tl.load(z_ptr + r).to(tl.float32)
+    one = tl.full([R], 1.0, tl.float16)
+    for j in tl.static_range(32 // BITS):
+        tl.store(out_ptr + r * (32 // BITS) + j, _slot_f16(t, z, one, j, BITS, IN_PLACE))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("in_place", [True, False])
+def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool) -> None:
+    """``_slot_f16`` with unit scales against ``q - z`` computed in integers: every field value
+    at every slot, against every zero point, bit for bit."""
+    pack, levels = 32 // bits, 1 << bits
+    rows = 1024
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randint(0, levels, (rows, pack), generator=gen)
+    q[:levels] = torch.arange(levels)[:, None]  # every value at every slot
+    z = torch.randint(0, levels, (rows,), generator=gen, dtype=torch.uint8)
+    words = (q << (bits * torch.arange(pack))).sum(1)
+    words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
+    out = poison_(torch.empty(rows, pack, dtype=torch.float16))
+    _slots[(1,)](words, z, out, BITS=bits, IN_PLACE=in_place, R=rows)
+    assert torch.equal(out, (q - z[:, None].long()).to(torch.float16))
 
 
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:

@@ -39,11 +39,42 @@ import triton
 import triton.language as tl
 
 
+@triton.constexpr_function
+def slot_shift(bits: int, j: int, in_place: bool) -> int:
+    """How far :func:`_slot_f16` shifts a word right for value ``j`` of a ``bits``-bit word,
+    before taking the 16-bit half the value is in: ``in_place``, by whole bytes only, so far
+    that the value lies within bits 0..9 of its half (0 for values 0 and 1 of a 4-bit half,
+    else 8); otherwise to bit 0 of its half."""
+    i = j % (16 // bits)
+    return bits * i // 8 * 8 if in_place else bits * i
+
+
 @triton.jit
-def _slot_f16(t, c16, s16, j: tl.constexpr, BITS: tl.constexpr):
-    """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t``."""
-    q = ((t >> (BITS * j)) & ((1 << BITS) - 1)) | 0x6400
-    return (q.to(tl.uint16).to(tl.float16, bitcast=True) - c16) * s16
+def _slot_f16(t, z, s16, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.constexpr):
+    """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t`` (``z`` fp32).
+
+    After :func:`slot_shift` the value is the field at offset ``o`` of one of the word's
+    16-bit halves; an AND with the field and an OR of the fp16 exponent of ``2**(10 - o)``
+    make that half read as ``2**(10 - o) + q`` exactly (the field is the low end of the
+    mantissa, bits ``o .. o + bits - 1 <= 9``), so one subtraction of ``2**(10 - o) + z``
+    gives ``q - z`` exactly. The compiler packs two values (two word rows, or the two halves
+    of one word) into one register with one PRMT, which takes either half of a word for free,
+    and then masks, ORs, subtracts and scales the pair at once; so in place, a 4-bit word
+    needs one 8-bit shift for its eight values. ``IN_PLACE`` off: every value is shifted to
+    bit 0 (``o = 0``), so all share one subtraction constant; what a dot tile with per-row
+    zero points needs, as two constants per row (``1024 + z``, ``64 + z``) cost more packing
+    than the shifts they save.
+    """
+    OFF: tl.constexpr = BITS * (j % (16 // BITS)) - slot_shift(BITS, j, IN_PLACE)
+    HI: tl.constexpr = 16 * (j // (16 // BITS))
+    w = t
+    if slot_shift(BITS, j, IN_PLACE):
+        w = t >> slot_shift(BITS, j, IN_PLACE)
+    f = (w & (((1 << BITS) - 1) << (OFF + HI))) | (((25 - OFF) << 10) << HI)
+    if HI:
+        f = f >> HI
+    c16 = (z + (1 << (10 - OFF))).to(tl.float16)
+    return (f.to(tl.uint16).to(tl.float16, bitcast=True) - c16) * s16
 
 
 @triton.jit
@@ -318,7 +349,6 @@ def wna16_splitk_kernel(
             t, s, z = _load_words(
                 w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
             )
-            c16 = (z + 1024.0).to(tl.float16)
             for j in tl.static_range(PACK):
                 kk = k0 + rkp * PACK + j
                 xj = tl.load(
@@ -326,7 +356,8 @@ def wna16_splitk_kernel(
                     mask=m_ok[:, None] & (kk[None, :] < k_end),
                     other=0.0,
                 )
-                acc += tl.dot(xj, _slot_f16(t, c16, s, j, BITS))
+                # In place where the zero point is one per column (or a constant).
+                acc += tl.dot(xj, _slot_f16(t, z, s, j, BITS, GROUP_TILE or not HAS_ZP))
         elif USE_DOT:
             kk = k0 + tl.arange(0, BLOCK_K)
             xk = tl.load(
@@ -451,25 +482,24 @@ def _dequant_block(
     t, s, z = _load_words(
         w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
     )
-    c16 = (z + 1024.0).to(tl.float16)
     # Slots j of each word, joined so that the last axis is j, then moved next to the word axis:
     # flattening (word, j) gives the input index pack * word + j.
     if BITS == 4:
         w = tl.join(
             tl.join(
-                tl.join(_slot_f16(t, c16, s, 0, BITS), _slot_f16(t, c16, s, 4, BITS)),
-                tl.join(_slot_f16(t, c16, s, 2, BITS), _slot_f16(t, c16, s, 6, BITS)),
+                tl.join(_slot_f16(t, z, s, 0, BITS, True), _slot_f16(t, z, s, 4, BITS, True)),
+                tl.join(_slot_f16(t, z, s, 2, BITS, True), _slot_f16(t, z, s, 6, BITS, True)),
             ),
             tl.join(
-                tl.join(_slot_f16(t, c16, s, 1, BITS), _slot_f16(t, c16, s, 5, BITS)),
-                tl.join(_slot_f16(t, c16, s, 3, BITS), _slot_f16(t, c16, s, 7, BITS)),
+                tl.join(_slot_f16(t, z, s, 1, BITS, True), _slot_f16(t, z, s, 5, BITS, True)),
+                tl.join(_slot_f16(t, z, s, 3, BITS, True), _slot_f16(t, z, s, 7, BITS, True)),
             ),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     else:
         w = tl.join(
-            tl.join(_slot_f16(t, c16, s, 0, BITS), _slot_f16(t, c16, s, 2, BITS)),
-            tl.join(_slot_f16(t, c16, s, 1, BITS), _slot_f16(t, c16, s, 3, BITS)),
+            tl.join(_slot_f16(t, z, s, 0, BITS, True), _slot_f16(t, z, s, 2, BITS, True)),
+            tl.join(_slot_f16(t, z, s, 1, BITS, True), _slot_f16(t, z, s, 3, BITS, True)),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     return tl.reshape(tl.permute(w, (0, 2, 1)), (BLOCK_K, BLOCK_N))

@@ -49,6 +49,15 @@ def slot_shift(bits: int, j: int, in_place: bool) -> int:
     return bits * i // 8 * 8 if in_place else bits * i
 
 
+@triton.constexpr_function
+def in_place(has_zp: bool, group_tile: bool) -> bool:
+    """Whether :func:`_slot_f16` leaves values in place: where the tile's zero point is one
+    row (or the symmetric constant). With a zero point per word row, the two subtraction
+    constants in-place values need per row (``1024 + z``, ``64 + z``) cost more packing on
+    the sm_90 dot tile than the shifts they save (4-bit asymmetric: 1675 SASS against 1447)."""
+    return group_tile or not has_zp
+
+
 @triton.jit
 def _slot_f16(t, z, s16, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.constexpr):
     """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t`` (``z`` fp32).
@@ -60,10 +69,8 @@ def _slot_f16(t, z, s16, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.const
     gives ``q - z`` exactly. The compiler packs two values (two word rows, or the two halves
     of one word) into one register with one PRMT, which takes either half of a word for free,
     and then masks, ORs, subtracts and scales the pair at once; so in place, a 4-bit word
-    needs one 8-bit shift for its eight values. ``IN_PLACE`` off: every value is shifted to
-    bit 0 (``o = 0``), so all share one subtraction constant; what a dot tile with per-row
-    zero points needs, as two constants per row (``1024 + z``, ``64 + z``) cost more packing
-    than the shifts they save.
+    needs one 8-bit shift for its eight values. ``IN_PLACE`` off (:func:`in_place`): every
+    value is shifted to bit 0 (``o = 0``), so all share one subtraction constant.
     """
     OFF: tl.constexpr = BITS * (j % (16 // BITS)) - slot_shift(BITS, j, IN_PLACE)
     HI: tl.constexpr = 16 * (j // (16 // BITS))
@@ -356,8 +363,7 @@ def wna16_splitk_kernel(
                     mask=m_ok[:, None] & (kk[None, :] < k_end),
                     other=0.0,
                 )
-                # In place where the zero point is one per column (or a constant).
-                acc += tl.dot(xj, _slot_f16(t, z, s, j, BITS, GROUP_TILE or not HAS_ZP))
+                acc += tl.dot(xj, _slot_f16(t, z, s, j, BITS, in_place(HAS_ZP, GROUP_TILE)))
         elif USE_DOT:
             kk = k0 + tl.arange(0, BLOCK_K)
             xk = tl.load(
@@ -484,22 +490,31 @@ def _dequant_block(
     )
     # Slots j of each word, joined so that the last axis is j, then moved next to the word axis:
     # flattening (word, j) gives the input index pack * word + j.
+    IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
     if BITS == 4:
         w = tl.join(
             tl.join(
-                tl.join(_slot_f16(t, z, s, 0, BITS, True), _slot_f16(t, z, s, 4, BITS, True)),
-                tl.join(_slot_f16(t, z, s, 2, BITS, True), _slot_f16(t, z, s, 6, BITS, True)),
+                tl.join(
+                    _slot_f16(t, z, s, 0, BITS, IN_PLACE), _slot_f16(t, z, s, 4, BITS, IN_PLACE)
+                ),
+                tl.join(
+                    _slot_f16(t, z, s, 2, BITS, IN_PLACE), _slot_f16(t, z, s, 6, BITS, IN_PLACE)
+                ),
             ),
             tl.join(
-                tl.join(_slot_f16(t, z, s, 1, BITS, True), _slot_f16(t, z, s, 5, BITS, True)),
-                tl.join(_slot_f16(t, z, s, 3, BITS, True), _slot_f16(t, z, s, 7, BITS, True)),
+                tl.join(
+                    _slot_f16(t, z, s, 1, BITS, IN_PLACE), _slot_f16(t, z, s, 5, BITS, IN_PLACE)
+                ),
+                tl.join(
+                    _slot_f16(t, z, s, 3, BITS, IN_PLACE), _slot_f16(t, z, s, 7, BITS, IN_PLACE)
+                ),
             ),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     else:
         w = tl.join(
-            tl.join(_slot_f16(t, z, s, 0, BITS, True), _slot_f16(t, z, s, 2, BITS, True)),
-            tl.join(_slot_f16(t, z, s, 1, BITS, True), _slot_f16(t, z, s, 3, BITS, True)),
+            tl.join(_slot_f16(t, z, s, 0, BITS, IN_PLACE), _slot_f16(t, z, s, 2, BITS, IN_PLACE)),
+            tl.join(_slot_f16(t, z, s, 1, BITS, IN_PLACE), _slot_f16(t, z, s, 3, BITS, IN_PLACE)),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     return tl.reshape(tl.permute(w, (0, 2, 1)), (BLOCK_K, BLOCK_N))

@@ -137,6 +137,32 @@ def test_split_decode_leaves_its_counters_zero(sinks) -> None:
         assert not counters.any(), f"counters left non-zero: {counters.nonzero().flatten()}"
 
 
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+@pytest.mark.parametrize("head_size", [80, 128])
+def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> None:
+    """The ``HALVES`` loop (Q.K as two dots into one score tile, P.V into two output halves; the
+    SM80+ fp8 path) on both dtypes, a head size whose upper half is mostly padding, masked and
+    whole tiles, sinks and a soft cap: forced here, since the interpreter runs SM70 tiles."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
+    lens = DECODE_LENS if path == "decode" else PREFILL_LENS
+    case = make_case(
+        lens,
+        head_size=head_size,
+        kv_cache_dtype=kv_dtype,
+        sinks=True,
+        logits_soft_cap=2.5,
+        seed=11,
+    )
+    check(
+        run(case, path=path, num_splits=3 if path == "decode" else None),
+        case,
+        f"halves {path} d{head_size} {kv_dtype}",
+    )
+
+
 def test_one_partition_writes_the_output_without_partials(monkeypatch) -> None:
     """With one partition the program normalises its own rows: the launch gets empty partial
     and counter tensors (a kernel that read or wrote them would fault or read nothing), and the

@@ -228,7 +228,7 @@ SWEEP_SPLIT_POLICIES = [
 SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024)]
 #: Sweep, fp8 decode tiles on SM80+ (16 rows; keys, warps, stages), 32/8 heads: shipped first.
 SWEEP_FP8_TILES = [
-    Tiles(16, n, w, st) for n, w, st in ((128, 4, 2), (64, 4, 2), (64, 4, 4), (128, 8, 2))
+    Tiles(16, n, w, st) for n, w, st in ((128, 4, 2), (128, 4, 3), (256, 4, 2), (64, 4, 3))
 ]
 SWEEP_FP8_SHAPES = [(64, 8192), (32, 16384)]
 #: Sweep, 64/8 heads (8 query heads per KV head: 8 of 16 rows used, 8 of 32 with 32 rows) at

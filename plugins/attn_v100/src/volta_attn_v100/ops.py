@@ -28,6 +28,7 @@ from volta_attn_v100.configs import (
     decode_block_m,
     decode_combine,
     decode_tiles,
+    head_halves,
     head_pad,
     native_e5m2,
     prefill_tiles,
@@ -436,6 +437,7 @@ def _launch_decode(
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
+        HALVES=head_halves(a.fp8, capability),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
         num_warps=tiles.num_warps,
@@ -489,6 +491,7 @@ def _launch_prefill(a: _Common) -> None:
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
+        HALVES=head_halves(a.fp8, capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

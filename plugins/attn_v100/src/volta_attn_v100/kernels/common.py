@@ -45,6 +45,67 @@ def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, NATIVE_FP8: tl.constexpr):
 
 
 @triton.jit
+def halves(x, HALF: tl.constexpr):
+    """``x[:, :HALF]`` and ``x[:, HALF:]`` of a ``[rows, 2 * HALF]`` tile (Triton slices only a
+    trailing axis of 2, hence the reshape and permute)."""
+    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, HALF)), (0, 2, 1)))
+
+
+@triton.jit
+def joined(lo, hi):
+    """The ``[rows, 2 * HALF]`` tile whose :func:`halves` are ``lo`` and ``hi``."""
+    return tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), (lo.shape[0], 2 * lo.shape[1]))
+
+
+@triton.jit
+def tile_rows(
+    bt_row_ptr,
+    tile,
+    seq_len,
+    page_size,
+    stride_blk,
+    stride_slot,
+    kv_head_off,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+):
+    """Key positions of a tile, which exist (``< seq_len``; used only when ``MASKED``), and the
+    offset of each key's cache row (its page from the block table)."""
+    k_pos = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = k_pos < seq_len
+    if MASKED:
+        page = tl.load(bt_row_ptr + k_pos // page_size, mask=n_mask, other=0)
+    else:
+        page = tl.load(bt_row_ptr + k_pos // page_size)
+    row_off = page.to(tl.int64) * stride_blk + (k_pos % page_size) * stride_slot + kv_head_off
+    return k_pos, n_mask, row_off
+
+
+@triton.jit
+def softmax_step(
+    s, m_i, l_i, k_pos, n_mask, q_abs, qk_scale, v_scale, softcap, window, MASKED: tl.constexpr
+):
+    """One tile of the online softmax from the raw scores ``s = q . k``: the new running max
+    and sum, the factor ``alpha`` that rescales the output so far, and the fp16 probabilities
+    (V scale applied) for P.V. See :func:`attend_tiles` for the scale folding and masks."""
+    s = s * (qk_scale * LOG2E)
+    if softcap > 0:
+        # softcap * tanh(x / softcap) in base-2 units: the cap scales by LOG2E too.
+        cap = softcap * LOG2E
+        s = cap * (1.0 - 2.0 / (tl.exp(2.0 * s / cap) + 1.0))
+    if MASKED:
+        keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
+        if window > 0:
+            keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
+        s = tl.where(keep, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    return m_new, l_i, alpha, (p * v_scale).to(tl.float16)
+
+
+@triton.jit
 def attend_tiles(
     q,
     m_i,
@@ -69,6 +130,7 @@ def attend_tiles(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    HALVES: tl.constexpr,
     MASKED: tl.constexpr,
 ):
     """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
@@ -85,40 +147,61 @@ def attend_tiles(
     with ``MASKED=False``: no position masks, no predicated loads; rows that are padding
     compute values nobody stores. ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to
     the scaled scores.
+
+    ``HALVES``: the head dimension in two halves, Q.K as two dots accumulated into one score
+    tile and P.V into two output halves, so only half of each K and V tile is converted and
+    live at a time. For fp8 KV on SM80+ the converted e5m2 tiles feed the dot from registers:
+    whole, the 128-key sm_90 tile took 255 registers and spilled about 130 B, and fp8 decode
+    read at 66-77% of copy bandwidth on the H100; in halves it spilled 28-36 B and read at
+    78-83%.
     """
-    offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
-    for tile in range(tile_lo, tile_hi):
-        k_pos = tile * BLOCK_N + offs_n
-        if MASKED:
-            n_mask = k_pos < seq_len
-            page = tl.load(bt_row_ptr + k_pos // page_size, mask=n_mask, other=0)
-            kv_mask = n_mask[:, None] & d_mask[None, :]
-        else:
-            page = tl.load(bt_row_ptr + k_pos // page_size)
-            kv_mask = d_mask[None, :]
-        row_off = page.to(tl.int64) * stride_blk + (k_pos % page_size) * stride_slot + kv_head_off
-        k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
-        k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
-        s = tl.dot(q, tl.trans(k))
-        s = s * (qk_scale * LOG2E)
-        if softcap > 0:
-            # softcap * tanh(x / softcap) in base-2 units: the cap scales by LOG2E too.
-            cap = softcap * LOG2E
-            s = cap * (1.0 - 2.0 / (tl.exp(2.0 * s / cap) + 1.0))
-        if MASKED:
-            keep = n_mask[None, :] & (k_pos[None, :] <= q_abs[:, None])
-            if window > 0:
-                keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
-            s = tl.where(keep, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, NATIVE_FP8)
-        acc = acc * alpha[:, None] + tl.dot((p * v_scale).to(tl.float16), v)
-        m_i = m_new
+    if HALVES:
+        HALF: tl.constexpr = HEAD_PAD // 2
+        q_lo, q_hi = halves(q, HALF)
+        acc_lo, acc_hi = halves(acc, HALF)
+        offs_h = tl.arange(0, HALF)
+        lo_mask = (offs_h < HEAD_SIZE)[None, :]
+        hi_mask = (offs_h + HALF < HEAD_SIZE)[None, :]
+        for tile in range(tile_lo, tile_hi):
+            k_pos, n_mask, row_off = tile_rows(
+                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
+                BLOCK_N, MASKED,
+            )  # fmt: skip
+            if MASKED:
+                lo = n_mask[:, None] & lo_mask
+                hi = n_mask[:, None] & hi_mask
+            else:
+                lo = lo_mask
+                hi = hi_mask
+            k_ptrs = kv_ptr + row_off[:, None] + offs_h[None, :]
+            s = tl.dot(q_lo, tl.trans(load_kv_tile(k_ptrs, lo, KV_FP8, NATIVE_FP8)))
+            s = tl.dot(q_hi, tl.trans(load_kv_tile(k_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)), s)
+            m_i, l_i, alpha, p = softmax_step(
+                s, m_i, l_i, k_pos, n_mask, q_abs, qk_scale, v_scale, softcap, window, MASKED
+            )
+            v_ptrs = k_ptrs + HEAD_SIZE
+            v_lo = load_kv_tile(v_ptrs, lo, KV_FP8, NATIVE_FP8)
+            acc_lo = acc_lo * alpha[:, None] + tl.dot(p, v_lo)
+            v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)
+            acc_hi = acc_hi * alpha[:, None] + tl.dot(p, v_hi)
+        acc = joined(acc_lo, acc_hi)
+    else:
+        for tile in range(tile_lo, tile_hi):
+            k_pos, n_mask, row_off = tile_rows(
+                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
+                BLOCK_N, MASKED,
+            )  # fmt: skip
+            kv_mask = n_mask[:, None] & d_mask[None, :] if MASKED else d_mask[None, :]
+            k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
+            k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
+            m_i, l_i, alpha, p = softmax_step(
+                tl.dot(q, tl.trans(k)), m_i, l_i, k_pos, n_mask, q_abs, qk_scale, v_scale,
+                softcap, window, MASKED,
+            )  # fmt: skip
+            v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, NATIVE_FP8)
+            acc = acc * alpha[:, None] + tl.dot(p, v)
     return m_i, l_i, acc
 
 
@@ -148,6 +231,7 @@ def attend(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    HALVES: tl.constexpr,
 ):
     """:func:`attend_tiles` over ``[tile_lo, tile_hi)``: whole tiles unmasked, the rest masked.
 
@@ -160,12 +244,12 @@ def attend(
     m_i, l_i, acc = attend_tiles(
         q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
         q_abs, seq_len, tile_lo, whole_hi, qk_scale, v_scale, softcap, window,
-        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, False,
+        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, False,
     )  # fmt: skip
     return attend_tiles(
         q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot, page_size,
         q_abs, seq_len, whole_hi, tile_hi, qk_scale, v_scale, softcap, window,
-        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, True,
+        HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, True,
     )  # fmt: skip
 
 

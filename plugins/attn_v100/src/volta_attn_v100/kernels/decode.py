@@ -63,6 +63,7 @@ def paged_decode_kernel(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    HALVES: tl.constexpr,
     COMBINE_M: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
 ):
@@ -146,6 +147,7 @@ def paged_decode_kernel(
         BLOCK_N,
         KV_FP8,
         NATIVE_FP8,
+        HALVES,
     )
 
     if num_splits == 1:

@@ -57,6 +57,7 @@ def paged_prefill_kernel(
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
+    HALVES: tl.constexpr,
 ):
     """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -133,6 +134,7 @@ def paged_prefill_kernel(
         BLOCK_N,
         KV_FP8,
         NATIVE_FP8,
+        HALVES,
     )
 
     out = finish_rows(m_i, l_i, acc, sink)

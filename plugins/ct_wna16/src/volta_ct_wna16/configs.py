@@ -129,11 +129,14 @@ SM90 = Table(
     ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
     # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
+    # 2 programs per SM from H100 run 8's sweep (after the in-place dequantization): M=16
+    # 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648 63.5 -> 56.2, M=4 10-15%
+    # faster on the same shapes; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us).
     small=Launch(
-        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4, num_stages=3
+        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),
     decode=Launch(
-        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=4, num_stages=3
+        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),
     gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3),
     dequant_from=512,

@@ -23,49 +23,39 @@ from volta_core.kernels.gate import check_kernel_config, compiled, gate_variants
 H100 = (9, 0)
 
 
+def _sweep_config(name: str, kv_dtype: str, tiles, group_pad: int, **combine) -> object:
+    """The sm_90 decode configuration the sweep launches for 32/8 (``group_pad`` 4) or 64/8
+    (8) heads at head size 128, as the launcher picks its combine."""
+    return decode_kernel_config(
+        name,
+        128,
+        kv_dtype,
+        tiles,
+        H100,
+        decode_combine(tiles.block_m, 1, group_pad, 128, H100, **combine),
+    )
+
+
 def _sweep_decode_configs() -> list:
     configs = [
-        decode_kernel_config(
-            f"sweep_fp8_n{t.block_n}_w{t.num_warps}_s{t.num_stages}",
-            128,
-            "fp8_e5m2",
-            t,
-            H100,
-            decode_combine(t.block_m, 1, 4, 128, H100),
-        )
+        _sweep_config(f"sweep_fp8_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", "fp8_e5m2", t, 4)
         for t in bench.SWEEP_FP8_TILES
     ]
     configs += [
-        decode_kernel_config(
-            f"sweep_64of8_m{t.block_m}_n{t.block_n}_w{t.num_warps}",
-            128,
-            "float16",
-            t,
-            H100,
-            decode_combine(t.block_m, 1, 8, 128, H100),
-        )
+        _sweep_config(f"sweep_64of8_m{t.block_m}_n{t.block_n}_w{t.num_warps}", "float16", t, 8)
         for t in bench.SWEEP_WIDE_GROUP_TILES
     ]
     configs += [
-        decode_kernel_config(
-            f"sweep_b1_n{t.block_n}_w{t.num_warps}_s{t.num_stages}",
-            128,
-            "float16",
-            t,
-            H100,
-            decode_combine(t.block_m, 1, 4, 128, H100),
-        )
+        _sweep_config(f"sweep_b1_n{t.block_n}_w{t.num_warps}_s{t.num_stages}", "float16", t, 4)
         for t in bench.SWEEP_BATCH1_TILES
     ]
-    shipped = decode_tiles(128, 16, H100)
     configs += [
-        decode_kernel_config(
+        _sweep_config(
             f"sweep_combine_{floats}_{kv_dtype}",
-            128,
             kv_dtype,
             decode_tiles(128, 16, H100, kv_fp8=kv_dtype != "float16"),
-            H100,
-            decode_combine(shipped.block_m, 1, 4, 128, H100, floats=floats),
+            4,
+            floats=floats,
         )
         for floats in bench.SWEEP_COMBINE_FLOATS[1:]
         for kv_dtype in ("float16", "fp8_e5m2")

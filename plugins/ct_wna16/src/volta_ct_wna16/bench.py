@@ -155,9 +155,7 @@ SWEEP_MS = (1, 4, 16)
 SWEEP_TOLERANCE = 1e-2
 
 
-def _gemv(
-    bn: int, bk: int, w: int, st: int, p: int, ru: int = 8, ahead: bool = False
-) -> configs.Launch:
+def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Launch:
     return configs.Launch(
         configs.SPLITK,
         block_m=1,
@@ -167,7 +165,6 @@ def _gemv(
         programs_per_sm=p,
         num_stages=st,
         reduce_unroll=ru,
-        x_ahead=ahead,
     )
 
 
@@ -212,11 +209,6 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
             # weights spill there).
             *(_gemv(512, 32, 1, st, p) for st in (2, 3) for p in (4, 8)),
             *(_gemv(1024, 32, 2, 3, p) for p in (4, 8)),
-            # The activations one tile ahead (no wait on their load in the tile), on the
-            # table's two tiles and the 16-per-thread one.
-            *(_gemv(256, 32, 1, 3, p, ahead=True) for p in (4, 8)),
-            _gemv(512, 32, 2, 3, 8, ahead=True),
-            _gemv(512, 32, 1, 3, 8, ahead=True),
         ]
     return [
         *(_dot(256, 128, 4, 3, p) for p in (2, 4)),
@@ -232,12 +224,10 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
 
 
 def launch_label(ln: configs.Launch) -> str:
-    """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM,
-    and ``xa`` when the activations are loaded one tile ahead."""
+    """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM."""
     return (
         f"{'dot' if ln.use_dot else 'fma'} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
         f"w{ln.num_warps} s{ln.num_stages} r{ln.reduce_unroll} p{ln.programs_per_sm}"
-        f"{' xa' if ln.x_ahead else ''}"
     )
 
 

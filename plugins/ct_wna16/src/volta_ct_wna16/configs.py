@@ -38,8 +38,7 @@ class Launch:
     the software pipeline depth of the input loop (Triton pipelines on SM80+ only, so the SM70
     tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
     does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
-    partials the fused split-K reduction loads per round trip to L2. ``x_ahead`` (1-token
-    GEMV only): load the activations one tile ahead (``X_AHEAD`` of the split-K kernel).
+    partials the fused split-K reduction loads per round trip to L2.
     """
 
     path: str
@@ -52,7 +51,6 @@ class Launch:
     group_m: int = 8
     num_stages: int = 1
     reduce_unroll: int = 2
-    x_ahead: bool = False
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -214,7 +212,6 @@ def splitk_constexprs(
         "NUM_STAGES": launch.num_stages,
         "REDUCE_UNROLL": launch.reduce_unroll,
         "GROUP_TILE": group_tile,
-        "X_AHEAD": launch.x_ahead,
     }
 
 
@@ -266,7 +263,6 @@ def splitk_config(
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
         f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
-        f"{'x' if launch.x_ahead else ''}"
     )
     return KernelConfig(
         name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"

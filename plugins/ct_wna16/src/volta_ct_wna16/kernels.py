@@ -305,7 +305,6 @@ def wna16_splitk_kernel(
     NUM_STAGES: tl.constexpr,
     REDUCE_UNROLL: tl.constexpr,
     GROUP_TILE: tl.constexpr,
-    X_AHEAD: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
 
@@ -315,11 +314,7 @@ def wna16_splitk_kernel(
     iteration, waited for). ``GROUP_TILE``: every tile lies inside one quantization group
     (:func:`_load_words`). ``REDUCE_UNROLL``: partials the fused reduction has in flight; the
     unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` splits (wide dot
-    tiles need few, or they spill). ``X_AHEAD`` (1-token GEMV): the activations are loaded one
-    tile ahead, so their load is not waited for in the tile it is issued in, at the cost of
-    holding them in registers across an iteration. For tiles of one warp, whose threads load
-    one activation each (too little for the pipeline's asynchronous copies); wider tiles give
-    every thread all 32, which the pipeline copies asynchronously anyway (sm_90 TTGIR).
+    tiles need few, or they spill).
 
     With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
     to ``ws_ptr[split]`` and then increments its tile's counter in ``cnt_ptr`` (zero before the
@@ -345,8 +340,6 @@ def wna16_splitk_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     elif BLOCK_M == 1:
         acc2 = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)
-        if X_AHEAD:
-            x_next = _x_tile(x_ptr, k_begin, k_end, PACK, BLOCK_K // GEMV_SUB)
     else:
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in tl.range(k_begin, k_end, BLOCK_K, num_stages=NUM_STAGES):
@@ -389,11 +382,7 @@ def wna16_splitk_kernel(
             )
             acc += tl.dot(xk, w)
         elif BLOCK_M == 1:
-            if X_AHEAD:
-                xt = x_next
-                x_next = _x_tile(x_ptr, k0 + BLOCK_K, k_end, PACK, BLOCK_K // GEMV_SUB)
-            else:
-                xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB)
+            xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB)
             for sub in tl.static_range(BLOCK_K // GEMV_SUB):
                 acc2 += _gemv_sub(
                     _sub_tile(xt, sub, BLOCK_K // GEMV_SUB),

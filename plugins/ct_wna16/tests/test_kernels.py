@@ -107,7 +107,11 @@ def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
 def test_sweep_candidates_run_correctly_in_the_interpreter() -> None:
     """Every compile-distinct launch the benchmark's sweep times (it checks them on the GPU
     too, against fp16), on a small layer against float64."""
-    for scheme, m in ((WeightScheme(4, True, 128), 1), (WeightScheme(4, False, 128), 16)):
+    for scheme, m in (
+        (WeightScheme(4, True, 128), 1),
+        (WeightScheme(4, False, 128), 16),
+        (WeightScheme(4, True, 64), 64),
+    ):
         pw = packed(library_checkpoint(72, 1024, scheme, seed=9))
         seen = set()
         for launch in bench.sweep_candidates(m):
@@ -203,6 +207,26 @@ def test_fused_split_k_reduction(scheme) -> None:
         check(pw, m, bias=bias, seed=m)
 
 
+@pytest.mark.parametrize("splits", [2, 3, 5, 9])
+@pytest.mark.parametrize("m", [1, 3])
+def test_reduction_tree_shapes(splits: int, m: int) -> None:
+    """The two-level reduction with a fan-in of 2: one group (2), a short last group (3, 5),
+    and more groups than the fan-in, so the tile's last arriver loops (5, 9)."""
+    pw = packed(library_checkpoint(24, 32 * splits, WeightScheme(4, False, 32), seed=splits))
+    launch = configs.Launch(
+        configs.SPLITK,
+        block_m=1 if m == 1 else 16,
+        block_n=32,
+        block_k=32,
+        use_dot=m > 1,
+        programs_per_sm=64,
+        reduce_unroll=2,
+    )
+    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1])[0] == splits
+    check(pw, m, bias=True, launch=launch, seed=splits)
+    assert not arrival_counters(pw.qweight.device).any()
+
+
 def test_arrival_counters_reset_themselves() -> None:
     pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 32), seed=8))
     device = pw.qweight.device
@@ -277,11 +301,14 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, stream=stream):
                 wna16_linear(x, pw, b, out=out)
+            eager = out.clone()
             for replay in range(3):
                 poison_(out)
                 graph.replay()
                 torch.cuda.synchronize()
                 assert_rel_close(out, ref, TOLERANCE, f"{n}x{k} m={m} replay {replay}")
+                # The tree sums in a fixed order, whichever program arrives last.
+                assert torch.equal(out, eager), f"{n}x{k} m={m} replay {replay}"
             with torch.cuda.stream(stream):
                 assert not arrival_counters(out.device).any()
 

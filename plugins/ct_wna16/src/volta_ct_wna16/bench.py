@@ -148,8 +148,9 @@ def measure(
     return rows
 
 
-#: Token counts ``--sweep`` times: the 1-token GEMV tiles, and the dot tiles at 4 and 16.
-SWEEP_MS = (1, 4, 16)
+#: Token counts ``--sweep`` times: the 1-token GEMV tiles, the dot tiles at 4 and 16, and at
+#: 64 and 256 the GEMM against split-K dot tiles of more rows and dequantize-then-cuBLAS.
+SWEEP_MS = (1, 4, 16, 64, 256)
 #: Largest error a swept launch may have against the fp16 reference and count as correct:
 #: max |ours - ref| over max |ref|, both fp32-accumulated sums rounded to fp16.
 SWEEP_TOLERANCE = 1e-2
@@ -168,65 +169,56 @@ def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Lau
     )
 
 
-def _dot(bn: int, bk: int, w: int, st: int, p: int) -> configs.Launch:
+def _dot(bn: int, bk: int, w: int, st: int, p: int, ru: int = 2, bm: int = 16) -> configs.Launch:
     return configs.Launch(
         configs.SPLITK,
-        block_m=16,
+        block_m=bm,
         block_n=bn,
         block_k=bk,
         use_dot=True,
         num_warps=w,
         programs_per_sm=p,
         num_stages=st,
+        reduce_unroll=ru,
     )
 
 
 def sweep_candidates(m: int) -> list[configs.Launch]:
     """Launches ``--sweep`` times for ``m`` tokens (4-bit sizes), besides the table's own.
 
-    Pruned so that the sweep compiles about 40 kernels (2 to 5 s each on the H100; each
-    compiles for sm_90 without spills, and 64 x 256 at 4 warps, which spilled, is left out):
-    ``programs_per_sm`` is a launch argument, not a compile one, so it varies freely; the
-    1-token list keeps run 4's unpipelined tiles (1 stage, 4 partials per reduction round
-    trip) to show what pipelining changes, and the dot list is shared by 4 and 16 tokens
-    (one compile serves both).
+    The split-K reduction is a tree of fan-in ``reduce_unroll`` (:func:`_reduce_splits`), so
+    more splits cost less than with one reducer per tile: the list crosses the fan-in with
+    programs per SM (a launch argument, not a compile one) on the tiles earlier sweeps kept
+    (each compiles for sm_90 without spills; their results are in the README). The dot list is
+    shared by 4 and 16 tokens (one compile serves both). Above 16 tokens: split-K dot tiles of
+    32 to 128 rows (one dot per word slot, no interleaving) against the GEMM kernel and
+    dequantize-then-cuBLAS.
     """
     if m == 1:
         return [
-            _gemv(256, 32, 1, 1, 4, ru=4),
-            _gemv(512, 32, 2, 1, 8, ru=4),
-            *(_gemv(256, 32, 1, st, p) for st in (2, 3, 4) for p in (4, 8)),
-            *(_gemv(256, 64, 2, st, p) for st in (3, 4) for p in (4, 8)),
-            *(_gemv(512, 32, 2, st, p) for st in (3, 4) for p in (4, 8)),
-            *(_gemv(512, 64, 4, 3, p) for p in (4, 8)),
-            *(_gemv(1024, 32, 4, 3, p) for p in (4, 8)),
-            *(_gemv(256, 128, 4, 3, p) for p in (2, 4)),
-            _gemv(256, 32, 1, 3, 8, ru=16),
-            _gemv(512, 32, 2, 3, 8, ru=16),
-            # 16 outputs per thread: the per-thread activation work (loads, conversions,
-            # addresses) spread over twice the weights, 3.76 SASS instructions per weight in the
-            # loop against 3.94 at 8 (sm_90, 4-bit; 255 registers, so at most 8 per SM; 8-bit
-            # weights spill there).
-            *(_gemv(512, 32, 1, st, p) for st in (2, 3) for p in (4, 8)),
-            *(_gemv(1024, 32, 2, 3, p) for p in (4, 8)),
+            *(_gemv(512, 32, 2, 3, p, ru) for ru in (4, 8, 16) for p in (4, 8, 12)),
+            *(_gemv(256, 32, 1, 3, p, ru=8) for p in (8, 16)),
+        ]
+    if m > configs.DECODE_MAX_M:
+        return [
+            *(_dot(128, 128, 4, 3, p, bm=64) for p in (1, 2)),
+            *(_dot(256, 128, 8, 3, p, bm=64) for p in (1, 2)),
+            *(_dot(128, 128, 8, 3, p, bm=128) for p in (1, 2)),
+            _dot(256, 128, 4, 3, 2, bm=32),
+            configs.SM90.dequant,
         ]
     return [
-        *(_dot(256, 128, 4, 3, p) for p in (2, 4)),
-        _dot(256, 128, 4, 2, 4),
-        _dot(256, 128, 4, 4, 4),
-        _dot(256, 128, 8, 3, 4),
-        _dot(256, 64, 4, 3, 4),
-        *(_dot(128, 128, 4, 3, p) for p in (4, 8)),
-        *(_dot(128, 64, 4, 3, p) for p in (4, 8)),
-        _dot(128, 256, 8, 3, 4),
+        *(_dot(256, 128, 4, 3, p, ru) for ru in (2, 4) for p in (2, 4)),
+        *(_dot(128, 128, 4, 3, p, ru) for ru in (4, 8) for p in (4, 8)),
         *(_dot(64, 128, 4, 3, p) for p in (4, 8)),
     ]
 
 
 def launch_label(ln: configs.Launch) -> str:
     """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM."""
+    kind = ("dot" if ln.use_dot else "fma") if ln.path == configs.SPLITK else ln.path
     return (
-        f"{'dot' if ln.use_dot else 'fma'} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
+        f"{kind} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
         f"w{ln.num_warps} s{ln.num_stages} r{ln.reduce_unroll} p{ln.programs_per_sm}"
     )
 
@@ -354,13 +346,13 @@ def best_of_sweep(swept: list[dict[str, Any]]) -> str:
 
 
 def run_sweep(copy_bw: float, save: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
-    """Every shape: 1, 4 and 16 tokens symmetric, and 16 tokens asymmetric; the rows so far
-    are saved after each layer, so a time limit loses one layer at most."""
+    """Every shape: :data:`SWEEP_MS` symmetric, and 1 and 16 tokens asymmetric; the rows so
+    far are saved after each layer, so a time limit loses one layer at most."""
     swept: list[dict[str, Any]] = []
     for n, k in SHAPES:
         swept += sweep(n, k, True, SWEEP_MS, copy_bw)
         save(swept)
-        swept += sweep(n, k, False, (16,), copy_bw)
+        swept += sweep(n, k, False, (1, 16), copy_bw)
         save(swept)
     return swept
 

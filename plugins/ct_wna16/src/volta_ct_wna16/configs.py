@@ -101,7 +101,9 @@ SM90 = Table(
     # per iteration) at 4 programs per SM was best or within 0.7 us on every narrow shape
     # (5120x5120 11.7 us against 13.0 for the old narrow tile, 7168x5120 12.7 against 14.5,
     # 5120x27648 30.6 against 38.3), and at 8 per SM best at 27648x5120 (32.4 us, 36.5 at 4
-    # per SM). So one tile; the output count picks the programs per SM.
+    # per SM). So one tile; the output count picks the programs per SM. Run 9's sweep (H100,
+    # with the reduction tree, fan-in 4-16 at 4-12 programs per SM) kept it: best or within
+    # 1.1 us on every shape and both symmetries.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -127,17 +129,32 @@ SM90 = Table(
     ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
     # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
-    # 2 programs per SM from H100 run 8's sweep (after the in-place dequantization): M=16
-    # 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648 63.5 -> 56.2, M=4 10-15%
-    # faster on the same shapes; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us).
+    # 2-4 tokens: 128 outputs at 4 programs per SM with a reduction fan-in of 4, from H100
+    # run 9's sweep (with the reduction tree): M=4 5120x5120 16.2 -> 15.5 us, 27648x5120
+    # 47.2 -> 43.9, 5120x27648 50.2 -> 48.8, 7168x5120 21.0 -> 19.2.
     small=Launch(
-        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
+        SPLITK,
+        block_m=16,
+        block_n=128,
+        block_k=128,
+        use_dot=True,
+        programs_per_sm=4,
+        num_stages=3,
+        reduce_unroll=4,
     ),
+    # 5-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
+    # dequantization): M=16 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648
+    # 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it (the
+    # 128-output tile was 12-33% slower at M=16).
     decode=Launch(
         SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),
+    # Run 9: at 64 tokens this GEMM and dequantize-then-cuBLAS are within 7% of each other
+    # (each faster on two shapes; the GEMM 2.1x faster on 27648x5120); at 256 tokens the
+    # dequantization is 1.6-1.9x faster on every shape. 128 was not measured: the midpoint.
+    # Split-K dot tiles of 32-128 rows were 1.5-9x slower than both.
     gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3),
-    dequant_from=512,
+    dequant_from=128,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
 

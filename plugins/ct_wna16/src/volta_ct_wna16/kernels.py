@@ -24,8 +24,9 @@ Kernels, chosen by :mod:`volta_ct_wna16.configs`:
   16 or more words per slot, one dot per word slot against the activations gathered in that
   slot's order, otherwise one dot of the slots interleaved back into input order. With split-K
   (``USE_WS``) the reduction is fused, so a decode call is one launch: each program writes its
-  fp32 partial tile and counts itself in on a per-tile arrival counter; the last to arrive sums
-  the tile's partials in split order, adds the bias, casts, and sets the counter back to zero.
+  fp32 partial tile and counts itself in on arrival counters, and the last arrivals sum the
+  partials in a two-level tree (:func:`_reduce_splits`), add the bias, cast, and set the
+  counters back to zero.
 * :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
   word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
@@ -312,17 +313,14 @@ def wna16_splitk_kernel(
     1 on SM70): Triton 3.6 pipelines a loop without ``tl.dot`` only when asked through
     ``tl.range``, and the 1-token GEMV is latency-bound without it (one small load per
     iteration, waited for). ``GROUP_TILE``: every tile lies inside one quantization group
-    (:func:`_load_words`). ``REDUCE_UNROLL``: partials the fused reduction has in flight; the
-    unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` splits (wide dot
+    (:func:`_load_words`). ``REDUCE_UNROLL``: the fan-in of the fused reduction's tree, whose
+    unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` partials (wide dot
     tiles need few, or they spill).
 
     With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
-    to ``ws_ptr[split]`` and then increments its tile's counter in ``cnt_ptr`` (zero before the
-    launch). As in CUTLASS's serial split-K, the barrier makes every thread's partial stores
-    precede the one release-acquire increment (gpu scope), so the program that reads
-    ``splits - 1`` sees all partials of its tile; it reads them past L1 (``.cg``: no stale
-    line), sums them in split order (deterministic), and stores 0 back to the counter, so the
-    next launch on the stream (a CUDA graph replay included) needs no memset.
+    to ``ws_ptr[split]`` and the tile is reduced by :func:`_reduce_splits`, whose counters in
+    ``cnt_ptr`` are zero before the launch and again after it, so the next launch on the
+    stream (a CUDA graph replay included) needs no memset.
     """
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
@@ -422,27 +420,97 @@ def wna16_splitk_kernel(
         res = tl.sum(acc3, axis=1)
     tile_ok = m_ok[:, None] & n_ok[None, :]
     if USE_WS:
-        splits = tl.num_programs(1)
-        offs = rm[:, None] * N + rn[None, :]
-        tl.store(ws_ptr + pid_k * M * N + offs, res, mask=tile_ok)
-        tl.debug_barrier()
-        counter = cnt_ptr + pid_m * tl.num_programs(0) + pid_n
-        if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
-            total = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s0 in range(0, splits, REDUCE_UNROLL):
-                for j in tl.static_range(REDUCE_UNROLL):
-                    total += _partial(ws_ptr, s0 + j, splits, M * N, offs, tile_ok)
-            _store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
-            tl.store(counter, 0)
+        _reduce_splits(
+            res,
+            ws_ptr,
+            cnt_ptr,
+            b_ptr,
+            out_ptr,
+            rm,
+            rn,
+            n_ok,
+            tile_ok,
+            M,
+            N,
+            stride_om,
+            HAS_BIAS,
+            REDUCE_UNROLL,
+        )
     else:
         _store_out(res, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 
 
 @triton.jit
-def _partial(ws_ptr, split, splits, tile_size, offs, tile_ok):
-    """Split ``split``'s fp32 partial tile, read past L1 (zeros beyond the last split)."""
-    ok = tile_ok & (split < splits)
-    return tl.load(ws_ptr + split * tile_size + offs, mask=ok, other=0.0, cache_modifier=".cg")
+def _reduce_splits(
+    res,
+    ws_ptr,
+    cnt_ptr,
+    b_ptr,
+    out_ptr,
+    rm,
+    rn,
+    n_ok,
+    tile_ok,
+    M,
+    N,
+    stride_om,
+    HAS_BIAS: tl.constexpr,
+    FAN_IN: tl.constexpr,
+):
+    """Store this split's partial tile and, if it completes the tile, write the output.
+
+    A two-level tree, so the partials are summed by many programs at once rather than one:
+    the splits form groups of ``FAN_IN``; the last of a group to arrive (on the group's
+    counter) sums the group's partials in one L2 round trip (its loads issue together) and
+    stores the sum in the group's first slot; the last group to arrive (on the tile's counter)
+    sums the group sums (one round trip per ``FAN_IN`` groups) and writes the output. With
+    one group the group's last program writes the output itself. Each arrival is the serial
+    split-K pattern: the barrier puts every thread's stores before the one release-acquire
+    increment (GPU scope), the last arriver reads past L1 (``.cg``, no stale line) and puts
+    the counter back to zero. Sums run in split order within a group and in group order
+    across them, so the result is deterministic.
+
+    Counters: ``cnt_ptr[tile]`` per output tile, then ``cnt_ptr[tiles + tile * groups + g]``.
+    """
+    splits = tl.num_programs(1)
+    split = tl.program_id(1)
+    tiles = tl.num_programs(0) * tl.num_programs(2)
+    tile = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+    size = M * N
+    offs = rm[:, None] * N + rn[None, :]
+    tl.store(ws_ptr + split * size + offs, res, mask=tile_ok)
+    tl.debug_barrier()
+    groups = tl.cdiv(splits, FAN_IN)
+    group = split // FAN_IN
+    first = group * FAN_IN
+    members = tl.minimum(splits - first, FAN_IN)
+    group_counter = cnt_ptr + tiles + tile * groups + group
+    if tl.atomic_add(group_counter, 1, sem="acq_rel", scope="gpu") == members - 1:
+        total = tl.zeros(res.shape, dtype=tl.float32)
+        for j in tl.static_range(FAN_IN):
+            total += _partial(ws_ptr, first + j, first + members, size, offs, tile_ok)
+        tl.store(group_counter, 0)
+        done = groups == 1
+        if not done:
+            tl.store(ws_ptr + first * size + offs, total, mask=tile_ok)
+            tl.debug_barrier()
+            tile_counter = cnt_ptr + tile
+            if tl.atomic_add(tile_counter, 1, sem="acq_rel", scope="gpu") == groups - 1:
+                total = tl.zeros(res.shape, dtype=tl.float32)
+                for g0 in range(0, groups, FAN_IN):
+                    for j in tl.static_range(FAN_IN):
+                        total += _partial(ws_ptr, (g0 + j) * FAN_IN, splits, size, offs, tile_ok)
+                tl.store(tile_counter, 0)
+                done = True
+        if done:
+            _store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
+
+
+@triton.jit
+def _partial(ws_ptr, slot, limit, tile_size, offs, tile_ok):
+    """The fp32 tile in workspace slot ``slot``, read past L1 (zeros from slot ``limit`` on)."""
+    ok = tile_ok & (slot < limit)
+    return tl.load(ws_ptr + slot * tile_size + offs, mask=ok, other=0.0, cache_modifier=".cg")
 
 
 @triton.jit

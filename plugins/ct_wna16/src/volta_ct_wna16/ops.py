@@ -96,7 +96,10 @@ def wna16_linear(
         grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
         if use_ws:
             ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
-            counters = arrival_counters(x.device, grid[0] * grid[2])
+            # One per output tile and one per group of reduce_unroll splits of each tile
+            # (the kernel's two-level reduction tree).
+            tiles = grid[0] * grid[2]
+            counters = arrival_counters(x.device, tiles * (1 + -(-splits // launch.reduce_unroll)))
         else:
             ws, counters = _empty(torch.float32, x.device), _empty(torch.int32, x.device)
         kernels.wna16_splitk_kernel[grid](

@@ -2,11 +2,14 @@
 
 Decode (head size 128, 32/8 and 64/8 heads, block 16, fp16 and fp8_e5m2 KV): effective
 bandwidth (KV bytes read plus Q and output, over time) as a fraction of the device-to-device
-copy bandwidth measured in the same run. Prefill (head size 128, 32/8 heads, fp16, 16K tokens
-in sequences of 512..4096): throughput against ``torch.nn.functional.scaled_dot_product_attention``
-with the flash backend on the same sequences laid out contiguously; chunked prefill over an 8K
-cached prefix is reported too. Each shape also gets an SM70 estimate: the bytes and FMAs the
-SM70 configuration executes, and the time they imply at 900 GB/s and 15.7 TFLOP/s.
+copy bandwidth measured in the same run, and the read floor: the time of a kernel that only
+reads the same KV bytes (:mod:`volta_core.kernels.read_floor`), which bounds a short decode's
+time from below whatever the kernel does. Prefill (head size 128, 32/8 heads, 16K tokens in
+sequences of 512..4096, fp16 KV; fp8_e5m2 KV at 2048): throughput against
+``torch.nn.functional.scaled_dot_product_attention`` with the flash backend on the same
+sequences laid out contiguously; chunked prefill over an 8K cached prefix is reported too. Each
+shape also gets an SM70 estimate: the bytes and FMAs the SM70 configuration executes, and the
+time they imply at 900 GB/s and 15.7 TFLOP/s.
 
 Timing (the core harness, :mod:`volta_core.kernels.bench`): decode runs back to back inside one
 captured CUDA graph (``time_cuda_graph``), as vLLM runs a decode step, rotating among enough
@@ -42,6 +45,7 @@ from volta_attn_v100.configs import (
 )
 from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
+from volta_core.kernels.read_floor import read_floor
 
 V100_BANDWIDTH = 900e9
 V100_FP32_FLOPS = 15.7e12
@@ -104,7 +108,12 @@ def decode_call(
     return run
 
 
-def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEFAULT_SPLIT_POLICY):
+def decode_case(
+    batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEFAULT_SPLIT_POLICY, floor=False
+):
+    """One decode shape timed; with ``floor``, also the read floor of its KV bytes: the same
+    bytes read by a kernel that does nothing else, timed the same way
+    (:func:`volta_core.kernels.read_floor.read_floor`)."""
     head_size = 128
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
@@ -113,6 +122,11 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEF
     out = torch.empty_like(inputs[0][0])
     run = decode_call(ctx, kv_dtype, out, split_policy)
     ms = time_cuda_graph(run, inputs).median_ms
+    floor_ms = (
+        read_floor([kv for _, kv, *_ in inputs], blocks=(1024, 2048), stages=(3,)).median_ms
+        if floor
+        else None
+    )
     qo_bytes = 2 * batch * heads * head_size * 2
     bw = (kv_bytes + qo_bytes) / (ms * 1e-3)
     # SM70: the decode program computes 16 rows (head group padded) x keys x head size, twice.
@@ -131,12 +145,13 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEF
         "bytes": kv_bytes + qo_bytes,
         "bandwidth_GBps": bw / 1e9,
         "fraction_of_copy": bw / copy_bw,
+        "read_floor_ms": floor_ms,
         "sm70_fmas": fmas,
         "sm70_estimate_ms": sm70_ms,
     }
 
 
-def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
+def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtype="float16"):
     """16K new tokens in sequences of ``seq_len`` (after ``prefix`` cached tokens each)."""
     batch = PREFILL_TOKENS // seq_len
     total = prefix + seq_len
@@ -144,6 +159,8 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
     kv = torch.randn(
         (batch * pages, kv_heads, 16, 2 * head_size), device="cuda", dtype=torch.float16
     )
+    if kv_dtype == "fp8_e5m2":  # e5m2 codes: fp16 randn's high bytes, as in decode
+        kv = (kv.view(torch.int16) >> 8).to(torch.uint8)
     table = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
     seq_lens = torch.full((batch,), total, dtype=torch.int32, device="cuda")
     q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
@@ -155,6 +172,7 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
         paged_attention(
             query, kv, table, seq_lens, q_start, out,
             max_query_len=seq_len, max_seq_len=total, sm_scale=scale, check_bounds=False,
+            kv_cache_dtype=kv_dtype,
         )  # fmt: skip
 
     ms = time_cuda(run, [()], target_ms=100.0, min_reps=10).median_ms
@@ -166,6 +184,7 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128):
         "seq_len": seq_len,
         "prefix": prefix,
         "batch": batch,
+        "kv_dtype": kv_dtype,
         "ms": ms,
         "TFLOPs": flops / (ms * 1e-3) / 1e12,
     }
@@ -423,7 +442,7 @@ def chart(results: dict, path: Path) -> None:
     ax1.set_ylabel("effective bandwidth / copy bandwidth")
     ax1.set_title(f"decode, head 128, block 16 ({results['device']})")
     ax1.legend(fontsize=8)
-    pre = [r for r in results["prefill"] if r["kind"] == "prefill"]
+    pre = [r for r in results["prefill"] if (r["kind"], r["kv_dtype"]) == ("prefill", "float16")]
     xs = range(len(pre))
     ax2.bar([x - 0.2 for x in xs], [r["TFLOPs"] for r in pre], 0.4, label="volta_attn_v100")
     ax2.bar([x + 0.2 for x in xs], [r["sdpa_TFLOPs"] for r in pre], 0.4, label="SDPA flash")
@@ -477,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
         for batch, ctx in shapes:
             for kv_dtype in ("float16", "fp8_e5m2"):
                 results["decode"].append(
-                    decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw)
+                    decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, floor=True)
                 )
                 progress(results["decode"][-1])
     for seq_len in PREFILL_SEQ_LENS if "prefill" in parts else []:
@@ -486,6 +505,9 @@ def main(argv: list[str] | None = None) -> None:
     if "prefill" in parts:
         results["prefill"].append(prefill_case(2048, prefix=8192))
         progress(results["prefill"][-1])
+        for prefix in (0, 8192):
+            results["prefill"].append(prefill_case(2048, prefix=prefix, kv_dtype="fp8_e5m2"))
+            progress(results["prefill"][-1])
     if not args.quick and "sweep" in parts:
         results["sweep"] = sweep(copy_bw, sections)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
@@ -548,7 +570,10 @@ def print_table(results: dict) -> None:
         f"\n{results['device']} torch {results['torch']} triton {results['triton']} "
         f"copy {results['copy_bandwidth_GBps']:.0f} GB/s"
     )
-    print("decode  heads batch x ctx  kv        ms      GB/s  %copy  fp8/fp16  splits  sm70_ms")
+    print(
+        "decode  heads batch x ctx  kv        ms      GB/s  %copy  fp8/fp16  splits  sm70_ms"
+        "  floor_ms  floor/ms"
+    )
     by_key = {(r["heads"], r["batch"], r["context"], r["kv_dtype"]): r for r in results["decode"]}
     for r in results["decode"]:
         fp16 = by_key[(r["heads"], r["batch"], r["context"], "float16")]
@@ -556,14 +581,16 @@ def print_table(results: dict) -> None:
             f"        {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} {r['kv_dtype']:8s} "
             f"{r['ms']:7.3f} {r['bandwidth_GBps']:8.0f} {100 * r['fraction_of_copy']:5.1f}% "
             f"{r['ms'] / fp16['ms']:7.2f}x {r['splits']:6d} {r['sm70_estimate_ms']:8.3f}"
+            f"  {r['read_floor_ms']:8.4f}  {r['read_floor_ms'] / r['ms']:7.2f}"
         )
-    print("prefill seq   prefix batch   ms     TFLOP/s  sdpa TFLOP/s  ratio  sm70_ms")
+    print("prefill seq   prefix batch kv         ms     TFLOP/s  sdpa TFLOP/s  ratio  sm70_ms")
     for r in results["prefill"]:
         sdpa = r.get("sdpa_TFLOPs")
         ratio = f"{r['TFLOPs'] / sdpa:5.2f}" if sdpa else "  -  "
         sdpa_s = f"{sdpa:8.1f}" if sdpa else "       -"
         print(
-            f"        {r['seq_len']:5d} {r['prefix']:6d} {r['batch']:4d} {r['ms']:7.3f} "
+            f"        {r['seq_len']:5d} {r['prefix']:6d} {r['batch']:4d} {r['kv_dtype']:8s} "
+            f"{r['ms']:7.3f} "
             f"{r['TFLOPs']:8.1f} {sdpa_s}     {ratio} {r['sm70_estimate_ms']:8.2f}"
         )
 

@@ -4,7 +4,11 @@ For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, o
 
 * the plugin's launch for M (:func:`volta_ct_wna16.ops.wna16_linear`, the device's table);
 * the baseline: fp16 ``torch.matmul`` (cuBLAS) on the dequantized weight;
-* the device's copy bandwidth (bytes read plus written by a large device-to-device copy).
+* the device's copy bandwidth (bytes read plus written by a large device-to-device copy);
+* per layer, the read floor: the fastest one-launch kernel that only streams the packed
+  weights' bytes, timed the same way (:func:`volta_core.kernels.read_floor.read_floor`), so
+  the part of a decode time no kernel reading those bytes could remove is measured, not
+  assumed.
 
 Timing: the core harness's :func:`volta_core.kernels.bench.time_cuda_graph` (calls back to back
 inside one captured CUDA graph, as vLLM runs decode), rotating weight copies (more bytes than
@@ -35,6 +39,7 @@ from typing import Any
 import torch
 
 from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda_graph
+from volta_core.kernels.read_floor import read_floor
 from volta_ct_wna16 import __version__, configs
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
@@ -102,6 +107,7 @@ def measure(
     fp16_copies = max(1, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k * 2))))
     # The unquantized layer's weight, [N, K] as vLLM's F.linear holds it.
     dense = [dequantize_dense(pw, torch.float16).t().contiguous() for pw in pws[:fp16_copies]]
+    floor_us = read_floor([pw.qweight for pw in pws]).median_ms * 1e3
     rows = []
     for m in ms:
         x = torch.randn(m, k, device="cuda", dtype=torch.float16)
@@ -139,6 +145,7 @@ def measure(
                 "weight_bytes": wbytes,
                 "weight_gbps": wbytes / ours / 1e9,
                 "copy_fraction": wbytes / ours / copy_bw,
+                "read_floor_us": floor_us,
                 "sm70_estimate_us": est * 1e6,
                 "sm70_bound": bound,
             }
@@ -390,14 +397,14 @@ def table(rows: list[dict[str, Any]], copy_bw: float) -> str:
     lines = [
         f"copy bandwidth {copy_bw / 1e9:.0f} GB/s",
         f"{'N':>6} {'K':>6} {'sym':>4} {'M':>5} {'path':>14} {'ours us':>9} {'fp16 us':>9} "
-        f"{'x fp16':>7} {'GB/s':>6} {'%copy':>6} {'SM70 est us':>12}",
+        f"{'x fp16':>7} {'GB/s':>6} {'%copy':>6} {'floor us':>9} {'SM70 est us':>12}",
     ]
     for r in rows:
         lines.append(
             f"{r['n']:>6} {r['k']:>6} {'y' if r['symmetric'] else 'n':>4} {r['m']:>5} "
             f"{r['path']:>14} {r['ours_us']:>9.1f} {r['fp16_us']:>9.1f} {r['speedup']:>7.2f} "
             f"{r['weight_gbps']:>6.0f} {100 * r['copy_fraction']:>6.1f} "
-            f"{r['sm70_estimate_us']:>9.1f} {r['sm70_bound'][:3]}"
+            f"{r['read_floor_us']:>9.1f} {r['sm70_estimate_us']:>9.1f} {r['sm70_bound'][:3]}"
         )
     return "\n".join(lines)
 

@@ -129,23 +129,15 @@ SM90 = Table(
     ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
     # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
-    # 2-4 tokens: 128 outputs at 4 programs per SM with a reduction fan-in of 4, from H100
-    # run 9's sweep (with the reduction tree): M=4 5120x5120 16.2 -> 15.5 us, 27648x5120
-    # 47.2 -> 43.9, 5120x27648 50.2 -> 48.8, 7168x5120 21.0 -> 19.2.
-    small=Launch(
-        SPLITK,
-        block_m=16,
-        block_n=128,
-        block_k=128,
-        use_dot=True,
-        programs_per_sm=4,
-        num_stages=3,
-        reduce_unroll=4,
-    ),
-    # 5-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
+    # 2-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
     # dequantization): M=16 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648
-    # 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it (the
-    # 128-output tile was 12-33% slower at M=16).
+    # 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it: the
+    # 128-output tile with a reduction fan-in of 4 at 4 per SM was 4-7% faster at M=4
+    # symmetric, but in run 9's benchmark 12-21% slower at M=4 asymmetric (5120x27648 68.7 us
+    # against 56.9 in run 8), and 12-33% slower at M=16.
+    small=Launch(
+        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
+    ),
     decode=Launch(
         SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),

@@ -102,8 +102,12 @@ SM90 = Table(
     # (5120x5120 11.7 us against 13.0 for the old narrow tile, 7168x5120 12.7 against 14.5,
     # 5120x27648 30.6 against 38.3), and at 8 per SM best at 27648x5120 (32.4 us, 36.5 at 4
     # per SM). So one tile; the output count picks the programs per SM. Run 9's sweep (H100,
-    # with the reduction tree, fan-in 4-16 at 4-12 programs per SM) kept it: best or within
-    # 1.1 us on every shape and both symmetries.
+    # with the reduction tree, fan-in 4-16 at 4-12 programs per SM) kept the tile: best or
+    # within 1.1 us on every shape and both symmetries. A follow-up on 27648x5120 (5 to 9 per
+    # SM, twice each): 5 per SM took 33.9 us symmetric and 34.1-34.5 asymmetric, 6 34.1-34.8,
+    # 7 34.6-35.4, 8 (shipped until then) 36.8-38.4, 9 37.2-38.5. At 8 the grid (1080
+    # programs) is larger than the 1056 the SMs hold at once (8 each at 128 registers x 64
+    # threads), so 24 programs ran after the rest.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -122,7 +126,7 @@ SM90 = Table(
             block_n=512,
             block_k=32,
             num_warps=2,
-            programs_per_sm=8,
+            programs_per_sm=5,
             num_stages=3,
             reduce_unroll=8,
         ),

@@ -98,7 +98,8 @@ def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
         (table.gemv, 1),
         (table.wide_gemv[1], 1),
         (table.decode, 5),
-        (table.gemm, 17),
+        (table.decode, table.decode_max_m),
+        (table.gemm, table.decode_max_m + 1),
         (table.dequant, 40),
     ):
         check(pw, m, bias=True, launch=launch.scaled_for_bits(scheme.num_bits))

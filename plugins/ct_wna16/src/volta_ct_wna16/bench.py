@@ -197,7 +197,7 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
     more splits cost less than with one reducer per tile: the list crosses the fan-in with
     programs per SM (a launch argument, not a compile one) on the tiles earlier sweeps kept
     (each compiles for sm_90 without spills; their results are in the README). The dot list is
-    shared by 4 and 16 tokens (one compile serves both). Above 16 tokens: split-K dot tiles of
+    shared by 4 and 16 tokens (one compile serves both). Above 32 tokens: split-K dot tiles of
     32 to 128 rows (one dot per word slot, no interleaving) against the GEMM kernel and
     dequantize-then-cuBLAS.
     """
@@ -206,7 +206,7 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
             *(_gemv(512, 32, 2, 3, p, ru) for ru in (4, 8, 16) for p in (4, 8, 12)),
             *(_gemv(256, 32, 1, 3, p, ru=8) for p in (8, 16)),
         ]
-    if m > configs.DECODE_MAX_M:
+    if m > configs.SM90.decode_max_m:
         return [
             *(_dot(128, 128, 4, 3, p, bm=64) for p in (1, 2)),
             *(_dot(256, 128, 8, 3, p, bm=64) for p in (1, 2)),

@@ -26,7 +26,7 @@ DEQUANT_MATMUL = "dequant_matmul"
 
 KERNELS = "volta_ct_wna16.kernels"
 
-#: The most tokens the decode (split-K) kernel takes.
+#: The most tokens a table's decode (split-K) tile takes unless the table says otherwise.
 DECODE_MAX_M = 16
 
 
@@ -72,14 +72,16 @@ class Table:
     small: Launch
     """2 to 4 tokens."""
     decode: Launch
-    """5 to 16 tokens."""
+    """5 to ``decode_max_m`` tokens."""
     gemm: Launch
-    """17 up to ``dequant_from`` tokens."""
+    """From ``decode_max_m + 1`` up to ``dequant_from`` tokens."""
     dequant_from: int | None
     """From this many tokens on, dequantize and call cuBLAS (None: never)."""
     dequant: Launch
     wide_gemv: tuple[int, Launch] | None = None
     """1 token from this many outputs on: ``(outputs, launch)``."""
+    decode_max_m: int = DECODE_MAX_M
+    """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
 
 
 SM70 = Table(
@@ -145,6 +147,13 @@ SM90 = Table(
     decode=Launch(
         SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),
+    # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up
+    # (`results/run9/decode_tile_m32_m64_m128.log`): at M=32 this tile against the GEMM
+    # 5120x5120 29.6 against 46.1 us, 7168x5120 37.6 / 45.4, 27648x5120 100.2 / 107.1,
+    # 5120x27648 98.3 / 243.1 (asymmetric 128.8 / 246.6). At 64 it won on 5120x27648 only
+    # (173.0 / 245.5) and lost on 7168x5120 and 27648x5120 (58-62 / 45.5, and 107.5 for the
+    # GEMM on 27648x5120).
+    decode_max_m=32,
     # Run 9: at 64 tokens this GEMM and dequantize-then-cuBLAS are within 7% of each other
     # (each faster on two shapes; the GEMM 2.1x faster on 27648x5120); at 256 tokens the
     # dequantization is 1.6-1.9x faster on every shape. 128 was not measured: the midpoint.
@@ -175,7 +184,7 @@ def choose(
             launch = t.wide_gemv[1]
     elif m <= 4:
         launch = t.small
-    elif m <= DECODE_MAX_M:
+    elif m <= t.decode_max_m:
         launch = t.decode
     elif t.dequant_from is not None and m >= t.dequant_from:
         launch = t.dequant

@@ -15,18 +15,18 @@ Integers become floats without the int-to-float unit: ``q | 0x4B000000`` read as
 
 Kernels, chosen by :mod:`volta_ct_wna16.configs`:
 
-* :func:`wna16_splitk_kernel`, decode (M up to 16): each program covers ``BLOCK_N`` outputs over
-  one split of the input. ``BLOCK_M == 1`` without ``USE_DOT``: a GEMV over 32-input sub-tiles
-  (:func:`_gemv_sub`: one AND, one subtraction and one fp32 FMA per weight; zero point and scale
-  once per word row) that reduces across the input only once at the end. ``BLOCK_M > 1``
-  without ``USE_DOT``: a shift-and-mask FMA loop with a token axis (SM70, 2 to 4 tokens).
-  ``USE_DOT``: dequantized fp16 tiles into ``tl.dot`` (FMA on SM70, tensor cores on SM80+); with
-  16 or more words per slot, one dot per word slot against the activations gathered in that
-  slot's order, otherwise one dot of the slots interleaved back into input order. With split-K
-  (``USE_WS``) the reduction is fused, so a decode call is one launch: each program writes its
-  fp32 partial tile and counts itself in on arrival counters, and the last arrivals sum the
-  partials in a two-level tree (:func:`_reduce_splits`), add the bias, cast, and set the
-  counters back to zero.
+* :func:`wna16_splitk_kernel`, decode (M up to 16 on SM70, 32 on SM90): each program covers
+  ``BLOCK_N`` outputs over one split of the input. ``BLOCK_M == 1`` without ``USE_DOT``: a GEMV
+  over 32-input sub-tiles (:func:`_gemv_sub`: one AND, one subtraction and one fp32 FMA per
+  weight; zero point and scale once per word row) that reduces across the input only once at the
+  end. ``BLOCK_M > 1`` without ``USE_DOT``: a shift-and-mask FMA loop with a token axis (SM70, 2
+  to 4 tokens). ``USE_DOT``: dequantized fp16 tiles into ``tl.dot`` (FMA on SM70, tensor cores on
+  SM80+); with 16 or more words per slot, one dot per word slot against the activations gathered
+  in that slot's order, otherwise one dot of the slots interleaved back into input order. With
+  split-K (``USE_WS``) the reduction is fused, so a decode call is one launch: each program writes
+  its fp32 partial tile and counts itself in on arrival counters, and the last arrivals sum the
+  partials in a two-level tree (:func:`_reduce_splits`), add the bias, cast, and set the counters
+  back to zero.
 * :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
   word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that

@@ -240,8 +240,8 @@ def default_num_splits(
     device,
     policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
 ) -> int:
-    """Decode partitions per sequence on ``device`` under ``policy`` (shipped: about two
-    programs per SM, at least 256 keys each)."""
+    """Decode partitions per sequence on ``device`` under ``policy`` (shipped:
+    :data:`volta_attn_v100.configs.DEFAULT_SPLIT_POLICY`)."""
     return policy.num_splits(
         num_seqs * num_kv_programs, max_seq_len, _num_sms(torch.device(device))
     )

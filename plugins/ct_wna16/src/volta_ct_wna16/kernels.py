@@ -421,21 +421,9 @@ def wna16_splitk_kernel(
     tile_ok = m_ok[:, None] & n_ok[None, :]
     if USE_WS:
         _reduce_splits(
-            res,
-            ws_ptr,
-            cnt_ptr,
-            b_ptr,
-            out_ptr,
-            rm,
-            rn,
-            n_ok,
-            tile_ok,
-            M,
-            N,
-            stride_om,
-            HAS_BIAS,
-            REDUCE_UNROLL,
-        )
+            res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, M, N, stride_om,
+            HAS_BIAS, REDUCE_UNROLL,
+        )  # fmt: skip
     else:
         _store_out(res, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 

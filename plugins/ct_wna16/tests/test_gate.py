@@ -29,7 +29,10 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     device_configs = volta_kernel_configs(device)
     names = {c.name for c in device_configs}
     kinds = {c.kernel.rsplit(":", 1)[1] for c in device_configs}
-    assert kinds == {"wna16_splitk_kernel", "wna16_gemm_kernel", "wna16_dequant_kernel"}
+    expected = {"wna16_splitk_kernel", "wna16_dequant_kernel"}
+    if device == V100:  # SM90 runs 33-191 tokens on a split-K tile, not the GEMM kernel
+        expected.add("wna16_gemm_kernel")
+    assert kinds == expected
     for m in range(1, 600):
         for n in (256, 5120, 8192, 27648):
             for k in (256, 5120, 27648):
@@ -107,4 +110,4 @@ def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
     assert not configs.group_tile(decode, 64)
     assert not configs.group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
     assert not configs.group_tile(configs.SM90.gemv, 128)  # the GEMV loads per 32 inputs
-    assert not configs.group_tile(configs.SM90.gemm, 128)
+    assert not configs.group_tile(configs.SM70.gemm, 128)  # the GEMM kernel loads per row

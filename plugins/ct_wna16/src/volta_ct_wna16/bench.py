@@ -47,7 +47,7 @@ from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import fresh_checkpoint
 
 SHAPES = ((5120, 5120), (27648, 5120), (5120, 27648), (7168, 5120))
-MS = (1, 4, 16, 32, 64, 256, 2048)
+MS = (1, 4, 16, 32, 64, 128, 256, 2048)
 GROUP = 128
 
 #: V100 figures for the SM70 estimate.

@@ -74,7 +74,8 @@ class Table:
     decode: Launch
     """5 to ``decode_max_m`` tokens."""
     gemm: Launch
-    """From ``decode_max_m + 1`` up to ``dequant_from`` tokens."""
+    """From ``decode_max_m + 1`` up to ``dequant_from`` tokens: the GEMM kernel, or a split-K
+    tile of many rows."""
     dequant_from: int | None
     """From this many tokens on, dequantize and call cuBLAS (None: never)."""
     dequant: Launch
@@ -154,12 +155,27 @@ SM90 = Table(
     # (173.0 / 245.5) and lost on 7168x5120 and 27648x5120 (58-62 / 45.5, and 107.5 for the
     # GEMM on 27648x5120).
     decode_max_m=32,
-    # Run 9: at 64 tokens this GEMM and dequantize-then-cuBLAS are within 7% of each other
-    # (each faster on two shapes; the GEMM 2.1x faster on 27648x5120); at 256 tokens the
-    # dequantization is 1.6-1.9x faster on every shape. 128 was not measured: the midpoint.
-    # Split-K dot tiles of 32-128 rows were 1.5-9x slower than both.
-    gemm=Launch(GEMM, block_m=64, block_n=64, block_k=64, num_warps=4, num_stages=3),
-    dequant_from=128,
+    # 33-191 tokens: a 64x64x64 dequantized tile with split-K (the split-K kernel's
+    # interleaved-dot path and its reduction tree), from run 9's follow-up
+    # (`results/run9/splitk_gemm_tiles.log`). The GEMM kernel has no split-K, so a layer with
+    # few output tiles and a long input ran on few SMs: 5120x27648 at 64 tokens is 80 tiles of
+    # 432 steps each, 249.1 us against 121.1 here at 2 programs per SM (5120x5120 45.6 -> 29.1,
+    # 7168x5120 45.7 -> 36.1, 27648x5120 108.4 -> 109.5). At 128 tokens this tile at 2 per SM
+    # against dequantize-then-cuBLAS: 5120x5120 42.5 / 52.1, 5120x27648 186.5 / 236.0
+    # (asymmetric 206.1 / 235.9), 27648x5120 203.6 / 230.1, 7168x5120 67.2 / 64.3; at 256 the
+    # dequantization won everywhere (56.6 / 80.3 on 5120x5120, 248.5 / 358.3 on 5120x27648).
+    # 192, between the two, was not measured.
+    gemm=Launch(
+        SPLITK,
+        block_m=64,
+        block_n=64,
+        block_k=64,
+        use_dot=True,
+        num_warps=4,
+        programs_per_sm=2,
+        num_stages=3,
+    ),
+    dequant_from=192,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
 

@@ -110,7 +110,9 @@ SM90 = Table(
     # SM, twice each): 5 per SM took 33.9 us symmetric and 34.1-34.5 asymmetric, 6 34.1-34.8,
     # 7 34.6-35.4, 8 (shipped until then) 36.8-38.4, 9 37.2-38.5. At 8 the grid (1080
     # programs) is larger than the 1056 the SMs hold at once (8 each at 128 registers x 64
-    # threads), so 24 programs ran after the rest.
+    # threads), so 24 programs ran after the rest. Fan-in 16 on the wide tile (its 13 splits
+    # then sum in one level; 144 registers, 7 per SM): 33.4-33.8 us against 33.8-34.4 at 8,
+    # both symmetries, three repetitions (`results/run9/wide_fan_in.log`).
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -131,7 +133,7 @@ SM90 = Table(
             num_warps=2,
             programs_per_sm=5,
             num_stages=3,
-            reduce_unroll=8,
+            reduce_unroll=16,
         ),
     ),
     # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).

@@ -32,9 +32,11 @@ def test_sm70_and_sm90_tiles_differ() -> None:
     from volta_core import Device
 
     h100 = {c.name: c for c in plugin.volta_kernel_configs(Device((9, 0)))}
+    shared = [c for c in V100_CONFIGS if c.name in h100]
+    assert shared
     assert any(
         h100[c.name].constexprs != c.constexprs or h100[c.name].num_warps != c.num_warps
-        for c in V100_CONFIGS
+        for c in shared
     )
     assert all(c.num_stages == 1 for c in V100_CONFIGS), "num_stages does nothing on SM70"
 
@@ -45,3 +47,23 @@ def test_sm70_gate(config) -> None:
     assert_gate_passes(report)
     assert report.n_spills == 0
     assert report.shared_bytes <= 96 * 1024
+
+
+def test_prefill_tile_follows_the_query_length_on_sm90_only() -> None:
+    """SM80+ takes 128 keys per prefill tile from :data:`LONG_PREFILL_QUERY` tokens on (heads
+    up to 128), and both tiles are in the configuration list; SM70 has one tile."""
+    from volta_attn_v100.configs import LONG_PREFILL_QUERY, prefill_tiles
+    from volta_core import Device
+
+    h100 = (9, 0)
+    short = prefill_tiles(128, h100, LONG_PREFILL_QUERY - 1)
+    long = prefill_tiles(128, h100, LONG_PREFILL_QUERY)
+    assert (short.block_n, long.block_n) == (64, 128)
+    assert prefill_tiles(256, h100, 1) == prefill_tiles(256, h100, LONG_PREFILL_QUERY)
+    assert prefill_tiles(128, (7, 0), 1) == prefill_tiles(128, (7, 0), LONG_PREFILL_QUERY)
+    listed = {
+        (c.constexprs["BLOCK_N"], c.signature["kv_ptr"])
+        for c in plugin.volta_kernel_configs(Device(h100))
+        if c.kernel.endswith("paged_prefill_kernel") and c.constexprs["HEAD_SIZE"] == 128
+    }
+    assert listed == {(n, kv) for n in (64, 128) for kv in ("*fp16", "*u8")}

@@ -16,6 +16,8 @@ import pytest
 import torch
 from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
 
+from volta_attn_v100.configs import LONG_PREFILL_QUERY
+from volta_attn_v100.kernels.prefill import SEQ_CHUNK
 from volta_attn_v100.ops import paged_attention
 from volta_attn_v100.plugin import SPEC
 from volta_core.kernels.counters import arrival_counters
@@ -242,6 +244,14 @@ def test_padding_tokens_untouched() -> None:
     check(out[:2], case, "padded batch")
 
 
+def test_prefill_finds_sequences_past_one_load_of_starts() -> None:
+    """More sequences than the prefill kernel loads starts of at once: programs of the later
+    sequences (and of empty ones among them) find theirs in a second load."""
+    lens = [(i % 3, i % 3 + i % 4) for i in range(SEQ_CHUNK + 19)]
+    case = make_case(lens, head_size=64, num_heads=2, num_kv_heads=1)
+    check(run(case, path="prefill"), case, f"{len(lens)} sequences")
+
+
 def test_decode_and_prefill_kernels_agree() -> None:
     case = make_case([(1, 60), (3, 9), (2, 2)], head_size=256, kv_cache_dtype="fp8_e5m2")
     a = run(case, path="decode")
@@ -285,6 +295,30 @@ def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
         **kwargs,
     )
     check(run(prefill), prefill, f"gpu prefill d{head_size} {kv_dtype} {feature}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
+    """A step whose longest query reaches LONG_PREFILL_QUERY runs the 128-key prefill tile on
+    SM80+ (shorter steps the 64-key one, above), ragged and after a cached prefix."""
+    lens = [(LONG_PREFILL_QUERY, LONG_PREFILL_QUERY), (5, 9), (700, 1900), (0, 3), (1, 1)]
+    for feature in (None, "sliding_window", "sinks"):
+        kwargs = dict(FEATURE_KWARGS[feature])
+        if feature == "sliding_window":
+            kwargs["sliding_window"] = 300
+        case = make_case(
+            lens,
+            head_size=128,
+            num_heads=8,
+            num_kv_heads=2,
+            kv_cache_dtype=kv_dtype,
+            scales="head" if kv_dtype != "float16" else "none",
+            device="cuda",
+            seed=11,
+            **kwargs,
+        )
+        check(run(case, path="prefill"), case, f"long prefill {kv_dtype} {feature}")
 
 
 @pytest.mark.gpu

@@ -188,7 +188,7 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtyp
         "ms": ms,
         "TFLOPs": flops / (ms * 1e-3) / 1e12,
     }
-    tiles = prefill_tiles(head_size, (7, 0))
+    tiles = prefill_tiles(head_size, (7, 0), seq_len)
     group = heads // kv_heads
     # SM70 tiles compute block_m rows per KV tile; rows are tokens x the (padded) head group,
     # and the diagonal tiles are partly masked: count whole tiles.
@@ -267,8 +267,10 @@ SWEEP_BATCH1_SHAPES = [(1, 8192), (1, 32768)]
 #: partition at 32/8 heads: 2048 -> 4 partitions, 4096 -> 8, 8192 -> 16); shipped first.
 SWEEP_COMBINE_FLOATS = [COMBINE_FLOATS, 8192, 2048]
 SWEEP_COMBINE_SHAPES = [(1, 8192), (1, 32768), (32, 16384)]
-#: Sweep, prefill: the 128 x 128 tile against the shipped one on 8 x 2048.
-SWEEP_PREFILL_TILES = [Tiles(128, 128, 8, 2)]
+#: Sweep, prefill: both SM80+ tiles (64 and 128 keys) against the shipped choice, at a query
+#: length below :data:`LONG_PREFILL_QUERY` and one above it.
+SWEEP_PREFILL_TILES = [Tiles(128, 64, 8, 2), Tiles(128, 128, 8, 2)]
+SWEEP_PREFILL_LENS = (512, 2048)
 
 
 @contextmanager
@@ -339,12 +341,12 @@ def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
     Sections: decode split policies (1 x 8K and 1 x 1K, 32/8, fp16 and fp8), the combine's
     partitions per step (1 x 8K, 1 x 32K and 32 x 16K, fp16 and fp8), fp8 decode tiles
     (64 x 8K and 32 x 16K, 32/8), fp16 decode tiles at batch 1 (1 x 8K and 1 x 32K, 32/8),
-    64/8 decode tiles (128 x 2K fp16) and the 128 x 128 prefill
-    tile. Each row is timed like the main table; the split policy is passed to the launcher,
-    tiles by answering the launcher's tile lookup for one measurement. The first variant of
-    each decode section is the shipped configuration, and every variant's output on the
-    shape's first input set is compared with the shipped output on the same set
-    (``max_abs_diff``, inf if a row was left unwritten). One progress line per row.
+    64/8 decode tiles (128 x 2K fp16) and the prefill tiles (32 x 512 and 8 x 2048). Each row
+    is timed like the main table; the split policy is passed to the launcher, tiles by
+    answering the launcher's tile lookup for one measurement. The first variant of each
+    decode section is the shipped configuration, and every variant's output on the shape's
+    first input set is compared with the shipped output on the same set (``max_abs_diff``,
+    inf if a row was left unwritten). One progress line per row.
     """
     rows: list[dict] = []
     shipped_out: dict[tuple, torch.Tensor] = {}
@@ -401,16 +403,17 @@ def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
     if not wanted("prefill tiles"):
         return rows
     prefill_ref = _prefill_output(2048)
-    for tiles in (None, *SWEEP_PREFILL_TILES):
-        with _launcher_tiles(prefill=tiles):
-            error = _max_abs_diff(_prefill_output(2048), prefill_ref)
-            row = prefill_case(2048)
-        name = "shipped" if tiles is None else f"{tiles.block_m} x {tiles.block_n}, "
-        if tiles is not None:
-            name += f"{tiles.num_warps} warps, {tiles.num_stages} stages"
-        row.update(section="prefill tiles", variant=name, max_abs_diff=error)
-        rows.append(row)
-        progress(row)
+    for seq_len in SWEEP_PREFILL_LENS:
+        for tiles in (None, *SWEEP_PREFILL_TILES):
+            with _launcher_tiles(prefill=tiles):
+                error = _max_abs_diff(_prefill_output(2048), prefill_ref)
+                row = prefill_case(seq_len)
+            name = "shipped" if tiles is None else f"{tiles.block_m} x {tiles.block_n}, "
+            if tiles is not None:
+                name += f"{tiles.num_warps} warps, {tiles.num_stages} stages"
+            row.update(section="prefill tiles", variant=name, max_abs_diff=error)
+            rows.append(row)
+            progress(row)
     return rows
 
 

@@ -225,13 +225,25 @@ def decode_tiles(
     return Tiles(block_m, (32 if pad <= 128 else 16) * widen, 4, 2)
 
 
-def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
-    """Tiles of the prefill kernel for a head size.
+#: Longest query (tokens of one sequence in the step) from which SM80+ prefill of heads up to
+#: 128 takes 128 keys per tile instead of 64 (:func:`prefill_tiles`).
+LONG_PREFILL_QUERY = 1024
+
+
+def prefill_tiles(head_size: int, capability: tuple[int, int], max_query_len: int) -> Tiles:
+    """Tiles of the prefill kernel for a head size and the step's longest query.
 
     On SM70 the FMA-unrolled dots fill the register file; the gate passes, with no spill in
     either build the JIT makes: 32 rows x 16 keys on 8 warps at head pad 64, 16 rows on 4 warps
     at 128 (32 rows spilled 24 B with specialized strides on 8 warps, 224 B unspecialized on 4),
     16 rows on 8 warps at 256.
+
+    On SM80+ (H100, 32/8 heads, 16K new tokens, one call, both tiles with the one-loop
+    kernel): 128 keys per tile won from 1024-token queries on (1.82-1.84 ms against 2.06 at
+    4 x 4096, 1.02-1.05 against 1.08-1.11 at 8 x 2048, 0.649-0.650 against 0.662-0.665 at
+    16 x 1024; fp8 KV at 8 x 2048 1.04-1.10 against 1.24-1.27), 64 keys at 512 (0.424-0.428
+    against 0.437-0.440). The query length is known on the host for every prefill launch
+    (vLLM runs attention outside its CUDA graphs when a step holds a prefill).
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
@@ -239,8 +251,18 @@ def prefill_tiles(head_size: int, capability: tuple[int, int]) -> Tiles:
             return Tiles(32, 16, 8, 1)
         return Tiles(16, 16, 4 if pad <= 128 else 8, 1)
     if pad <= 128:
-        return Tiles(128, 64, 8, 2)
+        return Tiles(128, 128 if max_query_len >= LONG_PREFILL_QUERY else 64, 8, 2)
     return Tiles(64, 32, 4, 2)
+
+
+def prefill_tile_choices(head_size: int, capability: tuple[int, int]) -> list[Tiles]:
+    """Every tile :func:`prefill_tiles` picks for a head size, whatever the query length."""
+    found: list[Tiles] = []
+    for max_query_len in (1, LONG_PREFILL_QUERY):
+        tiles = prefill_tiles(head_size, capability, max_query_len)
+        if tiles not in found:
+            found.append(tiles)
+    return found
 
 
 _DECODE_SIGNATURE_HEAD = {
@@ -385,18 +407,21 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         (rows, chunk),
                     )
                 )
-            tiles = prefill_tiles(head_size, capability)
-            configs.append(
-                KernelConfig(
-                    name=f"prefill_d{head_size}_{kv_dtype}",
-                    kernel=f"{KERNEL_MODULE}:paged_prefill_kernel",
-                    signature={**kv_sig, **_PREFILL_SIGNATURE_TAIL},
-                    constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
-                    num_warps=tiles.num_warps,
-                    num_stages=tiles.num_stages,
-                    divisible_by_16=_ATTENTION_DIVISIBLE,
+            choices = prefill_tile_choices(head_size, capability)
+            for tiles in choices:
+                # Named by head size and dtype alone where one tile serves every query length.
+                keys = f"_n{tiles.block_n}" if len(choices) > 1 else ""
+                configs.append(
+                    KernelConfig(
+                        name=f"prefill_d{head_size}{keys}_{kv_dtype}",
+                        kernel=f"{KERNEL_MODULE}:paged_prefill_kernel",
+                        signature={**kv_sig, **_PREFILL_SIGNATURE_TAIL},
+                        constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
+                        num_warps=tiles.num_warps,
+                        num_stages=tiles.num_stages,
+                        divisible_by_16=_ATTENTION_DIVISIBLE,
+                    )
                 )
-            )
         for kv_dtype in kv_dtypes:
             configs.append(
                 KernelConfig(

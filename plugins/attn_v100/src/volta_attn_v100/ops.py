@@ -330,7 +330,7 @@ def paged_attention(
     if path == "decode":
         _launch_decode(args, max_query_len, max_seq_len, num_splits, split_policy)
     else:
-        _launch_prefill(args)
+        _launch_prefill(args, max_query_len)
     return out
 
 
@@ -445,14 +445,14 @@ def _launch_decode(
     )
 
 
-def _launch_prefill(a: _Common) -> None:
+def _launch_prefill(a: _Common, max_query_len: int) -> None:
     from volta_attn_v100.kernels import paged_prefill_kernel
 
     num_tokens, _, head_size = a.query.shape
     num_seqs = a.seq_lens.shape[0]
     num_kv_heads = a.kv.shape[1]
     capability = _capability(a.query.device)
-    tiles = prefill_tiles(head_size, capability)
+    tiles = prefill_tiles(head_size, capability, max_query_len)
     heads_per_prog = min(a.group_pad, tiles.block_m)
     head_chunks = math.ceil(a.group / heads_per_prog)
     block_q = tiles.block_m // heads_per_prog

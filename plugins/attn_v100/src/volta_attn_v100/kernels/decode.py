@@ -148,6 +148,7 @@ def paged_decode_kernel(
         KV_FP8,
         NATIVE_FP8,
         HALVES,
+        False,
     )
 
     if num_splits == 1:

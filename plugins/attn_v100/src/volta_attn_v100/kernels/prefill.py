@@ -8,10 +8,10 @@ caching and mixed prefill/decode batches one code path.
 Rows of a program are ``query token x head`` as in decode (``row = t * heads_per_prog + g``),
 ``BLOCK_M // heads_per_prog`` query tokens of one sequence. Programs are numbered over all
 sequences' query blocks without a host-side table: sequence ``b`` starts at program
-``q_start[b] // block_q + b`` (an upper bound on the blocks before it), found by binary search;
-programs past a sequence's last block run no tile and store nothing. Program ids are taken in
-reverse, so the last query blocks (the most keys, causally) start first and the short ones fill
-in at the end of the grid instead of leaving a long tail.
+``q_start[b] // block_q + b`` (an upper bound on the blocks before it), found by
+:func:`sequence_of`; programs past a sequence's last block run no tile and store nothing.
+Program ids are taken in reverse, so the last query blocks (the most keys, causally) start
+first and the short ones fill in at the end of the grid instead of leaving a long tail.
 """
 
 from __future__ import annotations
@@ -20,6 +20,31 @@ import triton
 import triton.language as tl
 
 from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
+
+#: Sequence starts :func:`sequence_of` loads at once (vLLM's default batch holds 256
+#: sequences at most, so one load serves a whole batch).
+SEQ_CHUNK = tl.constexpr(256)
+
+
+@triton.jit
+def sequence_of(pid, q_start_ptr, num_seqs, block_q):
+    """The sequence program ``pid`` belongs to: the number of sequences ``b`` whose first
+    program ``q_start[b] // block_q + b`` is at or before ``pid``, less one.
+
+    The starts increase with ``b``, so this count is what a binary search would find; but a
+    binary search makes ``log2(num_seqs)`` dependent loads, each an L2 round trip before the
+    program can load its queries, while here the starts of up to :data:`SEQ_CHUNK` sequences
+    come in one load. That matters because a 128-row prefill program holds a whole SM (227
+    registers a thread at sm_90), so nothing hides its start: with 32 sequences of 512 tokens
+    each program runs only a few key tiles after it.
+    """
+    count = 0
+    for first in range(0, num_seqs, SEQ_CHUNK):
+        b = first + tl.arange(0, SEQ_CHUNK)
+        ok = b < num_seqs
+        starts = tl.load(q_start_ptr + b, mask=ok, other=0) // block_q + b
+        count += tl.sum((ok & (starts <= pid)).to(tl.int32), axis=0)
+    return count - 1
 
 
 @triton.jit
@@ -66,15 +91,7 @@ def paged_prefill_kernel(
     chunk = pid_h % head_chunks
     block_q = BLOCK_M // heads_per_prog
 
-    lo_seq = 0
-    hi_seq = num_seqs
-    while lo_seq < hi_seq:
-        mid = (lo_seq + hi_seq) // 2
-        if tl.load(q_start_ptr + mid) // block_q + mid <= pid:
-            lo_seq = mid + 1
-        else:
-            hi_seq = mid
-    seq = lo_seq - 1
+    seq = sequence_of(pid, q_start_ptr, num_seqs, block_q)
     q_begin = tl.load(q_start_ptr + seq)
     q_len = tl.load(q_start_ptr + seq + 1) - q_begin
     q_block = pid - (q_begin // block_q + seq)
@@ -135,6 +152,7 @@ def paged_prefill_kernel(
         KV_FP8,
         NATIVE_FP8,
         HALVES,
+        True,
     )
 
     out = finish_rows(m_i, l_i, acc, sink)

@@ -216,13 +216,6 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
             configs.SM90.dequant,
         ]
     return [
-        *(_dot(128, 128, 4, 3, p, bm=64) for p in (1, 2)),
-        *(_dot(256, 128, 8, 3, p, bm=64) for p in (1, 2)),
-        *(_dot(128, 128, 8, 3, p, bm=128) for p in (1, 2)),
-        _dot(256, 128, 4, 3, 2, bm=32),
-        configs.SM90.dequant,
-    ]
-    return [
         *(_dot(256, 128, 4, 3, p, ru) for ru in (2, 4) for p in (2, 4)),
         *(_dot(128, 128, 4, 3, p, ru) for ru in (4, 8) for p in (4, 8)),
         *(_dot(64, 128, 4, 3, p) for p in (4, 8)),

@@ -13,7 +13,6 @@ import pytest
 from volta_attn_v100 import bench
 from volta_attn_v100.configs import (
     COMBINE_FLOATS,
-    DEFAULT_SPLIT_POLICY,
     decode_combine,
     decode_kernel_config,
     decode_tiles,
@@ -64,7 +63,7 @@ def _sweep_decode_configs() -> list:
 
 
 def test_each_sweep_section_starts_with_the_shipped_configuration() -> None:
-    assert bench.SWEEP_SPLIT_POLICIES[0] == DEFAULT_SPLIT_POLICY
+    assert bench.SWEEP_SPLIT_POLICIES[0] is None  # the shipped policy of each KV dtype
     assert bench.SWEEP_COMBINE_FLOATS[0] == COMBINE_FLOATS
     assert len(set(bench.SWEEP_COMBINE_FLOATS)) == len(bench.SWEEP_COMBINE_FLOATS)
     assert bench.SWEEP_FP8_TILES[0] == decode_tiles(128, 16, H100, kv_fp8=True)

@@ -82,6 +82,7 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
         model_config = vllm_config.model_config
         self.num_kv_heads = model_config.get_num_kv_heads(vllm_config.parallel_config)
         self.max_model_len = model_config.max_model_len
+        self.cache_format = KV_CACHE_DTYPES.get(vllm_config.cache_config.cache_dtype, "float16")
         self.graphs = vllm_config.compilation_config.cudagraph_mode != CUDAGraphMode.NONE
 
     def build(
@@ -100,7 +101,9 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
             seq_lens=m.seq_lens,
             block_table=m.block_table_tensor,
             slot_mapping=m.slot_mapping,
-            num_splits=default_num_splits(m.num_reqs, self.num_kv_heads, length, self.device),
+            num_splits=default_num_splits(
+                m.num_reqs, self.num_kv_heads, length, self.device, self.cache_format
+            ),
         )
 
     def build_for_cudagraph_capture(

@@ -36,7 +36,6 @@ import torch
 
 from volta_attn_v100.configs import (
     COMBINE_FLOATS,
-    DEFAULT_SPLIT_POLICY,
     SplitPolicy,
     Tiles,
     decode_tiles,
@@ -94,7 +93,7 @@ def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size
 
 
 def decode_call(
-    ctx: int, kv_dtype: str, out: torch.Tensor, split_policy: SplitPolicy = DEFAULT_SPLIT_POLICY
+    ctx: int, kv_dtype: str, out: torch.Tensor, split_policy: SplitPolicy | None = None
 ) -> Callable[..., Any]:
     """One decode step over an input set of :func:`make_decode_inputs`, written into ``out``."""
 
@@ -108,9 +107,7 @@ def decode_call(
     return run
 
 
-def decode_case(
-    batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=DEFAULT_SPLIT_POLICY, floor=False
-):
+def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=None, floor=False):
     """One decode shape timed; with ``floor``, also the read floor of its KV bytes: the same
     bytes read by a kernel that does nothing else, timed the same way
     (:func:`volta_core.kernels.read_floor.read_floor`)."""
@@ -133,7 +130,7 @@ def decode_case(
     rows = decode_tiles(head_size, 16, (7, 0)).block_m
     fmas = 2 * batch * kv_heads * rows * ctx * head_pad(head_size)
     sm70_ms = max((kv_bytes + qo_bytes) / V100_BANDWIDTH, 2 * fmas / V100_FP32_FLOPS) * 1e3
-    splits = default_num_splits(batch, kv_heads, ctx, torch.device("cuda"), split_policy)
+    splits = default_num_splits(batch, kv_heads, ctx, "cuda", kv_dtype, split_policy)
     return {
         "kind": "decode",
         "batch": batch,
@@ -236,15 +233,16 @@ SWEEP_SECTIONS = (
     "prefill tiles",
 )
 
-#: Sweep, split policy (32/8 heads, fp16 and fp8): the shipped policy first.
-SWEEP_SPLIT_POLICIES = [
-    DEFAULT_SPLIT_POLICY,
+#: Sweep, split policy (32/8 heads, fp16 and fp8): first None, the shipped policy of each KV
+#: dtype (:func:`volta_attn_v100.configs.split_policy_for`), then fixed ones for both.
+SWEEP_SPLIT_POLICIES: list[SplitPolicy | None] = [
+    None,
     *(
         SplitPolicy(p, k, n)
-        for p, k, n in ((2, 128, 64), (2, 64, 64), (2, 64, 16), (4, 64, 32), (1, 64, 32))
+        for p, k, n in ((2, 64, 32), (3, 64, 32), (4, 64, 32), (2, 128, 64), (1, 64, 32))
     ),
 ]
-SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024)]
+SWEEP_SPLIT_SHAPES = [(1, 8192), (1, 1024), (8, 8192), (16, 8192)]
 #: Sweep, fp8 decode tiles on SM80+ (16 rows; keys, warps, stages), 32/8 heads: shipped first.
 SWEEP_FP8_TILES = [
     Tiles(16, n, w, st) for n, w, st in ((128, 4, 2), (128, 4, 3), (256, 4, 2), (64, 4, 3))
@@ -368,7 +366,9 @@ def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
 
     for policy in SWEEP_SPLIT_POLICIES:
         name = (
-            f"{policy.programs_per_sm}/SM, >={policy.min_keys_per_split} keys, "
+            "shipped"
+            if policy is None
+            else f"{policy.programs_per_sm}/SM, >={policy.min_keys_per_split} keys, "
             f"<={policy.max_splits}"
         )
         for (batch, ctx), kv_dtype in itertools.product(
@@ -382,24 +382,20 @@ def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
             with _launcher_combine(floats):
                 decode_row(
                     "combine", f"{floats} floats per step", batch, ctx, 32, 8, kv_dtype,
-                    DEFAULT_SPLIT_POLICY, None,
+                    None, None,
                 )  # fmt: skip
     for tiles in SWEEP_FP8_TILES:
         name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
         for batch, ctx in SWEEP_FP8_SHAPES:
-            decode_row(
-                "fp8 tiles", name, batch, ctx, 32, 8, "fp8_e5m2", DEFAULT_SPLIT_POLICY, tiles
-            )
+            decode_row("fp8 tiles", name, batch, ctx, 32, 8, "fp8_e5m2", None, tiles)
     for tiles in SWEEP_BATCH1_TILES:
         name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
         for batch, ctx in SWEEP_BATCH1_SHAPES:
-            decode_row(
-                "batch-1 tiles", name, batch, ctx, 32, 8, "float16", DEFAULT_SPLIT_POLICY, tiles
-            )
+            decode_row("batch-1 tiles", name, batch, ctx, 32, 8, "float16", None, tiles)
     for tiles in SWEEP_WIDE_GROUP_TILES:
         name = f"{tiles.block_m} rows, {tiles.block_n} keys, {tiles.num_warps} warps"
         batch, ctx = SWEEP_WIDE_GROUP_SHAPE
-        decode_row("64/8 tiles", name, batch, ctx, 64, 8, "float16", DEFAULT_SPLIT_POLICY, tiles)
+        decode_row("64/8 tiles", name, batch, ctx, 64, 8, "float16", None, tiles)
     if not wanted("prefill tiles"):
         return rows
     prefill_ref = _prefill_output(2048)

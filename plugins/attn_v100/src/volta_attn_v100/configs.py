@@ -54,16 +54,21 @@ class Tiles:
 class SplitPolicy:
     """How many partitions a decode sequence's context is cut into (split-KV).
 
-    Few sequences leave most SMs idle, so each sequence's keys are split until the grid has
-    about ``programs_per_sm`` programs per SM, but no partition gets fewer than
-    ``min_keys_per_split`` keys (a short partition costs its program's fixed work and one more
-    partial to combine for little reading), and never more than ``max_splits`` (at most
-    :data:`MAX_SPLITS`). The count depends only on the batch size and the length bound, so
-    vLLM's builder can fix it for a CUDA graph. Data, so the benchmark sweep can measure other
-    policies.
+    Few sequences leave most SMs idle, so each sequence's keys are split until the grid fills
+    the ``programs_per_sm`` decode programs each SM holds at once, but no partition gets fewer
+    than ``min_keys_per_split`` keys (a short partition costs its program's fixed work and one
+    more partial to combine for little reading), and never more than ``max_splits`` (at most
+    :data:`MAX_SPLITS`). Of the two counts around a full wave (the most that fit in one, and
+    one more), the one whose last wave is fuller wins, ties going to more partitions: a grid a
+    little larger than what the SMs hold runs its last programs nearly alone (fp8 decode, which
+    holds 2 programs per SM at sm_90, took 83.9 us at 8 x 8K with 5 partitions, 320 programs,
+    and 61.8 us with 4). A batch whose programs already fill the SMs is not split (64 x 4K
+    fp16: 360.4 us unsplit, 364.6 in 2). The count depends only on the batch size and the
+    length bound, so vLLM's builder can fix it for a CUDA graph. Data, so the benchmark sweep
+    can measure other policies.
     """
 
-    programs_per_sm: int = 2
+    programs_per_sm: int = 3
     min_keys_per_split: int = 64
     max_splits: int = 32
 
@@ -79,16 +84,44 @@ class SplitPolicy:
 
     def num_splits(self, num_programs: int, max_seq_len: int, num_sms: int) -> int:
         """Partitions per sequence for ``num_programs`` (sequences x KV programs) programs."""
-        wanted = -(-self.programs_per_sm * num_sms // max(1, num_programs))
+        slots = self.programs_per_sm * num_sms
+        programs = max(1, num_programs)
+        if programs >= slots:
+            return 1
         by_length = -(-max_seq_len // self.min_keys_per_split)
-        return max(1, min(self.max_splits, wanted, by_length))
+        limit = max(1, min(self.max_splits, by_length))
+        fewer = min(limit, max(1, slots // programs))
+        more = min(limit, fewer + 1)
+        if last_wave_fill(programs * more, slots) >= last_wave_fill(programs * fewer, slots):
+            return more
+        return fewer
 
 
-#: The shipped split policy. H100 sweep (one-launch decode with the chunked combine, 32/8
-#: heads, 132 SMs): 1 x 1K took 8.3 us with 16 partitions of 64 keys against 9.5 us with 8 of
-#: 128; 1 x 8K took 20.7 us with 32 partitions (4 combine steps of 8) against 21.1 us with 33
-#: (5 steps), 22.1 us with 64 and 24.5 us with 17.
+def last_wave_fill(programs: int, slots: int) -> float:
+    """How full the waves of ``programs`` are on ``slots`` resident places, the last one
+    included: 1.0 when the count is a whole number of waves."""
+    return programs / (-(-programs // slots) * slots)
+
+
+#: The shipped split policy of fp16 decode on SM80+: its sm_90 programs take 116-150
+#: registers a thread (4 warps), 3-4 per SM. H100, 32/8 heads, fp16 (one call,
+#: `results/splits/`): 8 x 8K 96.5 us with 6 partitions against 98.2 with the previous
+#: policy's 5, 4 x 8K 52.9 (12) against 54.6 (9), 2 x 8K 31.9 (24) against 32.7 (17); 1 x 8K
+#: keeps 32 (20.6 us against 21.8 with 31), 32 x 16K keeps 2.
 DEFAULT_SPLIT_POLICY = SplitPolicy()
+
+#: fp8 decode on SM80+ (255 registers a thread at sm_90: 2 programs per SM), and every dtype on
+#: SM70 (its FMA tiles take 160-250 registers on 4-8 warps; not measured on a V100). H100,
+#: 32/8 heads, fp8: 16 x 8K 114.2 us with 2 partitions against 140.5 with 3, 16 x 16K 218.7
+#: against 268.6, 4 x 8K 35.6 (8) against 36.8 (9).
+TWO_PER_SM_SPLIT_POLICY = SplitPolicy(programs_per_sm=2)
+
+
+def split_policy_for(kv_fp8: bool, capability: tuple[int, int]) -> SplitPolicy:
+    """The shipped split policy of a decode launch: what the device's decode program holds."""
+    if kv_fp8 or is_sm70_class(capability):
+        return TWO_PER_SM_SPLIT_POLICY
+    return DEFAULT_SPLIT_POLICY
 
 
 def head_halves(kv_fp8: bool, capability: tuple[int, int]) -> bool:

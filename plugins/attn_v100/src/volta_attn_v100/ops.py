@@ -20,7 +20,6 @@ import torch
 
 from volta_attn_v100.configs import (
     CACHE_WRITE_WARPS,
-    DEFAULT_SPLIT_POLICY,
     HEAD_SIZES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
@@ -32,6 +31,7 @@ from volta_attn_v100.configs import (
     head_pad,
     native_e5m2,
     prefill_tiles,
+    split_policy_for,
 )
 from volta_core.kernels.counters import arrival_counters
 
@@ -238,13 +238,15 @@ def default_num_splits(
     num_kv_programs: int,
     max_seq_len: int,
     device,
-    policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
+    kv_cache_dtype: str = "float16",
+    policy: SplitPolicy | None = None,
 ) -> int:
-    """Decode partitions per sequence on ``device`` under ``policy`` (shipped:
-    :data:`volta_attn_v100.configs.DEFAULT_SPLIT_POLICY`)."""
-    return policy.num_splits(
-        num_seqs * num_kv_programs, max_seq_len, _num_sms(torch.device(device))
-    )
+    """Decode partitions per sequence on ``device`` under ``policy`` (default: the shipped one
+    for the KV dtype and device, :func:`volta_attn_v100.configs.split_policy_for`)."""
+    device = torch.device(device)
+    if policy is None:
+        policy = split_policy_for(kv_cache_dtype != "float16", _capability(device))
+    return policy.num_splits(num_seqs * num_kv_programs, max_seq_len, _num_sms(device))
 
 
 def paged_attention(
@@ -265,7 +267,7 @@ def paged_attention(
     logits_soft_cap: float = 0.0,
     sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
-    split_policy: SplitPolicy = DEFAULT_SPLIT_POLICY,
+    split_policy: SplitPolicy | None = None,
     path: str | None = None,
     check_bounds: bool = True,
 ) -> torch.Tensor:
@@ -285,8 +287,8 @@ def paged_attention(
     :param logits_soft_cap: ``cap * tanh(s / cap)`` on the scaled scores; 0 for none.
     :param sinks: float32 per query head: a logit in every row's softmax denominator.
     :param num_splits: decode partitions per sequence (default: ``split_policy``'s count).
-    :param split_policy: how the default partition count fills the GPU (the benchmark sweep
-        passes others).
+    :param split_policy: how the default partition count fills the GPU (default: the shipped
+        one for the KV dtype and device; the benchmark sweep passes others).
     :param path: ``"decode"`` or ``"prefill"`` to force a kernel; default picks by query length.
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
@@ -364,7 +366,7 @@ def _launch_decode(
     max_query_len: int,
     max_seq_len: int,
     num_splits: int | None,
-    split_policy: SplitPolicy,
+    split_policy: SplitPolicy | None,
 ) -> None:
     from volta_attn_v100.kernels import paged_decode_kernel
 
@@ -383,7 +385,14 @@ def _launch_decode(
     head_chunks = math.ceil(a.group / heads_per_prog)
     kv_programs = num_kv_heads * head_chunks
     if num_splits is None:
-        num_splits = default_num_splits(num_seqs, kv_programs, max_seq_len, device, split_policy)
+        num_splits = default_num_splits(
+            num_seqs,
+            kv_programs,
+            max_seq_len,
+            device,
+            "fp8_e5m2" if a.fp8 else "float16",
+            split_policy,
+        )
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     pad = head_pad(head_size)

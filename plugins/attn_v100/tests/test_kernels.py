@@ -263,37 +263,46 @@ def test_decode_and_prefill_kernels_agree() -> None:
 # -- GPU: the same checks at serving sizes ---------------------------------------------------
 
 
+def gpu_case(
+    lens: list[tuple[int, int]],
+    kv_dtype: str,
+    seed: int,
+    head_size: int = 128,
+    scales: str = "head",
+    feature: str | None = None,
+) -> PagedCase:
+    """A case with 8/2 heads on CUDA, ``scales`` for an fp8 cache, and ``feature`` at serving
+    size (a 300-token sliding window)."""
+    kwargs = dict(FEATURE_KWARGS[feature])
+    if feature == "sliding_window":
+        kwargs["sliding_window"] = 300
+    return make_case(
+        lens,
+        head_size=head_size,
+        num_heads=8,
+        num_kv_heads=2,
+        kv_cache_dtype=kv_dtype,
+        scales=scales if kv_dtype != "float16" else "none",
+        device="cuda",
+        seed=seed,
+        **kwargs,
+    )
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
 def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
-    kwargs = dict(FEATURE_KWARGS[feature])
-    if feature == "sliding_window":
-        kwargs["sliding_window"] = 300
-    decode = make_case(
+    decode = gpu_case(
         [(1, 1), (1, 777), (0, 4), (1, 2048), (4, 1500), (1, 4096)],
-        head_size=head_size,
-        num_heads=8,
-        num_kv_heads=2,
-        kv_cache_dtype=kv_dtype,
-        scales="head" if kv_dtype != "float16" else "none",
-        device="cuda",
-        seed=head_size,
-        **kwargs,
-    )
+        kv_dtype, head_size, head_size, "head", feature,
+    )  # fmt: skip
     check(run(decode), decode, f"gpu decode d{head_size} {kv_dtype} {feature}")
-    prefill = make_case(
+    prefill = gpu_case(
         [(300, 1000), (1, 1), (512, 512), (77, 2000), (0, 5)],
-        head_size=head_size,
-        num_heads=8,
-        num_kv_heads=2,
-        kv_cache_dtype=kv_dtype,
-        scales="tensor" if kv_dtype != "float16" else "none",
-        device="cuda",
-        seed=head_size + 1,
-        **kwargs,
-    )
+        kv_dtype, head_size + 1, head_size, "tensor", feature,
+    )  # fmt: skip
     check(run(prefill), prefill, f"gpu prefill d{head_size} {kv_dtype} {feature}")
 
 
@@ -304,20 +313,7 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
     SM80+ (shorter steps the 64-key one, above), ragged and after a cached prefix."""
     lens = [(LONG_PREFILL_QUERY, LONG_PREFILL_QUERY), (5, 9), (700, 1900), (0, 3), (1, 1)]
     for feature in (None, "sliding_window", "sinks"):
-        kwargs = dict(FEATURE_KWARGS[feature])
-        if feature == "sliding_window":
-            kwargs["sliding_window"] = 300
-        case = make_case(
-            lens,
-            head_size=128,
-            num_heads=8,
-            num_kv_heads=2,
-            kv_cache_dtype=kv_dtype,
-            scales="head" if kv_dtype != "float16" else "none",
-            device="cuda",
-            seed=11,
-            **kwargs,
-        )
+        case = gpu_case(lens, kv_dtype, seed=11, feature=feature)
         check(run(case, path="prefill"), case, f"long prefill {kv_dtype} {feature}")
 
 
@@ -334,19 +330,10 @@ def test_gpu_small_for_sanitizer() -> None:
 def test_gpu_decode_replays_in_a_cuda_graph(kv_dtype) -> None:
     """Decode captured once in a CUDA graph, as vLLM's builder runs it, then replayed after the
     batch's lengths and queries changed in place: the launch reads them from device tensors,
-    so every replay attends over the new lengths. The captured launch is split (12 partitions
+    so every replay attends over the new lengths. The captured launch is split (32 partitions
     on an H100), so each replay also relies on the previous one having left its arrival
     counters at zero: a stale counter leaves rows NaN."""
-    case = make_case(
-        [(1, 3000), (1, 40), (1, 7), (1, 2048)],
-        head_size=128,
-        num_heads=8,
-        num_kv_heads=2,
-        kv_cache_dtype=kv_dtype,
-        scales="head" if kv_dtype != "float16" else "none",
-        device="cuda",
-        seed=7,
-    )
+    case = gpu_case([(1, 3000), (1, 40), (1, 7), (1, 2048)], kv_dtype, seed=7)
     out = torch.full_like(case.query, float("nan"))
 
     def step() -> None:

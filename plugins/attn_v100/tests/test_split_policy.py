@@ -71,3 +71,10 @@ def test_shipped_policy_follows_the_kv_dtype_and_device() -> None:
     assert default_num_splits(1, 2, 8192, "cpu", policy=SplitPolicy(programs_per_sm=1)) != (
         default_num_splits(1, 2, 8192, "cpu", "fp8_e5m2")
     )
+
+
+def test_an_unknown_kv_dtype_is_refused() -> None:
+    from volta_attn_v100.ops import AttentionInputError
+
+    with pytest.raises(AttentionInputError, match="KV-cache dtype must be one of"):
+        default_num_splits(1, 2, 8192, "cpu", "fp8_e4m3")

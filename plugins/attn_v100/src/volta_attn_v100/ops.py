@@ -243,6 +243,8 @@ def default_num_splits(
 ) -> int:
     """Decode partitions per sequence on ``device`` under ``policy`` (default: the shipped one
     for the KV dtype and device, :func:`volta_attn_v100.configs.split_policy_for`)."""
+    if kv_cache_dtype not in KV_STORAGE:
+        _fail(f"KV-cache dtype must be one of {', '.join(KV_STORAGE)}, got {kv_cache_dtype!r}")
     device = torch.device(device)
     if policy is None:
         policy = split_policy_for(kv_cache_dtype != "float16", _capability(device))

@@ -34,7 +34,7 @@ def sequence_of(pid, q_start_ptr, num_seqs, block_q):
     The starts increase with ``b``, so this count is what a binary search would find; but a
     binary search makes ``log2(num_seqs)`` dependent loads, each an L2 round trip before the
     program can load its queries, while here the starts of up to :data:`SEQ_CHUNK` sequences
-    come in one load. That matters because a 128-row prefill program holds a whole SM (227
+    come in one load. That matters because a 128-row prefill program holds a whole SM (206
     registers a thread at sm_90), so nothing hides its start: with 32 sequences of 512 tokens
     each program runs only a few key tiles after it.
     """

@@ -126,6 +126,18 @@ def test_split_counts_agree(num_splits) -> None:
     check(run(case, path="decode", num_splits=num_splits), case, f"{num_splits} splits")
 
 
+@pytest.mark.parametrize("num_splits", [32, 33])
+def test_wide_combine_agrees(monkeypatch, num_splits) -> None:
+    """The wide combine (SM80+, fp16, small grids) loads 32 partitions of 4 rows per step:
+    forced here, since the interpreter runs SM70 tiles; 33 partitions take a second step of
+    one, and the short sequences leave most partitions without a key."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "wide_combine", lambda *args: True)
+    case = make_case([(1, 70), (1, 2), (1, 600)], head_size=128, sinks=True, seed=5)
+    check(run(case, path="decode", num_splits=num_splits), case, f"wide, {num_splits} splits")
+
+
 @pytest.mark.parametrize("sinks", [False, True])
 def test_split_decode_leaves_its_counters_zero(sinks) -> None:
     """The last partition of each (sequence, KV program) combines and resets its counter, so
@@ -319,10 +331,15 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
 
 @pytest.mark.gpu
 def test_gpu_small_for_sanitizer() -> None:
-    """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs."""
-    for path, lens in (("decode", [(1, 70), (2, 33)]), ("prefill", [(40, 70), (1, 1)])):
-        case = make_case(lens, head_size=128, kv_cache_dtype="fp8_e5m2", sinks=True, device="cuda")
-        check(run(case, path=path), case, f"sanitizer {path}")
+    """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs: the fp16
+    decode's grid is small enough for the wide combine on SM80+."""
+    for path, lens, kv_dtype in (
+        ("decode", [(1, 70), (2, 33)], "fp8_e5m2"),
+        ("decode", [(1, 700), (1, 33)], "float16"),
+        ("prefill", [(40, 70), (1, 1)], "fp8_e5m2"),
+    ):
+        case = make_case(lens, head_size=128, kv_cache_dtype=kv_dtype, sinks=True, device="cuda")
+        check(run(case, path=path), case, f"sanitizer {path} {kv_dtype}")
 
 
 @pytest.mark.gpu

@@ -1,4 +1,5 @@
-"""The decode partition count: whole waves of what an SM holds, per KV dtype and device.
+"""The decode partition count: whole waves of what an SM holds, per KV dtype and device; and
+how many partitions the combining program loads per step.
 
 The figures are the H100's (132 SMs): fp16 decode programs take 116-150 registers a thread at
 sm_90 (3 per SM), fp8 ones 255 (2 per SM); the counts are the ones the split-count probe on
@@ -13,8 +14,10 @@ from volta_attn_v100.configs import (
     DEFAULT_SPLIT_POLICY,
     TWO_PER_SM_SPLIT_POLICY,
     SplitPolicy,
+    decode_combine,
     last_wave_fill,
     split_policy_for,
+    wide_combine,
 )
 from volta_attn_v100.ops import default_num_splits
 
@@ -78,3 +81,26 @@ def test_an_unknown_kv_dtype_is_refused() -> None:
 
     with pytest.raises(AttentionInputError, match="KV-cache dtype must be one of"):
         default_num_splits(1, 2, 8192, "cpu", "fp8_e4m3")
+
+
+def test_small_fp16_grids_combine_in_one_wide_step() -> None:
+    """1 x 8K at 32/8 heads is 8 KV programs x 32 partitions, 256 programs where the SMs hold
+    264 at two each: the combine loads all 32 partitions of its 4 rows in one step instead of
+    four. A grid that needs three programs per SM, fp8 (255 registers already) and SM70 keep
+    the narrow step."""
+    h100 = (9, 0)
+    assert wide_combine(False, h100, 8 * 32, H100_SMS)
+    assert decode_combine(16, 1, 4, 128, h100, wide=True) == (4, 32)
+    assert decode_combine(16, 1, 4, 128, h100) == (4, 8)
+    assert decode_combine(16, 1, 8, 128, h100, wide=True) == (8, 16)  # 64/8 heads
+    assert not wide_combine(False, h100, 16 * 24, H100_SMS)  # 2 x 8K: 384 programs
+    assert not wide_combine(True, h100, 8, H100_SMS)
+    assert not wide_combine(False, (7, 0), 8, H100_SMS)
+
+
+def test_a_partition_too_large_for_a_narrow_step_stays_alone() -> None:
+    """32 rows of head size 256 (8 speculative tokens, a group of 4) hold 8192 floats a
+    partition: two per step spilled at sm_90, so the wide combine keeps one."""
+    h100 = (9, 0)
+    assert decode_combine(32, 8, 4, 256, h100, wide=True) == decode_combine(32, 8, 4, 256, h100)
+    assert decode_combine(32, 8, 4, 256, h100)[1] == 1

@@ -36,6 +36,7 @@ import torch
 
 from volta_attn_v100.configs import (
     COMBINE_FLOATS,
+    WIDE_COMBINE_FLOATS,
     SplitPolicy,
     Tiles,
     decode_tiles,
@@ -261,9 +262,10 @@ SWEEP_BATCH1_TILES = [
     for n, w, st in ((64, 4, 2), (64, 8, 2), (64, 8, 3), (64, 4, 3), (128, 8, 2))
 ]
 SWEEP_BATCH1_SHAPES = [(1, 8192), (1, 32768)]
-#: Sweep, the partitions' combine: partial floats per L2 round trip (4 rows x 128 per
-#: partition at 32/8 heads: 2048 -> 4 partitions, 4096 -> 8, 8192 -> 16); shipped first.
-SWEEP_COMBINE_FLOATS = [COMBINE_FLOATS, 8192, 2048]
+#: Sweep, the partitions' combine: partial floats per L2 round trip in every launch (4 rows x
+#: 128 per partition at 32/8 heads: 2048 -> 4 partitions, 4096 -> 8, 16384 -> 32); first None,
+#: the shipped choice (:func:`volta_attn_v100.configs.wide_combine`).
+SWEEP_COMBINE_FLOATS: list[int | None] = [None, COMBINE_FLOATS, WIDE_COMBINE_FLOATS, 8192]
 SWEEP_COMBINE_SHAPES = [(1, 8192), (1, 32768), (32, 16384)]
 #: Sweep, prefill: both SM80+ tiles (64 and 128 keys) against the shipped choice, at a query
 #: length below :data:`LONG_PREFILL_QUERY` and one above it.
@@ -289,12 +291,14 @@ def _launcher_tiles(decode: Tiles | None = None, prefill: Tiles | None = None) -
 
 
 @contextmanager
-def _launcher_combine(floats: int) -> Iterator[None]:
-    """The launcher's combine lookup uses ``floats`` partial floats per step for the block."""
+def _launcher_combine(floats: int | None) -> Iterator[None]:
+    """The launcher's combine lookup uses ``floats`` partial floats per step in every launch
+    (None: as shipped)."""
     from volta_attn_v100 import ops
 
     shipped = ops.decode_combine
-    ops.decode_combine = functools.partial(shipped, floats=floats)
+    if floats is not None:
+        ops.decode_combine = functools.partial(shipped, floats=floats, wide_floats=floats)
     try:
         yield
     finally:
@@ -380,10 +384,8 @@ def sweep(copy_bw: float, sections: set[str] | None = None) -> list[dict]:
             SWEEP_COMBINE_SHAPES, ("float16", "fp8_e5m2")
         ):
             with _launcher_combine(floats):
-                decode_row(
-                    "combine", f"{floats} floats per step", batch, ctx, 32, 8, kv_dtype,
-                    None, None,
-                )  # fmt: skip
+                name = "shipped" if floats is None else f"{floats} floats per step"
+                decode_row("combine", name, batch, ctx, 32, 8, kv_dtype, None, None)
     for tiles in SWEEP_FP8_TILES:
         name = f"{tiles.block_n} keys, {tiles.num_warps} warps, {tiles.num_stages} stages"
         for batch, ctx in SWEEP_FP8_SHAPES:

@@ -11,6 +11,7 @@ tensor cores: larger tiles and two stages of software pipelining.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from volta_core.types import KernelConfig
@@ -177,8 +178,36 @@ MIN_COMBINE_ROWS = 4
 #: 146 and spilled 16 B at 4 rows, and at sm_70 spilled 8-20 B at head sizes 80 and 96.
 COMBINE_FLOATS = 4096
 
-#: Most partitions per combine step.
-MAX_SPLIT_CHUNK = 16
+#: Partial floats per step of the wide combine (:func:`wide_combine`): all 32 partitions of
+#: 4 rows x 128 in one L2 round trip, 16 of 8 rows. H100, 32/8 heads, fp16 (two calls): 1 x 8K
+#: 18.6-19.1 us against 20.0-20.4 with :data:`COMBINE_FLOATS`, 64/8 19.8-20.1 against
+#: 22.0-23.1, 1 x 32K 52.2-54.2 against 53.9-55.0. The combine then takes 168-186 registers
+#: at sm_90, so an SM holds 2 programs instead of 3-4: 32 x 16K (512 programs) took 806-828 us
+#: with it against 689-714, and fp8 at 8 x 8K (255 registers either way, more spilled) 65.2
+#: against 62.1.
+WIDE_COMBINE_FLOATS = 16384
+
+#: Most decode programs per SM for which a launch takes the wide combine.
+WIDE_COMBINE_PROGRAMS_PER_SM = 2
+
+#: Most partitions per combine step (the default split policy's most partitions).
+MAX_SPLIT_CHUNK = 32
+
+
+def wide_combine(
+    kv_fp8: bool, capability: tuple[int, int], num_programs: int, num_sms: int
+) -> bool:
+    """Whether a decode launch of ``num_programs`` programs combines its partitions in the
+    fewest steps (:data:`WIDE_COMBINE_FLOATS`): an fp16 cache on SM80+ whose grid the SMs
+    hold at :data:`WIDE_COMBINE_PROGRAMS_PER_SM` programs each. There the combine is the
+    serial tail of a step that reads little (a batch of one or two sequences), and the
+    registers its wider loads take cost no occupancy. fp8 decode programs already take 255
+    registers and spilled more with it; SM70 spills at the narrow step already."""
+    return (
+        not kv_fp8
+        and not is_sm70_class(capability)
+        and num_programs <= WIDE_COMBINE_PROGRAMS_PER_SM * num_sms
+    )
 
 
 def decode_combine(
@@ -187,33 +216,43 @@ def decode_combine(
     group_pad: int,
     head_size: int,
     capability: tuple[int, int],
+    wide: bool = False,
     floats: int = COMBINE_FLOATS,
+    wide_floats: int = WIDE_COMBINE_FLOATS,
 ) -> tuple[int, int]:
     """``(COMBINE_M, SPLIT_CHUNK)`` of a decode launch: the rows the partitions' combine
     covers (every row the program owns: ``query_len_pad`` tokens times its share of the head
     group, a power of two) and how many partitions it loads per step, so that a step holds
-    about ``floats`` floats (:data:`COMBINE_FLOATS`; the sweep tries others) whatever the rows
-    and head size."""
+    about ``floats`` floats, or ``wide_floats`` for a launch that takes the wide combine
+    (:func:`wide_combine`), whatever the rows and head size (the sweep tries other sizes).
+    A partition whose rows alone hold more than ``floats`` (32 rows of head size 256) keeps
+    one partition per step even so: two spilled 68 B at sm_90."""
     rows = max(MIN_COMBINE_ROWS, min(block_m, query_len_pad * group_pad))
     if is_sm70_class(capability) and rows > MIN_COMBINE_ROWS:
         # 8 rows at head sizes 80 and 96 (4 warps, any-size build) spilled 12-28 B at sm_70
         # whatever the chunk; the whole block does not.
         rows = block_m
-    chunk = floats // (rows * head_pad(head_size))
-    return rows, max(1, min(MAX_SPLIT_CHUNK, chunk))
+    partition = rows * head_pad(head_size)
+    step = wide_floats if wide and partition <= floats else floats
+    return rows, max(1, min(MAX_SPLIT_CHUNK, step // partition))
 
 
-def decode_launches(head_size: int, capability: tuple[int, int]) -> list[tuple[int, int, int]]:
+def decode_launches(
+    head_size: int, capability: tuple[int, int], kv_fp8: bool = False
+) -> list[tuple[int, int, int]]:
     """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` the decode launcher can pick for a head size
-    (all query-length and head-group pads), for the gate to compile."""
+    and KV dtype (all query-length and head-group pads, wide combine or not), for the gate to
+    compile."""
     found: list[tuple[int, int, int]] = []
     q_pads = [1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())]
-    for q_pad in q_pads:
+    # The launcher's choice for the smallest grid and for one too large for any GPU.
+    wides = {wide_combine(kv_fp8, capability, n, 1) for n in (1, 1 << 30)}
+    for q_pad, wide in itertools.product(q_pads, sorted(wides)):
         for group_pad in (1 << i for i in range(8)):
             block_m = decode_block_m(head_size, q_pad, group_pad, capability)
-            launch = (block_m, *decode_combine(block_m, q_pad, group_pad, head_size, capability))
-            if launch not in found:
-                found.append(launch)
+            combine = decode_combine(block_m, q_pad, group_pad, head_size, capability, wide)
+            if (block_m, *combine) not in found:
+                found.append((block_m, *combine))
     return sorted(found)
 
 
@@ -429,7 +468,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
         for kv_dtype in kv_dtypes:
             kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
             fp8 = kv_dtype != "float16"
-            for block_m, rows, chunk in decode_launches(head_size, capability):
+            for block_m, rows, chunk in decode_launches(head_size, capability, fp8):
                 configs.append(
                     decode_kernel_config(
                         f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}",

@@ -32,6 +32,7 @@ from volta_attn_v100.configs import (
     native_e5m2,
     prefill_tiles,
     split_policy_for,
+    wide_combine,
 )
 from volta_core.kernels.counters import arrival_counters
 
@@ -381,9 +382,6 @@ def _launch_decode(
     block_m = decode_block_m(head_size, q_pad, a.group_pad, capability)
     tiles = decode_tiles(head_size, block_m, capability, a.fp8)
     heads_per_prog = min(a.group_pad, tiles.block_m // q_pad)
-    combine_m, split_chunk = decode_combine(
-        tiles.block_m, q_pad, a.group_pad, head_size, capability
-    )
     head_chunks = math.ceil(a.group / heads_per_prog)
     kv_programs = num_kv_heads * head_chunks
     if num_splits is None:
@@ -397,6 +395,10 @@ def _launch_decode(
         )
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
+    wide = wide_combine(a.fp8, capability, num_seqs * kv_programs * num_splits, _num_sms(device))
+    combine_m, split_chunk = decode_combine(
+        tiles.block_m, q_pad, a.group_pad, head_size, capability, wide
+    )
     pad = head_pad(head_size)
     if num_splits > 1:
         part_acc = torch.empty(

@@ -13,6 +13,6 @@ PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc2 timeout 200 compute-sanitizer --tool mem
 PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc3 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $T plugins/attn_v100/tests/test_kernels.py -k sanitizer > $out/attn_v100/racecheck.log 2>&1 &
 wait
 for f in gpu_tests memcheck racecheck; do echo "$f: $(grep -E 'passed|failed|ERROR SUMMARY|RACECHECK SUMMARY' $out/attn_v100/$f.log | tail -2 | tr '\n' ' ')"; done
-PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc1 timeout 250 python3 -m volta_attn_v100.bench --out $out/attn_v100 --parts decode,prefill > $out/attn_v100/bench.log 2>&1
+PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc1 timeout 300 python3 -m volta_attn_v100.bench --out $out/attn_v100 --parts decode,prefill,d512 > $out/attn_v100/bench.log 2>&1
 tar -C $out -czf $out/logs.tar.gz attn_v100 device.txt
-grep -v "^case" $out/attn_v100/bench.log | tail -60
+grep -v "^case" $out/attn_v100/bench.log | tail -70

@@ -365,7 +365,11 @@ class KernelConfig:
     names to Triton type strings (``*fp16``, ``i32``...) and ``constexprs`` fixes the rest.
     ``divisible_by_16`` names the integer arguments that are multiples of 16 at the launches
     that matter (strides and sizes of real models): the JIT specializes those, and the gate
-    compiles the configuration that way too.
+    compiles the configuration that way too. ``divisibility_enforced`` says the launcher refuses,
+    with one error before any launch, every launch where one of them is not a multiple of 16: the
+    JIT then never builds this configuration unspecialized, so the gate does not compile that
+    build either (a tile that fits the register file only with aligned rows, such as Volta's
+    512-dim attention, is still gated as it runs).
     """
 
     name: str
@@ -375,3 +379,4 @@ class KernelConfig:
     num_warps: int = 4
     num_stages: int = 1
     divisible_by_16: tuple[str, ...] = ()
+    divisibility_enforced: bool = False

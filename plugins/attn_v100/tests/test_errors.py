@@ -65,6 +65,25 @@ def test_unsupported_kv_dtype(case, kv_dtype) -> None:
         attempt(case, kv_cache_dtype=kv_dtype)
 
 
+@pytest.mark.parametrize("target", ["query", "out"])
+def test_odd_strides_at_head_512_on_sm70(target) -> None:
+    """Head size 512 runs only the aligned-stride builds on SM70 (the interpreter runs SM70
+    tiles): a query or output whose token rows are not a multiple of 16 elements apart is
+    refused, naming the stride, instead of running a build the gate never passed."""
+    case = make_case([(3, 20)], head_size=512, num_heads=2, num_kv_heads=1)
+    padded = torch.full((3, 2 * 512 + 8), float("nan"), dtype=torch.float16)
+    view = padded[:, : 2 * 512].view(3, 2, 512)
+    if target == "query":
+        view.copy_(case.query)
+        case.query = view
+        with pytest.raises(AttentionInputError, match="query token stride 1032"):
+            attempt(case)
+    else:
+        with pytest.raises(AttentionInputError, match="output token stride 1032"):
+            attempt(case, out=view)
+        assert torch.isnan(padded).all(), "output was written although the input was refused"
+
+
 def test_block_table_past_the_cache(case) -> None:
     num_blocks = case.kv_cache.shape[0]
     case.block_table[1, 1] = num_blocks

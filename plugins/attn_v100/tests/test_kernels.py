@@ -332,14 +332,19 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
 @pytest.mark.gpu
 def test_gpu_small_for_sanitizer() -> None:
     """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs: the fp16
-    decode's grid is small enough for the wide combine on SM80+."""
-    for path, lens, kv_dtype in (
-        ("decode", [(1, 70), (2, 33)], "fp8_e5m2"),
-        ("decode", [(1, 700), (1, 33)], "float16"),
-        ("prefill", [(40, 70), (1, 1)], "fp8_e5m2"),
+    decode's grid is small enough for the wide combine on SM80+; head size 512 has tiles of its
+    own."""
+    for path, lens, kv_dtype, head_size in (
+        ("decode", [(1, 70), (2, 33)], "fp8_e5m2", 128),
+        ("decode", [(1, 700), (1, 33)], "float16", 128),
+        ("prefill", [(40, 70), (1, 1)], "fp8_e5m2", 128),
+        ("decode", [(1, 300), (3, 33)], "fp8_e5m2", 512),
+        ("prefill", [(40, 70), (1, 1)], "float16", 512),
     ):
-        case = make_case(lens, head_size=128, kv_cache_dtype=kv_dtype, sinks=True, device="cuda")
-        check(run(case, path=path), case, f"sanitizer {path} {kv_dtype}")
+        case = make_case(
+            lens, head_size=head_size, kv_cache_dtype=kv_dtype, sinks=True, device="cuda"
+        )
+        check(run(case, path=path), case, f"sanitizer {path} {kv_dtype} d{head_size}")
 
 
 @pytest.mark.gpu

@@ -35,8 +35,7 @@ def test_entry_point_declares_the_backend() -> None:
     assert plugin == "attn_v100"
     assert spec.vllm_name == "CUSTOM"
     assert spec.impl == "volta_attn_v100.backend:VoltaAttentionBackend"
-    assert {64, 80, 96, 128, 256} <= spec.head_sizes
-    assert 512 not in spec.head_sizes
+    assert spec.head_sizes == {64, 80, 96, 128, 256, 512}
 
 
 def layer(head_size: int, kv: str = "auto", **kw) -> AttentionLayer:
@@ -51,16 +50,25 @@ def layer(head_size: int, kv: str = "auto", **kw) -> AttentionLayer:
     )
 
 
-def test_gemma4_like_layers_split_between_backends() -> None:
+@pytest.mark.parametrize("kv", ["auto", "fp8_e5m2"])
+def test_gemma4_layers_both_on_this_backend(kv) -> None:
+    """Gemma-4's 256-dim sliding and 512-dim global layers, fp16 or e5m2 KV: with e5m2 no other
+    backend runs the 512-dim layers on a V100 (TRITON_ATTN refuses fp8 KV below SM89)."""
     m = manager()
     sliding = m.select_attention(
-        layer(256, features={AttentionFeature.SLIDING_WINDOW, AttentionFeature.LOGITS_SOFT_CAP}),
+        layer(
+            256, kv, features={AttentionFeature.SLIDING_WINDOW, AttentionFeature.LOGITS_SOFT_CAP}
+        ),
         V100,
     )
     assert sliding.backend.name == "VOLTA_ATTN_V100"
-    global_ = m.select_attention(layer(512), V100)
-    assert global_.backend.name == "TRITON_ATTN"
-    assert "head size 512" in global_.refusals[0].reason
+    assert m.select_attention(layer(512, kv), V100).backend.name == "VOLTA_ATTN_V100"
+
+
+def test_undeclared_head_size_falls_back() -> None:
+    choice = manager().select_attention(layer(192), V100)
+    assert choice.backend.name == "TRITON_ATTN"
+    assert "head size 192" in choice.refusals[0].reason
 
 
 def test_fp8_e5m2_on_v100_and_e4m3_refused() -> None:

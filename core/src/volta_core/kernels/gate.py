@@ -208,11 +208,13 @@ def check_kernel_config(cfg: KernelConfig, capability: int = 70) -> GateReport:
 def gate_variants(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
     """Each configuration as declared and, where it names ``divisible_by_16`` arguments, also
     without that specialization (suffix ``[any-size]``): a device runs both, the specialized
-    build for model-sized strides and the other for odd shapes, so the gate checks both."""
+    build for model-sized strides and the other for odd shapes, so the gate checks both.
+    A configuration whose launcher refuses odd shapes (``divisibility_enforced``) never runs
+    the unspecialized build and is gated as declared only."""
     variants: list[KernelConfig] = []
     for cfg in configs:
         variants.append(cfg)
-        if cfg.divisible_by_16:
+        if cfg.divisible_by_16 and not cfg.divisibility_enforced:
             variants.append(replace(cfg, name=f"{cfg.name}[any-size]", divisible_by_16=()))
     return variants
 

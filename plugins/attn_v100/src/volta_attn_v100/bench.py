@@ -64,6 +64,11 @@ DECODE_SHAPES = [
     (128, 8192),
 ]
 DECODE_HEADS = [(32, 8), (64, 8)]
+#: Gemma-4's 512-dim global layers (heads of the bundled ``gemma-4-dual-head`` example), no
+#: speed target: decode shapes and one prefill shape (``--parts d512``).
+D512_HEADS = (32, 16)
+D512_DECODE_SHAPES = [(1, 8192), (16, 8192), (64, 4096)]
+D512_PREFILL_SEQ_LEN = 2048
 PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
 PREFILL_TOKENS = 16384
 
@@ -108,15 +113,19 @@ def decode_call(
     return run
 
 
-def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=None, floor=False):
+def decode_case(
+    batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=None, floor=False, head_size=128
+):
     """One decode shape timed; with ``floor``, also the read floor of its KV bytes: the same
     bytes read by a kernel that does nothing else, timed the same way
     (:func:`volta_core.kernels.read_floor.read_floor`)."""
-    head_size = 128
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
     torch.manual_seed(DECODE_SEED)
-    inputs = [make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype) for _ in range(sets)]
+    inputs = [
+        make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, head_size=head_size)
+        for _ in range(sets)
+    ]
     out = torch.empty_like(inputs[0][0])
     run = decode_call(ctx, kv_dtype, out, split_policy)
     ms = time_cuda_graph(run, inputs).median_ms
@@ -134,6 +143,7 @@ def decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, split_policy=Non
     splits = default_num_splits(batch, kv_heads, ctx, "cuda", kv_dtype, split_policy)
     return {
         "kind": "decode",
+        "head_size": head_size,
         "batch": batch,
         "context": ctx,
         "heads": f"{heads}/{kv_heads}",
@@ -179,6 +189,7 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtyp
     flops = 4 * pairs * heads * head_size
     row = {
         "kind": "prefill" if prefix == 0 else "chunked_prefill",
+        "head_size": head_size,
         "seq_len": seq_len,
         "prefix": prefix,
         "batch": batch,
@@ -198,9 +209,13 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtyp
     fmas = 2 * batch * kv_heads * tiles.block_m * tiles_per_seq * head_pad(head_size)
     row["sm70_fmas"] = fmas
     row["sm70_estimate_ms"] = 2 * fmas / V100_FP32_FLOPS * 1e3
-    if prefix == 0:
+    if prefix == 0 and head_size <= SDPA_FLASH_MAX_HEAD:
         row.update(sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops))
     return row
+
+
+#: Largest head size torch SDPA's FlashAttention backend takes.
+SDPA_FLASH_MAX_HEAD = 256
 
 
 def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
@@ -422,7 +437,7 @@ def chart(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 5))
-    dec = [r for r in results["decode"]]
+    dec = [r for r in results["decode"] if r["head_size"] == 128]
     labels = sorted({(r["batch"], r["context"]) for r in dec})
     width = 0.2
     for i, (heads, kv) in enumerate(
@@ -443,7 +458,11 @@ def chart(results: dict, path: Path) -> None:
     ax1.set_ylabel("effective bandwidth / copy bandwidth")
     ax1.set_title(f"decode, head 128, block 16 ({results['device']})")
     ax1.legend(fontsize=8)
-    pre = [r for r in results["prefill"] if (r["kind"], r["kv_dtype"]) == ("prefill", "float16")]
+    pre = [
+        r
+        for r in results["prefill"]
+        if (r["kind"], r["kv_dtype"], r["head_size"]) == ("prefill", "float16", 128)
+    ]
     xs = range(len(pre))
     ax2.bar([x - 0.2 for x in xs], [r["TFLOPs"] for r in pre], 0.4, label="volta_attn_v100")
     ax2.bar([x + 0.2 for x in xs], [r["sdpa_TFLOPs"] for r in pre], 0.4, label="SDPA flash")
@@ -463,7 +482,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--parts",
         default="decode,prefill,sweep",
-        help="comma-separated parts to run: decode, prefill, sweep",
+        help="comma-separated parts to run: decode, prefill, d512, sweep",
     )
     parser.add_argument(
         "--sweep-sections",
@@ -509,6 +528,22 @@ def main(argv: list[str] | None = None) -> None:
         for prefix in (0, 8192):
             results["prefill"].append(prefill_case(2048, prefix=prefix, kv_dtype="fp8_e5m2"))
             progress(results["prefill"][-1])
+    if "d512" in parts:
+        heads, kv_heads = D512_HEADS
+        for batch, ctx in D512_DECODE_SHAPES:
+            for kv_dtype in ("float16", "fp8_e5m2"):
+                row = decode_case(
+                    batch, ctx, heads, kv_heads, kv_dtype, copy_bw, floor=True, head_size=512
+                )
+                results["decode"].append(row)
+                progress(row)
+        for kv_dtype in ("float16", "fp8_e5m2"):
+            row = prefill_case(
+                D512_PREFILL_SEQ_LEN, heads=heads, kv_heads=kv_heads, head_size=512,
+                kv_dtype=kv_dtype,
+            )  # fmt: skip
+            results["prefill"].append(row)
+            progress(row)
     if not args.quick and "sweep" in parts:
         results["sweep"] = sweep(copy_bw, sections)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
@@ -519,7 +554,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def progress(row: dict) -> None:
     """One line per measured case as it completes (a run cut short still shows its figures)."""
-    keys = ("section", "variant", "heads", "batch", "context", "kv_dtype", "seq_len", "prefix")
+    keys = (
+        "section", "variant", "head_size", "heads", "batch", "context", "kv_dtype", "seq_len",
+        "prefix",
+    )  # fmt: skip
     shown = {k: row[k] for k in keys if k in row}
     shown["ms"] = round(row["ms"], 4)
     for k in ("splits", "fraction_of_copy", "TFLOPs", "sdpa_TFLOPs", "max_abs_diff"):
@@ -572,25 +610,30 @@ def print_table(results: dict) -> None:
         f"copy {results['copy_bandwidth_GBps']:.0f} GB/s"
     )
     print(
-        "decode  heads batch x ctx  kv        ms      GB/s  %copy  fp8/fp16  splits  sm70_ms"
+        "decode  head heads batch x ctx  kv        ms      GB/s  %copy  fp8/fp16  splits  sm70_ms"
         "  floor_ms  floor/ms"
     )
-    by_key = {(r["heads"], r["batch"], r["context"], r["kv_dtype"]): r for r in results["decode"]}
+    by_key = {
+        (r["head_size"], r["heads"], r["batch"], r["context"], r["kv_dtype"]): r
+        for r in results["decode"]
+    }
     for r in results["decode"]:
-        fp16 = by_key[(r["heads"], r["batch"], r["context"], "float16")]
+        fp16 = by_key[(r["head_size"], r["heads"], r["batch"], r["context"], "float16")]
         print(
-            f"        {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} {r['kv_dtype']:8s} "
+            f"        {r['head_size']:4d} {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} "
+            f"{r['kv_dtype']:8s} "
             f"{r['ms']:7.3f} {r['bandwidth_GBps']:8.0f} {100 * r['fraction_of_copy']:5.1f}% "
             f"{r['ms'] / fp16['ms']:7.2f}x {r['splits']:6d} {r['sm70_estimate_ms']:8.3f}"
             f"  {r['read_floor_ms']:8.4f}  {r['read_floor_ms'] / r['ms']:7.2f}"
         )
-    print("prefill seq   prefix batch kv         ms     TFLOP/s  sdpa TFLOP/s  ratio  sm70_ms")
+    print("prefill head seq   prefix batch kv         ms     TFLOP/s  sdpa TFLOP/s  ratio  sm70_ms")
     for r in results["prefill"]:
         sdpa = r.get("sdpa_TFLOPs")
         ratio = f"{r['TFLOPs'] / sdpa:5.2f}" if sdpa else "  -  "
         sdpa_s = f"{sdpa:8.1f}" if sdpa else "       -"
         print(
-            f"        {r['seq_len']:5d} {r['prefix']:6d} {r['batch']:4d} {r['kv_dtype']:8s} "
+            f"        {r['head_size']:4d} {r['seq_len']:5d} {r['prefix']:6d} {r['batch']:4d} "
+            f"{r['kv_dtype']:8s} "
             f"{r['ms']:7.3f} "
             f"{r['TFLOPs']:8.1f} {sdpa_s}     {ratio} {r['sm70_estimate_ms']:8.2f}"
         )

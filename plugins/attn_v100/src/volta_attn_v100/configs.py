@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from volta_core.types import KernelConfig
 
-#: Head sizes the kernels are tested for. 512 is not declared: Gemma-4's 512-dim global layers
-#: fall back per layer through the host (see the README for the SM70 gate figures at 512).
-HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 128, 256)
+#: Head sizes the kernels are tested for. 512 is Gemma-4's global layers: on SM70 its tiles fit
+#: the register file only with aligned strides (:func:`aligned_strides_required`).
+HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 128, 256, 512)
 
 #: Query rows per decode program: 16 serves one token per sequence with up to 16 query heads
 #: per KV head; 32 serves speculative verification (up to 8 tokens per sequence; larger head
@@ -125,17 +125,29 @@ def split_policy_for(kv_fp8: bool, capability: tuple[int, int]) -> SplitPolicy:
     return DEFAULT_SPLIT_POLICY
 
 
-def head_halves(kv_fp8: bool, capability: tuple[int, int]) -> bool:
+def head_halves(kv_fp8: bool, capability: tuple[int, int], head_size: int) -> bool:
     """Whether the kernels take the head dimension in two halves (``HALVES``): fp8 KV on SM80+,
     where the converted e5m2 tiles feed ``tl.dot`` from registers and whole ones spilled (H100:
     fp8 decode 0.70-0.76x the fp16 time whole, 0.61-0.63x in halves). fp16 tiles go from
-    shared memory straight to the tensor cores, and on SM70 the dot is FMA: whole there."""
-    return kv_fp8 and not is_sm70_class(capability)
+    shared memory straight to the tensor cores, and on SM70 the dot is FMA: whole there. At
+    head pad 512 the halves themselves spilled 16-1400 B at sm_90 where the whole head on 8
+    warps and narrower key tiles (:func:`decode_tiles`) spills nothing."""
+    return kv_fp8 and not is_sm70_class(capability) and head_pad(head_size) <= 256
 
 
 def head_pad(head_size: int) -> int:
     """The power of two a head is padded to inside the kernels."""
     return 1 << (head_size - 1).bit_length()
+
+
+def aligned_strides_required(head_size: int, capability: tuple[int, int]) -> bool:
+    """Whether the launchers refuse strides that are not multiples of 16 (the integer
+    arguments the JIT specializes, :data:`_ATTENTION_DIVISIBLE`): head pad 512 on SM70. There
+    the specialized builds take 246-255 registers with no spill, and the unspecialized ones
+    (scalar loads, one 64-bit address per element) spilled 4-160 B (sm_70 gate, 8 warps; 16
+    warps spilled in both). Real 512-dim layers always have such strides: the cache rows are
+    1024 elements, query and output rows whole heads, blocks multiples of 16."""
+    return is_sm70_class(capability) and head_pad(head_size) >= 512
 
 
 def is_sm70_class(capability: tuple[int, int]) -> bool:
@@ -273,14 +285,18 @@ def decode_tiles(
     256           8            (not used)
     ============  ===========  ===========
 
-    16 warps (ptxas then caps a thread at 128 registers) spilled 36-112 B in the unspecialized
+    Head pad 512 takes 8 warps and 16 rows, gated in its specialized build only
+    (:func:`aligned_strides_required`). 16 warps (ptxas then caps a thread at 128 registers)
+    spilled 36-112 B in the unspecialized
     build at head pad 128 with 32 rows and at 256 with 16 once the combine joined the kernel;
     8 warps take 160-240 registers there and do not spill. At head pad 256 no warp count
     keeps 32 rows from spilling (4: ~2 KB, 8: ~300 B, 16: 228 B), so 256-dim heads run 16 rows
     (:func:`decode_block_ms`). At head pad 64 with 32 rows, 8 warps spilled 20 B once the sink
     logits were loaded before the key loop (ptxas held the thread to 128 registers); 16 warps
     take 93-104 registers there. On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
-    one tile moves the same bytes in half the iterations.
+    one tile moves the same bytes in half the iterations; head pad 512 takes 8 warps there and
+    the same 32 keys (16 with 32 rows) for both dtypes, whole heads (146-190 registers at sm_90,
+    no spill; the 4-warp tiles of smaller heads spilled 16-1400 B at 512).
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
@@ -291,6 +307,8 @@ def decode_tiles(
         else:
             warps = 8
         return Tiles(block_m, 16, warps, 1)
+    if pad >= 512:
+        return Tiles(block_m, 32 if block_m <= 16 else 16, 8, 2)
     widen = 2 if kv_fp8 else 1
     if block_m <= 16:
         return Tiles(block_m, (64 if pad <= 128 else 32) * widen, 4, 2)
@@ -308,7 +326,8 @@ def prefill_tiles(head_size: int, capability: tuple[int, int], max_query_len: in
     On SM70 the FMA-unrolled dots fill the register file; the gate passes, with no spill in
     either build the JIT makes: 32 rows x 16 keys on 8 warps at head pad 64, 16 rows on 4 warps
     at 128 (32 rows spilled 24 B with specialized strides on 8 warps, 224 B unspecialized on 4),
-    16 rows on 8 warps at 256.
+    16 rows on 8 warps at 256 and 512 (512 gated in its specialized build only,
+    :func:`aligned_strides_required`).
 
     On SM80+ (H100, 32/8 heads, 16K new tokens, one call, both tiles with the one-loop
     kernel): 128 keys per tile won from 1024-token queries on (1.82-1.84 ms against 2.06 at
@@ -324,6 +343,9 @@ def prefill_tiles(head_size: int, capability: tuple[int, int], max_query_len: in
         return Tiles(16, 16, 4 if pad <= 128 else 8, 1)
     if pad <= 128:
         return Tiles(128, 128 if max_query_len >= LONG_PREFILL_QUERY else 64, 8, 2)
+    if pad >= 512:
+        # 64 x 32 on 4 warps needed 196 KB of shared memory and spilled 3 KB at sm_90.
+        return Tiles(16, 32, 8, 2)
     return Tiles(64, 32, 4, 2)
 
 
@@ -424,7 +446,7 @@ def _attention_constexprs(
         "BLOCK_N": tiles.block_n,
         "KV_FP8": fp8,
         "NATIVE_FP8": fp8 and native_e5m2(capability),
-        "HALVES": head_halves(fp8, capability),
+        "HALVES": head_halves(fp8, capability, head_size),
     }
 
 
@@ -456,6 +478,7 @@ def decode_kernel_config(
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
         divisible_by_16=_ATTENTION_DIVISIBLE,
+        divisibility_enforced=aligned_strides_required(head_size, capability),
     )
 
 
@@ -492,6 +515,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         num_warps=tiles.num_warps,
                         num_stages=tiles.num_stages,
                         divisible_by_16=_ATTENTION_DIVISIBLE,
+                        divisibility_enforced=aligned_strides_required(head_size, capability),
                     )
                 )
         for kv_dtype in kv_dtypes:

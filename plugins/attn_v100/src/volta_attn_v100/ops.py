@@ -24,6 +24,7 @@ from volta_attn_v100.configs import (
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
     SplitPolicy,
+    aligned_strides_required,
     decode_block_m,
     decode_combine,
     decode_tiles,
@@ -184,6 +185,23 @@ def check_inputs(
         _fail(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
     if block_size % 16:
         _fail(f"block size {block_size} is not a multiple of 16")
+    if aligned_strides_required(head_size, _capability(query.device)):
+        strides = {
+            "query token": query.stride(0),
+            "query head": query.stride(1),
+            "output token": out.stride(0),
+            "output head": out.stride(1),
+            "KV cache block": kv_cache.stride(0),
+            "KV cache head": kv_cache.stride(1),
+            "KV cache slot": kv_cache.stride(2),
+        }
+        odd = {name: stride for name, stride in strides.items() if stride % 16}
+        if odd:
+            _fail(
+                f"head size {head_size} on this device needs strides that are multiples of 16 "
+                f"elements (its tiles are compiled for aligned rows); got "
+                + ", ".join(f"{name} stride {stride}" for name, stride in odd.items())
+            )
     devices = {t.device for t in (query, kv_cache, block_table, seq_lens, query_start_loc, out)}
     if len(devices) != 1:
         _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
@@ -450,7 +468,7 @@ def _launch_decode(
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
-        HALVES=head_halves(a.fp8, capability),
+        HALVES=head_halves(a.fp8, capability, head_size),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
         num_warps=tiles.num_warps,
@@ -504,7 +522,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
-        HALVES=head_halves(a.fp8, capability),
+        HALVES=head_halves(a.fp8, capability, head_size),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

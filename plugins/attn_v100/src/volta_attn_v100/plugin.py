@@ -1,7 +1,8 @@
 """The plugin module (entry point ``attn_v100``): declarations only, no torch/triton/vllm.
 
-The declaration states exactly what the kernels are tested for; everything else (head size
-512, e4m3 KV, ALiBi, encoder attention) falls back per layer through the host. The kernels and
+The declaration states exactly what the kernels are tested for (Gemma-4's 512-dim global layers
+included); everything else (other head sizes, e4m3 KV, ALiBi, encoder attention) falls back per
+layer through the host. The kernels and
 the vLLM classes are named by import path and imported only when a layer uses them.
 """
 

@@ -111,12 +111,13 @@ def test_speculative_verification_queries(q_len, num_heads, num_kv_heads) -> Non
     check(run(case, path="decode", num_splits=2), case, f"spec q_len={q_len} group={num_heads}")
 
 
-def test_speculative_queries_at_head_size_256() -> None:
-    """8 tokens x a group of 8 at head size 256: 16 rows per program on SM70 (2 heads x 8
-    tokens), the group split over 4 programs, each over 3 partitions."""
+@pytest.mark.parametrize("head_size", [256, 512])
+def test_speculative_queries_at_large_head_sizes(head_size) -> None:
+    """8 tokens x a group of 8 at head sizes 256 and 512: 16 rows per program on SM70 (2 heads
+    x 8 tokens), the group split over 4 programs, each over 3 partitions."""
     lens = [(8, 60), (3, 3), (1, 40)]
-    case = make_case(lens, head_size=256, num_heads=8, num_kv_heads=1, sinks=True, seed=8)
-    check(run(case, path="decode", num_splits=3), case, "spec d256")
+    case = make_case(lens, head_size=head_size, num_heads=8, num_kv_heads=1, sinks=True, seed=8)
+    check(run(case, path="decode", num_splits=3), case, f"spec d{head_size}")
 
 
 @pytest.mark.parametrize("num_splits", [1, 7, 64])
@@ -316,6 +317,17 @@ def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
         kv_dtype, head_size + 1, head_size, "tensor", feature,
     )  # fmt: skip
     check(run(prefill), prefill, f"gpu prefill d{head_size} {kv_dtype} {feature}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("head_size", [128, 512])
+def test_gpu_speculative_decode_on_32_rows(head_size, kv_dtype) -> None:
+    """8 query tokens x a group of 4 heads: the 32-row decode tile on SM80+ (at head size 512
+    a tile of its own), ragged, split into partitions, with sinks."""
+    lens = [(8, 1500), (8, 8), (3, 700), (1, 2048)]
+    case = gpu_case(lens, kv_dtype, seed=head_size, head_size=head_size, feature="sinks")
+    check(run(case, path="decode"), case, f"gpu spec 32 rows d{head_size} {kv_dtype}")
 
 
 @pytest.mark.gpu

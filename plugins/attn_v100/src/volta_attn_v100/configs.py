@@ -125,14 +125,14 @@ def split_policy_for(kv_fp8: bool, capability: tuple[int, int]) -> SplitPolicy:
     return DEFAULT_SPLIT_POLICY
 
 
-def head_halves(kv_fp8: bool, capability: tuple[int, int], head_size: int) -> bool:
+def head_halves(kv_fp8: bool, capability: tuple[int, int]) -> bool:
     """Whether the kernels take the head dimension in two halves (``HALVES``): fp8 KV on SM80+,
     where the converted e5m2 tiles feed ``tl.dot`` from registers and whole ones spilled (H100:
     fp8 decode 0.70-0.76x the fp16 time whole, 0.61-0.63x in halves). fp16 tiles go from
-    shared memory straight to the tensor cores, and on SM70 the dot is FMA: whole there. At
-    head pad 512 the halves themselves spilled 16-1400 B at sm_90 where the whole head on 8
-    warps and narrower key tiles (:func:`decode_tiles`) spills nothing."""
-    return kv_fp8 and not is_sm70_class(capability) and head_pad(head_size) <= 256
+    shared memory straight to the tensor cores, and on SM70 the dot is FMA: whole there. Head
+    pad 512 too: its 16-row fp8 decode on the H100 (one call, 32/16 heads) took 992 us at
+    16 x 8K in halves against 1107 whole with the same tile (:func:`decode_tiles`)."""
+    return kv_fp8 and not is_sm70_class(capability)
 
 
 def head_pad(head_size: int) -> int:
@@ -294,9 +294,10 @@ def decode_tiles(
     (:func:`decode_block_ms`). At head pad 64 with 32 rows, 8 warps spilled 20 B once the sink
     logits were loaded before the key loop (ptxas held the thread to 128 registers); 16 warps
     take 93-104 registers there. On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
-    one tile moves the same bytes in half the iterations; head pad 512 takes 8 warps there and
-    the same 32 keys (16 with 32 rows) for both dtypes, whole heads (146-190 registers at sm_90,
-    no spill; the 4-warp tiles of smaller heads spilled 16-1400 B at 512).
+    one tile moves the same bytes in half the iterations. Head pad 512 takes 32 keys on 4 warps
+    with 16 rows for both dtypes (H100, 32/16 heads, one call: 16 x 8K fp16 1409 us, 101.9% of
+    copy, against 1524 on 8 warps; fp8 992 against 1502; 64 keys on 8 warps within 1%), and 16
+    keys on 8 warps with 32 rows (the 4-warp tiles of smaller heads spilled 200-1400 B there).
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
@@ -308,7 +309,7 @@ def decode_tiles(
             warps = 8
         return Tiles(block_m, 16, warps, 1)
     if pad >= 512:
-        return Tiles(block_m, 32 if block_m <= 16 else 16, 8, 2)
+        return Tiles(16, 32, 4, 2) if block_m <= 16 else Tiles(block_m, 16, 8, 2)
     widen = 2 if kv_fp8 else 1
     if block_m <= 16:
         return Tiles(block_m, (64 if pad <= 128 else 32) * widen, 4, 2)
@@ -446,7 +447,7 @@ def _attention_constexprs(
         "BLOCK_N": tiles.block_n,
         "KV_FP8": fp8,
         "NATIVE_FP8": fp8 and native_e5m2(capability),
-        "HALVES": head_halves(fp8, capability, head_size),
+        "HALVES": head_halves(fp8, capability),
     }
 
 

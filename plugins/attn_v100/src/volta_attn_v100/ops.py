@@ -468,7 +468,7 @@ def _launch_decode(
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
-        HALVES=head_halves(a.fp8, capability, head_size),
+        HALVES=head_halves(a.fp8, capability),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
         num_warps=tiles.num_warps,
@@ -522,7 +522,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
-        HALVES=head_halves(a.fp8, capability, head_size),
+        HALVES=head_halves(a.fp8, capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

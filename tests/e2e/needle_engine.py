@@ -68,20 +68,11 @@ def count_calls(reference_dir: str) -> None:
 def generate(model: str, prompts: list[list[int]], kv_cache_dtype: str) -> dict:
     import gc
 
-    from vllm import LLM, SamplingParams
+    import attn_v100_cases
+    from vllm import SamplingParams
 
     CALLS.clear()
-    llm = LLM(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float16",
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=64 << 20,
-        max_model_len=1024,
-        enforce_eager=True,
-        block_size=32,
-        seed=0,
-    )
+    llm = attn_v100_cases.make_engine(model, kv_cache_dtype, max_model_len=1024)
     # Two steps: the first token comes out of the prefill kernel, the second out of decode.
     params = SamplingParams(
         temperature=0, max_tokens=2, logprobs=2, ignore_eos=True, detokenize=False

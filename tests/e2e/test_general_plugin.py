@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from e2e_support import engine_env, requires_vllm
-from tiny_model import ID, THINKING_OUTPUT_TOKENS
+from tiny_model import ID, THINKING_OUTPUT_TOKENS, prompt_ids
 
 from volta_core.vllm import compat, plugin
 
@@ -138,14 +138,6 @@ def qwen3_is_volta(checkpoints: dict[str, Path]) -> Any:
         plugin._register_parsers(plugin.get_plugin_manager())
     assert ReasoningParserManager.get_reasoning_parser("qwen3").volta_spec.name == "qwen3-volta"
     return get_tokenizer(str(checkpoints["w4a16"]))
-
-
-def prompt_ids(tokenizer: Any, thinking: bool) -> list[int]:
-    messages = [{"role": "user", "content": "hello there"}]
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
-    )
-    return tokenizer.encode(text, add_special_tokens=False)
 
 
 def make_parser(tokenizer: Any) -> tuple[Any, Any]:

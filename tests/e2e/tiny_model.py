@@ -221,3 +221,12 @@ if __name__ == "__main__":
     write_dense(root / "dense")
     write_w4a16(root / "w4a16")
     write_w4a16(root / "w4a16-kv", fp8_kv_scheme="tensor")
+
+
+def prompt_ids(tokenizer, thinking: bool) -> list[int]:  # tokenizer: vLLM's, of a checkpoint here
+    """The chat template's prompt for one user turn, thinking or not, as token ids."""
+    messages = [{"role": "user", "content": "hello there"}]
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
+    )
+    return tokenizer.encode(text, add_special_tokens=False)

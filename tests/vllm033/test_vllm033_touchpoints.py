@@ -636,14 +636,6 @@ def tokenizer(checkpoints: dict[str, Path]) -> Any:
     return get_tokenizer(str(checkpoints["dense"]))
 
 
-def prompt_ids(tokenizer: Any, thinking: bool) -> list[int]:
-    messages = [{"role": "user", "content": "hello there"}]
-    text = tokenizer.apply_chat_template(
-        messages, tokenize=False, add_generation_prompt=True, enable_thinking=thinking
-    )
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
 @pytest.fixture(scope="module")
 def volta_parser_name(manager: VoltaPluginManager) -> str:
     from vllm.reasoning import ReasoningParserManager
@@ -663,6 +655,7 @@ def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
     before ``parse`` (``chat_completion/serving.py``), with no reasoning-end check for choices
     after the first. The prompt, not the request's ``enable_thinking`` (set to the opposite
     here), must decide whether the output starts in reasoning."""
+    import tiny_model
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.parser import ParserManager
 
@@ -671,7 +664,7 @@ def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
     )
     parser = parser_cls(tokenizer, None, chat_template_kwargs={"enable_thinking": not thinking})
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
-    parser.set_prompt_token_ids(prompt_ids(tokenizer, thinking))
+    parser.set_prompt_token_ids(tiny_model.prompt_ids(tokenizer, thinking))
     reasoning, content, _ = parser.parse("answer text", request)
     assert (reasoning, content) == (("answer text", None) if thinking else (None, "answer text"))
 
@@ -695,7 +688,7 @@ def test_streaming_through_vllms_parser_equals_the_whole_split(
             token,
             [tiny_model.ID[token]],
             request,
-            prompt_token_ids=prompt_ids(tokenizer, True),
+            prompt_token_ids=tiny_model.prompt_ids(tokenizer, True),
             finished=i == len(tokens) - 1,
         )
         if delta is not None:

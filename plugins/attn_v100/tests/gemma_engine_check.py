@@ -112,19 +112,10 @@ def count_calls() -> None:
 
 
 def generate(model: str) -> dict:
-    from vllm import LLM, SamplingParams
+    import attn_v100_cases
+    from vllm import SamplingParams
 
-    llm = LLM(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float16",
-        kv_cache_dtype="auto",
-        kv_cache_memory_bytes=64 << 20,
-        max_model_len=256,
-        enforce_eager=True,
-        block_size=32,
-        seed=0,
-    )
+    llm = attn_v100_cases.make_engine(model, "auto")
     params = SamplingParams(
         temperature=0,
         max_tokens=MAX_TOKENS,

@@ -1,4 +1,5 @@
 """Probe (not shipped): fp16 decode with the partition bounds known on the host, H100."""
+
 import importlib
 
 from volta_attn_v100 import bench

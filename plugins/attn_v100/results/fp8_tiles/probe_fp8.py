@@ -1,4 +1,5 @@
 """Probe (not shipped): fp8 decode tiles and split policies at head 128, 32/8 heads."""
+
 from volta_attn_v100 import bench
 from volta_attn_v100.configs import SplitPolicy, Tiles
 

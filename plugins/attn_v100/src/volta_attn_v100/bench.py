@@ -71,6 +71,8 @@ D512_HEADS = (32, 16)
 D512_DECODE_SHAPES = [(1, 8192), (4, 8192), (16, 8192)]
 D512_PREFILL_SEQ_LEN = 2048
 PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
+#: Largest head size torch SDPA's FlashAttention backend takes (no prefill reference above it).
+SDPA_FLASH_MAX_HEAD = 256
 PREFILL_TOKENS = 16384
 
 
@@ -213,10 +215,6 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtyp
     if prefix == 0 and head_size <= SDPA_FLASH_MAX_HEAD:
         row.update(sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops))
     return row
-
-
-#: Largest head size torch SDPA's FlashAttention backend takes.
-SDPA_FLASH_MAX_HEAD = 256
 
 
 def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):

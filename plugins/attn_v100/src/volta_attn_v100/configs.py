@@ -142,7 +142,7 @@ def head_pad(head_size: int) -> int:
 
 def aligned_strides_required(head_size: int, capability: tuple[int, int]) -> bool:
     """Whether the launchers refuse strides that are not multiples of 16 (the integer
-    arguments the JIT specializes, :data:`_ATTENTION_DIVISIBLE`): head pad 512 on SM70. There
+    arguments the JIT specializes, :data:`ATTENTION_DIVISIBLE`): head pad 512 on SM70. There
     the specialized builds take 246-255 registers with no spill, and the unspecialized ones
     (scalar loads, one 64-bit address per element) spilled 4-160 B (sm_70 gate, 8 warps; 16
     warps spilled in both). Real 512-dim layers always have such strides: the cache rows are
@@ -432,7 +432,7 @@ _PREFILL_SIGNATURE_TAIL = {
 #: block size (head sizes 64..256 and blocks of 16k make every stride one); the JIT
 #: specializes them, and the gate compiles them so (:class:`KernelConfig.divisible_by_16`).
 _KV_STRIDES = ("page_size", "stride_blk", "stride_kvh", "stride_slot")
-_ATTENTION_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh", "stride_ot", "stride_oh")
+ATTENTION_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh", "stride_ot", "stride_oh")
 _CACHE_WRITE_DIVISIBLE = (*_KV_STRIDES, "stride_kt", "stride_kh", "stride_vt", "stride_vh")
 
 
@@ -479,7 +479,7 @@ def decode_kernel_config(
         },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
-        divisible_by_16=_ATTENTION_DIVISIBLE,
+        divisible_by_16=ATTENTION_DIVISIBLE,
         divisibility_enforced=aligned_strides_required(head_size, capability),
     )
 
@@ -516,7 +516,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         constexprs=_attention_constexprs(head_size, tiles, fp8, capability),
                         num_warps=tiles.num_warps,
                         num_stages=tiles.num_stages,
-                        divisible_by_16=_ATTENTION_DIVISIBLE,
+                        divisible_by_16=ATTENTION_DIVISIBLE,
                         divisibility_enforced=aligned_strides_required(head_size, capability),
                     )
                 )

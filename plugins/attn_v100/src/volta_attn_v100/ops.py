@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from volta_attn_v100.configs import (
+    ATTENTION_DIVISIBLE,
     CACHE_WRITE_WARPS,
     HEAD_SIZES,
     MAX_DECODE_QUERY_LEN,
@@ -186,21 +187,22 @@ def check_inputs(
     if block_size % 16:
         _fail(f"block size {block_size} is not a multiple of 16")
     if aligned_strides_required(head_size, _capability(query.device)):
-        strides = {
-            "query token": query.stride(0),
-            "query head": query.stride(1),
-            "output token": out.stride(0),
-            "output head": out.stride(1),
-            "KV cache block": kv_cache.stride(0),
-            "KV cache head": kv_cache.stride(1),
-            "KV cache slot": kv_cache.stride(2),
+        values = {
+            "page_size": (block_size, "block size"),
+            "stride_qt": (query.stride(0), "query token stride"),
+            "stride_qh": (query.stride(1), "query head stride"),
+            "stride_ot": (out.stride(0), "output token stride"),
+            "stride_oh": (out.stride(1), "output head stride"),
+            "stride_blk": (kv_cache.stride(0), "KV cache block stride"),
+            "stride_kvh": (kv_cache.stride(1), "KV cache head stride"),
+            "stride_slot": (kv_cache.stride(2), "KV cache slot stride"),
         }
-        odd = {name: stride for name, stride in strides.items() if stride % 16}
+        odd = [values[arg] for arg in ATTENTION_DIVISIBLE if values[arg][0] % 16]
         if odd:
             _fail(
                 f"head size {head_size} on this device needs strides that are multiples of 16 "
-                f"elements (its tiles are compiled for aligned rows); got "
-                + ", ".join(f"{name} stride {stride}" for name, stride in odd.items())
+                "elements (its tiles are compiled for aligned rows); got "
+                + ", ".join(f"{what} {value}" for value, what in odd)
             )
     devices = {t.device for t in (query, kv_cache, block_table, seq_lens, query_start_loc, out)}
     if len(devices) != 1:

@@ -117,6 +117,14 @@ def test_an_unknown_sweep_section_is_refused_before_any_measurement(capsys, tmp_
     assert "combine" in err
 
 
+def test_an_unknown_part_is_refused_before_any_measurement(capsys, tmp_path) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--out", str(tmp_path), "--parts", "decode,d256"])
+    assert exit_info.value.code == 2
+    assert "unknown parts ['d256']" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing may be measured or written"
+
+
 def test_sweep_sections_name_every_section_the_sweep_runs() -> None:
     import inspect
 

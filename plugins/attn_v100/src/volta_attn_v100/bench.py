@@ -71,6 +71,8 @@ D512_HEADS = (32, 16)
 D512_DECODE_SHAPES = [(1, 8192), (4, 8192), (16, 8192)]
 D512_PREFILL_SEQ_LEN = 2048
 PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
+#: What ``--parts`` can name.
+PARTS = ("decode", "prefill", "d512", "sweep")
 #: Largest head size torch SDPA's FlashAttention backend takes (no prefill reference above it).
 SDPA_FLASH_MAX_HEAD = 256
 PREFILL_TOKENS = 16384
@@ -481,7 +483,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--parts",
         default="decode,prefill,sweep",
-        help="comma-separated parts to run: decode, prefill, d512, sweep",
+        help=f"comma-separated parts to run: {', '.join(PARTS)}",
     )
     parser.add_argument(
         "--sweep-sections",
@@ -493,6 +495,10 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted((sections or set()) - set(SWEEP_SECTIONS))
     if unknown:
         parser.error(f"unknown sweep sections {unknown}; known: {', '.join(SWEEP_SECTIONS)}")
+    parts = set(args.parts.split(","))
+    unknown = sorted(parts - set(PARTS))
+    if unknown:
+        parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
     if not torch.cuda.is_available():
         raise SystemExit("the benchmarks need a CUDA GPU")
     import triton
@@ -510,7 +516,6 @@ def main(argv: list[str] | None = None) -> None:
         "prefill": [],
     }
     shapes = DECODE_SHAPES[:3] if args.quick else DECODE_SHAPES
-    parts = set(args.parts.split(","))
     for heads, kv_heads in DECODE_HEADS if "decode" in parts else []:
         for batch, ctx in shapes:
             for kv_dtype in ("float16", "fp8_e5m2"):

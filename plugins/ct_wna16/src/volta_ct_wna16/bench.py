@@ -205,6 +205,7 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
     if m == 1:
         return [
             *(_gemv(512, 32, 2, 3, p, ru) for ru in (4, 8, 16) for p in (4, 8, 12)),
+            *(_gemv(512, 32, 4, 3, p, ru=16) for p in (4, 5, 8)),
             *(_gemv(256, 32, 1, 3, p, ru=8) for p in (8, 16)),
         ]
     if m > configs.SM90.decode_max_m:

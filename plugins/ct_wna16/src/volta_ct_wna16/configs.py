@@ -112,7 +112,12 @@ SM90 = Table(
     # programs) is larger than the 1056 the SMs hold at once (8 each at 128 registers x 64
     # threads), so 24 programs ran after the rest. Fan-in 16 on the wide tile (its 13 splits
     # then sum in one level; 144 registers, 7 per SM): 33.4-33.8 us against 33.8-34.4 at 8,
-    # both symmetries, three repetitions (`results/run9/wide_fan_in.log`).
+    # both symmetries, three repetitions (`results/run9/wide_fan_in.log`). Run 11 (H100,
+    # `results/run11/`): the wide tile on 4 warps instead of 2 (64 and 80 registers, the same
+    # grid) took 27648x5120 from 33.0-33.7 to 31.7-32.3 us (3.18-3.21x fp16). One SM then
+    # holds 20 warps instead of 10 to hide each word's load-to-FMA chain. On the narrow
+    # shapes, 4 warps gained on a short input (5120x5120 11.9 -> 10.8 us) but lost on a long
+    # one (5120x27648 asymmetric 32.4 -> 33.5). The narrow tile stays on 2 warps.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -130,7 +135,7 @@ SM90 = Table(
             block_m=1,
             block_n=512,
             block_k=32,
-            num_warps=2,
+            num_warps=4,
             programs_per_sm=5,
             num_stages=3,
             reduce_unroll=16,

@@ -218,6 +218,34 @@ def test_prompt_given_through_set_prompt_token_ids_decides_the_mode(
     assert parser.extract_reasoning("answer text", request) == expected
 
 
+def test_vllm033_streaming_order_decodes_the_prompt_once(
+    qwen3_is_volta: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM 0.33's streaming path hands one parser the prompt three times in a row
+    (``set_prompt_token_ids``, the reasoning-end check, ``adjust_initial_state_from_prompt``):
+    the prompt is decoded once, and the mode it gives holds."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.reasoning import ReasoningParserManager
+
+    parser_cls = ReasoningParserManager.get_reasoning_parser("qwen3")
+    parser = parser_cls(qwen3_is_volta, chat_template_kwargs={"enable_thinking": False})
+    decoded: list[int] = []
+    decode = parser.model_tokenizer.decode
+
+    def counting_decode(ids: Any, **kwargs: Any) -> str:
+        decoded.append(len(ids))
+        return decode(ids, **kwargs)
+
+    monkeypatch.setattr(parser.model_tokenizer, "decode", counting_decode)
+    ids = prompt_ids(qwen3_is_volta, True)
+    parser.set_prompt_token_ids(ids)
+    assert parser.is_reasoning_end(ids) is False
+    parser.adjust_initial_state_from_prompt(ids)
+    assert decoded == [len(ids)]
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    assert parser.extract_reasoning("answer text", request) == ("answer text", None)
+
+
 def test_nothing_to_apply_leaves_vllm_quantization_unimported(tmp_path: Path) -> None:
     """Only a parser-declaring plugin: vLLM's quantization configs are not even imported."""
     ct = "vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors"

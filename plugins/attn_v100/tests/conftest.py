@@ -42,3 +42,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Qwen3 of the engine tests, saved once per session
+    (:func:`attn_v100_cases.save_tiny_qwen3`)."""
+    from attn_v100_cases import save_tiny_qwen3
+
+    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3"))

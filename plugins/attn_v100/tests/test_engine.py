@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 import pytest
-from attn_v100_cases import run_engine_script, save_tiny_qwen3
+from attn_v100_cases import run_engine_script
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
@@ -26,15 +26,10 @@ SCRIPT = Path(__file__).with_name("engine_check.py")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3"))
-
-
-@pytest.fixture(scope="module")
-def runs(model) -> dict:
+def runs(tiny_qwen3) -> dict:
     """Three engines, one after another in one process: fp16 CPU attention, fp16 and fp8 Volta."""
     env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
-    runs = run_engine_script(SCRIPT, ["auto:cpu", "auto:volta", "fp8_e5m2:volta"], model, env)
+    runs = run_engine_script(SCRIPT, ["auto:cpu", "auto:volta", "fp8_e5m2:volta"], tiny_qwen3, env)
     return {(r["kv_cache_dtype"], r["backend"]): r for r in runs}
 
 

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import pytest
-from attn_v100_cases import run_engine_script, save_tiny_qwen3
+from attn_v100_cases import run_engine_script
 
 pytest.importorskip("vllm")
 pytest.importorskip("transformers")
@@ -24,16 +24,11 @@ SCRIPT = Path(__file__).with_name("tp_engine_check.py")
 
 
 @pytest.fixture(scope="module")
-def model(tmp_path_factory) -> Path:
-    return save_tiny_qwen3(tmp_path_factory.mktemp("tiny_qwen3_tp"))
-
-
-@pytest.fixture(scope="module")
-def runs(model) -> dict:
+def runs(tiny_qwen3) -> dict:
     """The two-rank engine on CPU attention, then on this backend with fp16 and e5m2 KV."""
     env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
     return {
-        (kv, backend): run_engine_script(SCRIPT, [kv, backend], model, env)
+        (kv, backend): run_engine_script(SCRIPT, [kv, backend], tiny_qwen3, env)
         for kv, backend in (("auto", "cpu"), ("auto", "volta"), ("fp8_e5m2", "volta"))
     }
 

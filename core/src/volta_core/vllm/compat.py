@@ -194,11 +194,19 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
         def _decode(self, token_ids: Sequence[int]) -> str:
             return self.model_tokenizer.decode(list(token_ids), skip_special_tokens=False)
 
+        def _see_prompt(self, prompt_token_ids: Sequence[int]) -> None:
+            # The mode is read from the prompt once: vLLM 0.33's streaming path hands it over
+            # three times per request (set_prompt_token_ids, the reasoning-end check,
+            # adjust_initial_state_from_prompt), and each reading decodes the whole prompt.
+            # Parsers are per choice, so the first prompt seen is the only one.
+            if not self._session.prompt_seen and prompt_token_ids:
+                self._session.set_prompt(self._decode(prompt_token_ids))
+
         def is_reasoning_end(self, input_ids: Sequence[int]) -> bool:
-            # Before any output, vLLM calls this with the rendered prompt (streaming, and the
-            # non-streaming reasoning-end check): the only place the prompt reaches a parser.
-            if not self._output_seen and not self._session.prompt_seen and input_ids:
-                self._session.set_prompt(self._decode(input_ids))
+            # Before any output, vLLM 0.32 calls this with the rendered prompt (streaming, and
+            # the non-streaming reasoning-end check): there the only place it reaches a parser.
+            if not self._output_seen:
+                self._see_prompt(input_ids)
             for token in reversed(input_ids):
                 if token == self._start_id:
                     return False
@@ -231,10 +239,10 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             # of a chat request, streaming or not, batch and Responses requests), also where
             # the reasoning-end check never runs (n > 1, include_reasoning false); without it a
             # non-thinking answer would be taken for reasoning. vLLM 0.32 never calls it.
-            self._session.set_prompt(self._decode(prompt_token_ids))
+            self._see_prompt(prompt_token_ids)
 
         def adjust_initial_state_from_prompt(self, prompt_token_ids: Sequence[int]) -> None:
-            self._session.set_prompt(self._decode(prompt_token_ids))
+            self._see_prompt(prompt_token_ids)
 
         def extract_reasoning(self, model_output: str, request: Any) -> tuple[Any, Any]:
             self._output_seen = True

@@ -16,7 +16,7 @@ import triton.language as tl
 from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import bench, configs
-from volta_ct_wna16.kernels import _slot_f16
+from volta_ct_wna16.kernels import _slot_q16
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import device_facts, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
@@ -152,21 +152,29 @@ def test_dot_slots_lie_in_the_fp16_mantissa_of_their_half() -> None:
 
 
 @triton.jit
-def _slots(w_ptr, z_ptr, out_ptr, BITS: tl.constexpr, IN_PLACE: tl.constexpr, R: tl.constexpr):
-    """Every value of ``R`` words through ``_slot_f16`` with unit scales: ``[R, 32 // BITS]``."""
+def _slots(
+    w_ptr,
+    z_ptr,
+    out_ptr,
+    BITS: tl.constexpr,
+    IN_PLACE: tl.constexpr,
+    TINY: tl.constexpr,
+    R: tl.constexpr,
+):
+    """Every value of ``R`` words through ``_slot_q16``: ``[R, 32 // BITS]``."""
     r = tl.arange(0, R)
     t = tl.load(w_ptr + r).to(tl.uint32, bitcast=True)
     z = tl.load(z_ptr + r).to(tl.float32)
-    one = tl.full([R], 1.0, tl.float16)
     for j in tl.static_range(32 // BITS):
-        tl.store(out_ptr + r * (32 // BITS) + j, _slot_f16(t, z, one, j, BITS, IN_PLACE))
+        tl.store(out_ptr + r * (32 // BITS) + j, _slot_q16(t, z, j, BITS, IN_PLACE, TINY))
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("in_place", [True, False])
-def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool) -> None:
-    """``_slot_f16`` with unit scales against ``q - z`` computed in integers: every field value
-    at every slot, against every zero point, bit for bit."""
+@pytest.mark.parametrize("tiny", [False, True])
+def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool, tiny: bool) -> None:
+    """``_slot_q16`` against ``q - z`` computed in integers (times ``2**-24`` for the subnormal
+    form): every field value at every slot, against every zero point, bit for bit."""
     pack, levels = 32 // bits, 1 << bits
     rows = 1024
     gen = torch.Generator().manual_seed(3)
@@ -176,8 +184,10 @@ def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool) -> 
     words = (q << (bits * torch.arange(pack))).sum(1)
     words = torch.where(words >= 1 << 31, words - (1 << 32), words).to(torch.int32)
     out = poison_(torch.empty(rows, pack, dtype=torch.float16))
-    _slots[(1,)](words, z, out, BITS=bits, IN_PLACE=in_place, R=rows)
-    assert torch.equal(out, (q - z[:, None].long()).to(torch.float16))
+    _slots[(1,)](words, z, out, BITS=bits, IN_PLACE=in_place, TINY=tiny, R=rows)
+    want = (q - z[:, None].long()).double() * (2.0**-24 if tiny else 1.0)
+    assert torch.equal(want.to(torch.float16).double(), want)  # representable: exact
+    assert torch.equal(out, want.to(torch.float16))
 
 
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
@@ -189,6 +199,25 @@ def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
     assert configs.split_count(pw.n, pw.k, configs.SM70.gemv, 80)[0] > 1
     check(pw, 1, bias=True, launch=one_split)
     check(pw, 1, bias=True)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_pair_read_activations_with_odd_rows(bits: int) -> None:
+    """The dot tile reads activations two slots at a time as 32-bit words: an odd input
+    length (channel-wise, so the last word is padded), and rows of a view whose stride and
+    start are odd, take the launcher's zero-padded copy and still match float64."""
+    launch = configs.SM90.decode
+    assert configs.reads_activation_pairs(launch, bits)
+    pw = packed(library_checkpoint(40, 383, WeightScheme(bits, False, None), seed=7))
+    check(pw, 16, bias=True, launch=launch)
+    pw = packed(library_checkpoint(40, 384, WeightScheme(bits, True, 128), seed=8))
+    wide = torch.randn(16, 385, generator=torch.Generator().manual_seed(3)).to(torch.float16)
+    x = wide[:, 1:]
+    assert x.stride(0) % 2 == 1
+    assert x.data_ptr() % 4 != 0
+    out = poison_(torch.empty(16, pw.n, dtype=torch.float16))
+    wna16_linear(x, pw, launch=launch, out=out)
+    assert_rel_close(out, x.double() @ dequantize(pw).t(), TOLERANCE, "strided view")
 
 
 def splits_of(pw: PackedWeights, m: int) -> int:

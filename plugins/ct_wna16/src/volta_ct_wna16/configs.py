@@ -149,6 +149,10 @@ SM90 = Table(
     # 128-output tile with a reduction fan-in of 4 at 4 per SM was 4-7% faster at M=4
     # symmetric, but in run 9's benchmark 12-21% slower at M=4 asymmetric (5120x27648 68.7 us
     # against 56.9 in run 8), and 12-33% slower at M=16.
+    # Run 12 (`results/run12/`), after the tile's activations and zero points became pipelined
+    # copies and its weights subnormals scaled after the dot: kept. At M=16, 3 or 4 programs
+    # per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
+    # (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
     small=Launch(
         SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
     ),
@@ -216,6 +220,13 @@ def choose(
     return launch.scaled_for_bits(bits)
 
 
+def reads_activation_pairs(launch: Launch, bits: int) -> bool:
+    """Whether ``launch`` runs the dot tile that reads activations two word slots at a time,
+    as 32-bit words (16 or more words per slot), so its activation rows must start 4-byte
+    aligned (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not)."""
+    return launch.path == SPLITK and launch.use_dot and launch.block_k // (32 // bits) >= 16
+
+
 def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
     """How many input splits, and the input length of each (a multiple of ``block_k``).
 
@@ -264,7 +275,7 @@ _SPLITK_SIG = {
     "x_ptr": "*fp16",
     "w_ptr": "*i32",
     "s_ptr": "*fp16",
-    "z_ptr": "*u8",
+    "z_ptr": "*fp16",
     "b_ptr": "*fp16",
     "out_ptr": "*fp16",
     "ws_ptr": "*fp32",
@@ -284,7 +295,7 @@ _GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "cnt_pt
 _DEQUANT_SIG = {
     "w_ptr": "*i32",
     "s_ptr": "*fp16",
-    "z_ptr": "*u8",
+    "z_ptr": "*fp16",
     "out_ptr": "*fp16",
     "N": "i32",
     "K": "i32",

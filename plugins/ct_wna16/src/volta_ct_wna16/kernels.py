@@ -6,7 +6,7 @@ contiguous: word ``kw`` of column ``n`` holds input elements ``pack*kw .. pack*k
 output ``n`` in bits ``bits*j``, offset by ``2**(bits-1)`` (compressed-tensors' packing). Every
 tile load is then a run of whole words along N (coalesced, vectorized), and the ``j``-th value of
 every word in a tile is one shift and mask away. Scales are ``[groups, N]`` fp16 and zero points
-(asymmetric only) uint8 ``[groups, N]`` holding the stored value, so ``w = (q - z) * s`` with
+(asymmetric only) fp16 ``[groups, N]`` holding the stored value, so ``w = (q - z) * s`` with
 ``z = 2**(bits-1)`` when symmetric.
 
 Integers become floats without the int-to-float unit: ``q | 0x4B000000`` read as fp32 is
@@ -42,7 +42,7 @@ import triton.language as tl
 
 @triton.constexpr_function
 def slot_shift(bits: int, j: int, in_place: bool) -> int:
-    """How far :func:`_slot_f16` shifts a word right for value ``j`` of a ``bits``-bit word,
+    """How far :func:`_slot_q16` shifts a word right for value ``j`` of a ``bits``-bit word,
     before taking the 16-bit half the value is in: ``in_place``, by whole bytes only, so far
     that the value lies within bits 0..9 of its half (0 for values 0 and 1 of a 4-bit half,
     else 8); otherwise to bit 0 of its half."""
@@ -52,7 +52,7 @@ def slot_shift(bits: int, j: int, in_place: bool) -> int:
 
 @triton.constexpr_function
 def in_place(has_zp: bool, group_tile: bool) -> bool:
-    """Whether :func:`_slot_f16` leaves values in place: where the tile's zero point is one
+    """Whether :func:`_slot_q16` leaves values in place: where the tile's zero point is one
     row (or the symmetric constant). With a zero point per word row, the two subtraction
     constants in-place values need per row (``1024 + z``, ``64 + z``) cost more packing on
     the sm_90 dot tile than the shifts they save (4-bit asymmetric: 1675 SASS against 1447)."""
@@ -60,29 +60,47 @@ def in_place(has_zp: bool, group_tile: bool) -> bool:
 
 
 @triton.jit
-def _slot_f16(t, z, s16, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.constexpr):
-    """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t`` (``z`` fp32).
+def _slot_q16(
+    t, z, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.constexpr, TINY: tl.constexpr
+):
+    """``q - z`` in fp16 (exact) for value ``j`` of every word of ``t`` (``z`` fp32); with
+    ``TINY``, ``(q - z) * 2**-24`` (exact: an fp16 subnormal).
 
     After :func:`slot_shift` the value is the field at offset ``o`` of one of the word's
-    16-bit halves; an AND with the field and an OR of the fp16 exponent of ``2**(10 - o)``
-    make that half read as ``2**(10 - o) + q`` exactly (the field is the low end of the
-    mantissa, bits ``o .. o + bits - 1 <= 9``), so one subtraction of ``2**(10 - o) + z``
-    gives ``q - z`` exactly. The compiler packs two values (two word rows, or the two halves
-    of one word) into one register with one PRMT, which takes either half of a word for free,
-    and then masks, ORs, subtracts and scales the pair at once; so in place, a 4-bit word
-    needs one 8-bit shift for its eight values. ``IN_PLACE`` off (:func:`in_place`): every
-    value is shifted to bit 0 (``o = 0``), so all share one subtraction constant.
+    16-bit halves. The compiler packs two values (two word rows, or the two halves of one
+    word) into one register with one PRMT, which takes either half of a word for free, and
+    then works on the pair at once; so in place, a 4-bit word needs one 8-bit shift for its
+    eight values. ``IN_PLACE`` off (:func:`in_place`): every value is shifted to bit 0.
+
+    Without ``TINY`` an AND with the field and an OR of the fp16 exponent of ``2**(10 - o)``
+    make the half read as ``2**(10 - o) + q`` exactly (the field is the low end of the
+    mantissa, bits ``o .. o + bits - 1 <= 9``), and one subtraction of ``2**(10 - o) + z``
+    gives ``q - z``. With ``TINY`` the AND alone leaves the subnormal ``q * 2**(o - 24)``,
+    and one fused multiply-add by ``2**-o`` and of ``-z * 2**-24`` gives ``(q - z) * 2**-24``:
+    one instruction fewer per pair of values (the AND and the OR are two LOP3s: a LOP3 has
+    room for one immediate). The caller multiplies by ``2**24`` after the dot, in fp32.
     """
     OFF: tl.constexpr = BITS * (j % (16 // BITS)) - slot_shift(BITS, j, IN_PLACE)
     HI: tl.constexpr = 16 * (j // (16 // BITS))
     w = t
     if slot_shift(BITS, j, IN_PLACE):
         w = t >> slot_shift(BITS, j, IN_PLACE)
-    f = (w & (((1 << BITS) - 1) << (OFF + HI))) | (((25 - OFF) << 10) << HI)
+    if TINY:
+        f = w & (((1 << BITS) - 1) << (OFF + HI))
+    else:
+        f = (w & (((1 << BITS) - 1) << (OFF + HI))) | (((25 - OFF) << 10) << HI)
     if HI:
         f = f >> HI
-    c16 = (z + (1 << (10 - OFF))).to(tl.float16)
-    return (f.to(tl.uint16).to(tl.float16, bitcast=True) - c16) * s16
+    v = f.to(tl.uint16).to(tl.float16, bitcast=True)
+    if TINY:
+        return v * (1.0 / (1 << OFF)) - (z * (1.0 / (1 << 24))).to(tl.float16)
+    return v - (z + (1 << (10 - OFF))).to(tl.float16)
+
+
+@triton.jit
+def _slot_f16(t, z, s16, j: tl.constexpr, BITS: tl.constexpr, IN_PLACE: tl.constexpr):
+    """``(q - z) * s`` in fp16 for value ``j`` of every word of ``t`` (:func:`_slot_q16`)."""
+    return _slot_q16(t, z, j, BITS, IN_PLACE, False) * s16
 
 
 @triton.jit
@@ -257,7 +275,6 @@ def _gemv_sub(
     g = kb // GROUP
     s = tl.load(s_ptr + g * N + rn, mask=n_ok & in_split, other=0.0).to(tl.float32)
     if HAS_ZP:
-        z = tl.load(z_ptr + g * N + rn, mask=n_ok & in_split, other=0).to(tl.float32)
         ZC: tl.constexpr = 0
     else:
         ZC: tl.constexpr = 1 << (BITS - 1)
@@ -273,8 +290,37 @@ def _gemv_sub(
         else:
             part += xj[:, None] * _slot_minus(hi, live, BITS * j - field_shift(BITS, j), MASK, ZC)
     if HAS_ZP:
+        # Loaded where it is used: held across the FMAs, the zero points made the 8-bit tile
+        # spill at sm_70 (unspecialized sizes, with bias).
+        z = tl.load(z_ptr + g * N + rn, mask=n_ok & in_split, other=0).to(tl.float32)
         part -= xsum[:, None] * z[None, :]
     return part * s[None, :]
+
+
+@triton.jit
+def _slot_pair_x(x_ptr, rm, m_ok, kk, k_end, stride_xm):
+    """The activations of two adjacent word slots, ``[rows, words]`` each: inputs ``kk`` and
+    ``kk + 1`` (``kk`` even) of every word row, read as one 32-bit word each.
+
+    Read one slot at a time, each activation is a 2-byte element 16 bytes from the next; a
+    2-byte element cannot be copied asynchronously (``cp.async`` moves 4, 8 or 16 bytes), so
+    Triton loaded each slot's tile into registers and stored it to shared memory behind a
+    barrier, one L2 round trip per slot left exposed in every iteration. As 32-bit words the
+    pair is copied asynchronously ahead of its iteration by the software pipeline, and the
+    two halves are split by elementwise ops, which Triton applies after reading the words in
+    the dot-operand layout. Needs ``stride_xm`` even and ``x_ptr`` 4-byte aligned (the
+    launcher pads the activations otherwise); where the input length is odd, the last pair's
+    second half is the launcher's zero padding.
+    """
+    x32 = x_ptr.to(tl.pointer_type(tl.uint32))
+    words = tl.load(
+        x32 + rm[:, None] * (stride_xm // 2) + kk[None, :] // 2,
+        mask=m_ok[:, None] & (kk[None, :] < k_end),
+        other=0,
+    )
+    lo = (words & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
+    hi = (words >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
+    return lo, hi
 
 
 @triton.jit
@@ -347,14 +393,24 @@ def wna16_splitk_kernel(
             t, s, z = _load_words(
                 w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
             )
-            for j in tl.static_range(PACK):
-                kk = k0 + rkp * PACK + j
-                xj = tl.load(
-                    x_ptr + rm[:, None] * stride_xm + kk[None, :],
-                    mask=m_ok[:, None] & (kk[None, :] < k_end),
-                    other=0.0,
+            IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
+            if GROUP_TILE:
+                # One scale per output across the tile: the dots take the exact, subnormal
+                # ``(q - z) * 2**-24`` and the tile's sum is scaled once (by ``s * 2**24``),
+                # one FMA per output instead of a multiply per weight.
+                part = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for p in tl.static_range(PACK // 2):
+                x_lo, x_hi = _slot_pair_x(
+                    x_ptr, rm, m_ok, k0 + rkp * PACK + 2 * p, k_end, stride_xm
                 )
-                acc += tl.dot(xj, _slot_f16(t, z, s, j, BITS, in_place(HAS_ZP, GROUP_TILE)))
+                w_lo = _slot_q16(t, z, 2 * p, BITS, IN_PLACE, GROUP_TILE)
+                w_hi = _slot_q16(t, z, 2 * p + 1, BITS, IN_PLACE, GROUP_TILE)
+                if GROUP_TILE:
+                    part = tl.dot(x_hi, w_hi, tl.dot(x_lo, w_lo, part))
+                else:
+                    acc = tl.dot(x_hi, w_hi * s, tl.dot(x_lo, w_lo * s, acc))
+            if GROUP_TILE:
+                acc += part * (s.to(tl.float32) * 16777216.0)
         elif USE_DOT:
             kk = k0 + tl.arange(0, BLOCK_K)
             xk = tl.load(
@@ -540,26 +596,36 @@ def _dequant_block(
         w = tl.join(
             tl.join(
                 tl.join(
-                    _slot_f16(t, z, s, 0, BITS, IN_PLACE), _slot_f16(t, z, s, 4, BITS, IN_PLACE)
+                    _slot_f16(t, z, s, 0, BITS, IN_PLACE),
+                    _slot_f16(t, z, s, 4, BITS, IN_PLACE),
                 ),
                 tl.join(
-                    _slot_f16(t, z, s, 2, BITS, IN_PLACE), _slot_f16(t, z, s, 6, BITS, IN_PLACE)
+                    _slot_f16(t, z, s, 2, BITS, IN_PLACE),
+                    _slot_f16(t, z, s, 6, BITS, IN_PLACE),
                 ),
             ),
             tl.join(
                 tl.join(
-                    _slot_f16(t, z, s, 1, BITS, IN_PLACE), _slot_f16(t, z, s, 5, BITS, IN_PLACE)
+                    _slot_f16(t, z, s, 1, BITS, IN_PLACE),
+                    _slot_f16(t, z, s, 5, BITS, IN_PLACE),
                 ),
                 tl.join(
-                    _slot_f16(t, z, s, 3, BITS, IN_PLACE), _slot_f16(t, z, s, 7, BITS, IN_PLACE)
+                    _slot_f16(t, z, s, 3, BITS, IN_PLACE),
+                    _slot_f16(t, z, s, 7, BITS, IN_PLACE),
                 ),
             ),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     else:
         w = tl.join(
-            tl.join(_slot_f16(t, z, s, 0, BITS, IN_PLACE), _slot_f16(t, z, s, 2, BITS, IN_PLACE)),
-            tl.join(_slot_f16(t, z, s, 1, BITS, IN_PLACE), _slot_f16(t, z, s, 3, BITS, IN_PLACE)),
+            tl.join(
+                _slot_f16(t, z, s, 0, BITS, IN_PLACE),
+                _slot_f16(t, z, s, 2, BITS, IN_PLACE),
+            ),
+            tl.join(
+                _slot_f16(t, z, s, 1, BITS, IN_PLACE),
+                _slot_f16(t, z, s, 3, BITS, IN_PLACE),
+            ),
         )
         w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     return tl.reshape(tl.permute(w, (0, 2, 1)), (BLOCK_K, BLOCK_N))

@@ -33,7 +33,10 @@ class PackedWeights:
     """One layer's weights in the kernels' layout (per tensor-parallel rank).
 
     ``qweight`` int32 ``[ceil(k / pack), n]``; ``scales`` ``[groups, n]`` in the activation
-    dtype; ``zeros`` uint8 ``[groups, n]`` (stored, offset values) or None when symmetric.
+    dtype; ``zeros`` ``[groups, n]`` in the activation dtype too (the stored, offset values,
+    0 to 255, exact there) or None when symmetric. Not uint8: a tile's row of 1-byte zero
+    points is 2 bytes per thread, below what ``cp.async`` copies (4), so the dot tiles loaded
+    it in every iteration and waited for it; 2-byte values are copied ahead with the scales.
     """
 
     qweight: torch.Tensor
@@ -56,7 +59,9 @@ class PackedWeights:
     def nbytes(self) -> int:
         """Bytes a kernel reads for the weights: packed values, scales, zero points."""
         total = self.qweight.numel() * 4 + self.scales.numel() * self.scales.element_size()
-        return total + (self.zeros.numel() if self.zeros is not None else 0)
+        if self.zeros is not None:
+            total += self.zeros.numel() * self.zeros.element_size()
+        return total
 
 
 def _fail(layer: str, message: str) -> WeightFormatError:
@@ -180,7 +185,7 @@ def prepare(
                 f"weight_zero_point is {weight_zero_point.dtype} {tuple(weight_zero_point.shape)}; "
                 f"expected torch.int32 ({zp_rows}, {groups}) (packed along the output dimension)",
             )
-        zeros = unpack_int32(weight_zero_point, bits, n, dim=0).to(torch.uint8).t().contiguous()
+        zeros = unpack_int32(weight_zero_point, bits, n, dim=0).to(act_dtype).t().contiguous()
     return PackedWeights(
         qweight=weight_packed.t().contiguous(),
         scales=weight_scale.to(act_dtype).t().contiguous(),

@@ -56,6 +56,19 @@ def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> Non
         raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
 
 
+def _pair_aligned(x2: torch.Tensor) -> torch.Tensor:
+    """``x2`` itself if each row starts 4-byte aligned and has an even length, else a copy
+    padded with one zero column to an even row length (an odd input length, a row stride
+    that is odd, an odd storage offset): what the dot tile that reads activations as 32-bit
+    pairs needs (:func:`volta_ct_wna16.kernels._slot_pair_x`)."""
+    k = x2.shape[1]
+    if k % 2 == 0 and x2.stride(0) % 2 == 0 and x2.data_ptr() % 4 == 0:
+        return x2
+    padded = x2.new_zeros((x2.shape[0], k + k % 2))
+    padded[:, :k] = x2
+    return padded
+
+
 def wna16_linear(
     x: torch.Tensor,
     pw: PackedWeights,
@@ -86,8 +99,10 @@ def wna16_linear(
     if launch is None:
         launch = configs.choose(m, pw.n, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
-    zeros = pw.zeros if pw.zeros is not None else _empty(torch.uint8, x.device)
+    zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
+    if configs.reads_activation_pairs(launch, pw.bits):
+        x2 = _pair_aligned(x2)
     if launch.path == configs.SPLITK:
         if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")

@@ -567,6 +567,26 @@ def _store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS: 
 
 
 @triton.jit
+def _join4(
+    t,
+    z,
+    s,
+    A: tl.constexpr,
+    B: tl.constexpr,
+    C: tl.constexpr,
+    D: tl.constexpr,
+    BITS: tl.constexpr,
+    IN_PLACE: tl.constexpr,
+):
+    """Slots ``A, B, C, D`` of every word, dequantized and joined on two new last axes as
+    ``((A, B), (C, D))``: the order :func:`_dequant_block` flattens back into input order."""
+    return tl.join(
+        tl.join(_slot_f16(t, z, s, A, BITS, IN_PLACE), _slot_f16(t, z, s, B, BITS, IN_PLACE)),
+        tl.join(_slot_f16(t, z, s, C, BITS, IN_PLACE), _slot_f16(t, z, s, D, BITS, IN_PLACE)),
+    )
+
+
+@triton.jit
 def _dequant_block(
     w_ptr,
     s_ptr,
@@ -594,40 +614,11 @@ def _dequant_block(
     IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
     if BITS == 4:
         w = tl.join(
-            tl.join(
-                tl.join(
-                    _slot_f16(t, z, s, 0, BITS, IN_PLACE),
-                    _slot_f16(t, z, s, 4, BITS, IN_PLACE),
-                ),
-                tl.join(
-                    _slot_f16(t, z, s, 2, BITS, IN_PLACE),
-                    _slot_f16(t, z, s, 6, BITS, IN_PLACE),
-                ),
-            ),
-            tl.join(
-                tl.join(
-                    _slot_f16(t, z, s, 1, BITS, IN_PLACE),
-                    _slot_f16(t, z, s, 5, BITS, IN_PLACE),
-                ),
-                tl.join(
-                    _slot_f16(t, z, s, 3, BITS, IN_PLACE),
-                    _slot_f16(t, z, s, 7, BITS, IN_PLACE),
-                ),
-            ),
+            _join4(t, z, s, 0, 4, 2, 6, BITS, IN_PLACE), _join4(t, z, s, 1, 5, 3, 7, BITS, IN_PLACE)
         )
-        w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     else:
-        w = tl.join(
-            tl.join(
-                _slot_f16(t, z, s, 0, BITS, IN_PLACE),
-                _slot_f16(t, z, s, 2, BITS, IN_PLACE),
-            ),
-            tl.join(
-                _slot_f16(t, z, s, 1, BITS, IN_PLACE),
-                _slot_f16(t, z, s, 3, BITS, IN_PLACE),
-            ),
-        )
-        w = tl.reshape(w, (BKP, BLOCK_N, PACK))
+        w = _join4(t, z, s, 0, 2, 1, 3, BITS, IN_PLACE)
+    w = tl.reshape(w, (BKP, BLOCK_N, PACK))
     return tl.reshape(tl.permute(w, (0, 2, 1)), (BLOCK_K, BLOCK_N))
 
 

@@ -207,7 +207,7 @@ def test_pair_read_activations_with_odd_rows(bits: int) -> None:
     length (channel-wise, so the last word is padded), and rows of a view whose stride and
     start are odd, take the launcher's zero-padded copy and still match float64."""
     launch = configs.SM90.decode
-    assert configs.reads_activation_pairs(launch, bits)
+    assert configs.slot_dots(launch, bits)
     pw = packed(library_checkpoint(40, 383, WeightScheme(bits, False, None), seed=7))
     check(pw, 16, bias=True, launch=launch)
     pw = packed(library_checkpoint(40, 384, WeightScheme(bits, True, 128), seed=8))

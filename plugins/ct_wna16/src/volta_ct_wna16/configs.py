@@ -220,10 +220,11 @@ def choose(
     return launch.scaled_for_bits(bits)
 
 
-def reads_activation_pairs(launch: Launch, bits: int) -> bool:
-    """Whether ``launch`` runs the dot tile that reads activations two word slots at a time,
-    as 32-bit words (16 or more words per slot), so its activation rows must start 4-byte
-    aligned (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not)."""
+def slot_dots(launch: Launch, bits: int) -> bool:
+    """Whether ``launch`` runs the dot tile with one ``tl.dot`` per word slot (16 or more words
+    per slot; the kernel's ``SLOT_DOTS``), which reads activations two slots at a time as
+    32-bit words, so its activation rows must start 4-byte aligned
+    (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not)."""
     return launch.path == SPLITK and launch.use_dot and launch.block_k // (32 // bits) >= 16
 
 
@@ -268,6 +269,7 @@ def splitk_constexprs(
         "NUM_STAGES": launch.num_stages,
         "REDUCE_UNROLL": launch.reduce_unroll,
         "GROUP_TILE": group_tile,
+        "SLOT_DOTS": slot_dots(launch, bits),
     }
 
 

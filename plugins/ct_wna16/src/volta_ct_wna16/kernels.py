@@ -352,6 +352,7 @@ def wna16_splitk_kernel(
     NUM_STAGES: tl.constexpr,
     REDUCE_UNROLL: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    SLOT_DOTS: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
 
@@ -361,7 +362,9 @@ def wna16_splitk_kernel(
     iteration, waited for). ``GROUP_TILE``: every tile lies inside one quantization group
     (:func:`_load_words`). ``REDUCE_UNROLL``: the fan-in of the fused reduction's tree, whose
     unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` partials (wide dot
-    tiles need few, or they spill).
+    tiles need few, or they spill). ``SLOT_DOTS`` (with ``USE_DOT``): one dot per word slot,
+    set by :func:`volta_ct_wna16.configs.slot_dots`, which the launcher also asks whether the
+    activations need 4-byte aligned rows (:func:`_slot_pair_x`).
 
     With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
     to ``ws_ptr[split]`` and the tile is reduced by :func:`_reduce_splits`, whose counters in
@@ -387,7 +390,7 @@ def wna16_splitk_kernel(
     else:
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in tl.range(k_begin, k_end, BLOCK_K, num_stages=NUM_STAGES):
-        if USE_DOT and BKP >= 16:
+        if SLOT_DOTS:
             # One dot per word slot: the activations are gathered in the slot's order, so the
             # dequantized slots need no interleaving back into input order.
             t, s, z = _load_words(

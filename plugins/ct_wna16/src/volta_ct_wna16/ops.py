@@ -101,7 +101,7 @@ def wna16_linear(
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
-    if configs.reads_activation_pairs(launch, pw.bits):
+    if configs.slot_dots(launch, pw.bits):
         x2 = _pair_aligned(x2)
     if launch.path == configs.SPLITK:
         if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -29,7 +30,7 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     device_configs = volta_kernel_configs(device)
     names = {c.name for c in device_configs}
     kinds = {c.kernel.rsplit(":", 1)[1] for c in device_configs}
-    expected = {"wna16_splitk_kernel", "wna16_dequant_kernel"}
+    expected = {"wna16_splitk_kernel", "wna16_dequant_kernel", "wna16_moe_kernel"}
     if device == V100:  # SM90 runs 33-191 tokens on a split-K tile, not the GEMM kernel
         expected.add("wna16_gemm_kernel")
     assert kinds == expected
@@ -39,6 +40,13 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
                 for bits in (4, 8):
                     launch = configs.choose(m, n, device.capability, bits)
                     assert _config_for(launch, bits, names), (m, n, k, launch)
+    for pairs in range(1, 4096, 7):
+        for experts in (8, 64, 128, 256):
+            launch = configs.choose_moe(pairs, experts, device.capability)
+            for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
+                for rw, f32 in ((False, False), (False, True), (True, True)):
+                    cfg = configs.moe_config(launch, bits, zp, rw, gt, f32)
+                    assert cfg.name in names, cfg.name
 
 
 def test_sm90_gemv_tile_follows_the_output_count() -> None:

@@ -1,11 +1,12 @@
 """The experts' arithmetic on the kernels, without vLLM (the GPU machine has none).
 
-:func:`volta_ct_wna16.experts.experts_forward` over experts packed by this package's packer
-(bit-identical to compressed-tensors, proven in ``test_packing.py``) against the float64
-``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))``: on CUDA at 8 experts, hidden 512,
-intermediate 256, top-2 (marker ``gpu``), eagerly and replayed from a captured CUDA graph (the
-path vLLM's decode capture takes); the same checks at a small size under the interpreter keep
-this file honest on CPU.
+:func:`volta_ct_wna16.experts.experts_forward` (the fused kernel) over experts packed by this
+package's packer (bit-identical to compressed-tensors, proven in ``test_packing.py``) against
+the float64 ``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))``: on CUDA at 8 experts, hidden
+512, intermediate 256, top-2 (marker ``gpu``), eagerly and replayed from a captured CUDA graph
+(the path vLLM's decode capture takes); the same checks at a small size under the interpreter
+keep this file honest on CPU. :func:`volta_ct_wna16.ops.moe_linear` alone: it writes every
+routed row (outputs poisoned first) and no other, and refuses bad arguments before launching.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import pytest
 import torch
 
 from volta_core.kernels.testing import assert_rel_close
+from volta_ct_wna16 import configs, ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import PackedWeights, dequantize
+from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import Checkpoint, fresh_checkpoint
 
@@ -86,10 +89,9 @@ def check_eager(experts: ExpertWeights, dense, m: int, device: str, what: str) -
     x = torch.randn(m, experts.hidden, device=device).half()
     weights, ids = routing(m, experts.num_experts, device, seed=m)
     ref = reference(dense, x, weights, ids)
-    for every in (False, True):
-        out = experts_forward(x, weights, ids, experts, every_expert=every)
-        assert out.dtype == torch.float16
-        assert_rel_close(out, ref, TOLERANCE, f"{what} m={m} every_expert={every}")
+    out = experts_forward(x, weights, ids, experts)
+    assert out.dtype == torch.float16
+    assert_rel_close(out, ref, TOLERANCE, f"{what} m={m}")
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
@@ -97,7 +99,7 @@ def test_experts_forward_under_the_interpreter(scheme) -> None:
     if torch.cuda.is_available():
         pytest.skip("the CPU copy of the GPU checks")
     experts, dense = make_experts(scheme, experts=4, hidden=128, inter=128, device="cpu")
-    for m in (1, 3):
+    for m in (1, 3, 40):  # 40 tokens: 80 pairs over 4 experts take the larger tile
         check_eager(experts, dense, m, "cpu", scheme.label)
 
 
@@ -112,12 +114,12 @@ def test_gpu_experts_eager_and_in_a_cuda_graph(scheme) -> None:
         weights, ids = routing(m, 8, "cuda", seed=1000 + m)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # compiles, and sizes the split-K counters
-            experts_forward(x, weights, ids, experts, every_expert=True)
+        with torch.cuda.stream(stream):  # compiles before the capture
+            experts_forward(x, weights, ids, experts)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
-            out = experts_forward(x, weights, ids, experts, every_expert=True)
+            out = experts_forward(x, weights, ids, experts)
         for replay in range(3):
             new_weights, new_ids = routing(m, 8, "cuda", seed=2000 + 10 * m + replay)
             x.copy_(torch.randn(m, 512, device="cuda").half())
@@ -128,3 +130,59 @@ def test_gpu_experts_eager_and_in_a_cuda_graph(scheme) -> None:
             torch.cuda.synchronize()
             ref = reference(dense, x, weights, ids)
             assert_rel_close(out, ref, TOLERANCE, f"{scheme.label} m={m} graph replay {replay}")
+
+
+def _poisoned_rows(device: str) -> None:
+    """Gate/up rows of ``moe_linear`` for a routing with an idle expert and another rank's
+    pairs: every routed row equals its expert's float64 product, the rest keep the poison."""
+    scheme = SCHEMES[1]
+    experts, dense = make_experts(scheme, experts=4, hidden=128, inter=64, device=device)
+    m, top_k = 21, 2
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, 3, (m, top_k), generator=gen)  # expert 3 idle
+    ids[::5, 1] = -1  # another rank's
+    x = torch.randn(m, 128, generator=gen).half().to(device)
+    flat = ids.reshape(-1).to(device)
+    for pairs_per_expert in (1, 100):  # the small tile, then (on SM70 sizes) the large one
+        launch = configs.choose_moe(pairs_per_expert * 4, 4, ops.device_facts(x)[0])
+        blocks = route(flat, 4, launch.block_m)
+        out = torch.full((m * top_k, 128), float("nan"), device=device).half()
+        ops.moe_linear(x, experts.w13, blocks, out, launch, top_k)
+        for p, e in enumerate(ids.reshape(-1).tolist()):
+            if e < 0:
+                assert bool(out[p].isnan().all()), p
+                continue
+            gate, up, _ = dense[e]
+            want = x[p // top_k].double() @ torch.cat([gate, up]).t()
+            assert_rel_close(out[p], want, TOLERANCE, f"pair {p} expert {e}")
+
+
+def test_moe_linear_writes_routed_rows_only_under_the_interpreter() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the CPU copy of the GPU check")
+    _poisoned_rows("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_moe_linear_writes_routed_rows_only() -> None:
+    _poisoned_rows("cuda")
+
+
+def test_moe_linear_refuses_bad_arguments() -> None:
+    experts, _ = make_experts(SCHEMES[0], experts=2, hidden=128, inter=128, device="cpu")
+    launch = configs.choose_moe(4, 2, (7, 0))
+    x = torch.randn(2, 128).half()
+    blocks = route(torch.tensor([0, 1, 1, 0]), 2, launch.block_m)
+    out = torch.empty(4, 256).half()
+    with pytest.raises(ValueError, match="blocks of 16 rows for a 32-row tile"):
+        ops.moe_linear(
+            x, experts.w13, route(torch.tensor([0, 1, 1, 0]), 2, 16), out, configs.SM70.moe_large, 2
+        )
+    with pytest.raises(ValueError, match=r"out must be a contiguous \(4, 256\)"):
+        ops.moe_linear(x, experts.w13, blocks, torch.empty(3, 256).half(), launch, 2)
+    with pytest.raises(TypeError, match="out must be float16 or float32"):
+        ops.moe_linear(x, experts.w13, blocks, out.to(torch.bfloat16), launch, 2)
+    with pytest.raises(ValueError, match="input has 64 features; the layer takes 128"):
+        ops.moe_linear(x[:, :64], experts.w13, blocks, out, launch, 2)
+    with pytest.raises(TypeError, match="float16 activations"):
+        ops.moe_linear(x.float(), experts.w13, blocks, out, launch, 2)

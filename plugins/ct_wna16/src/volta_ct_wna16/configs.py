@@ -23,6 +23,7 @@ from volta_core.types import KernelConfig
 SPLITK = "splitk"
 GEMM = "gemm"
 DEQUANT_MATMUL = "dequant_matmul"
+MOE = "moe"
 
 KERNELS = "volta_ct_wna16.kernels"
 
@@ -83,6 +84,10 @@ class Table:
     """1 token from this many outputs on: ``(outputs, launch)``."""
     decode_max_m: int = DECODE_MAX_M
     """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
+    moe: Launch = Launch(MOE, block_m=16, block_n=64, block_k=32, use_dot=True)
+    """Fused MoE (:func:`wna16_moe_kernel`) while experts get few routed rows each."""
+    moe_large: Launch = Launch(MOE, block_m=32, block_n=64, block_k=32, use_dot=True)
+    """Fused MoE once the routed rows average more than ``moe.block_m`` per expert."""
 
 
 SM70 = Table(
@@ -188,6 +193,11 @@ SM90 = Table(
     ),
     dequant_from=192,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
+    # Fused MoE: 128 inputs per step, so a group-128 tile loads one row of scales (and zero
+    # points); 16 rows while the routed rows per expert are few (decode: most blocks hold one
+    # or two of them), 64 rows on 128 outputs for prefill.
+    moe=Launch(MOE, block_m=16, block_n=64, block_k=128, use_dot=True, num_stages=3),
+    moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
 )
 
 
@@ -220,6 +230,14 @@ def choose(
     return launch.scaled_for_bits(bits)
 
 
+def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:
+    """The fused-MoE launch for ``pairs`` routed (token, expert) rows over ``experts`` local
+    experts: the larger tile once the rows average more than the small tile holds per expert.
+    Depends on the batch only (not on the routing), so a captured CUDA graph keeps its tile."""
+    t = table_for(capability)
+    return t.moe_large if pairs > t.moe.block_m * experts else t.moe
+
+
 def slot_dots(launch: Launch, bits: int) -> bool:
     """Whether ``launch`` runs the dot tile with one ``tl.dot`` per word slot (16 or more words
     per slot; the kernel's ``SLOT_DOTS``), which reads activations two slots at a time as
@@ -249,7 +267,7 @@ def group_tile(launch: Launch, group: int) -> bool:
     Splits start at multiples of ``block_k`` (:func:`split_count`), so tiles are aligned.
     Only the dot paths use it: the 1-token GEMV already loads scales once per 32 inputs.
     """
-    return launch.path == SPLITK and launch.use_dot and group % launch.block_k == 0
+    return launch.path in (SPLITK, MOE) and launch.use_dot and group % launch.block_k == 0
 
 
 def splitk_constexprs(
@@ -294,6 +312,28 @@ _SPLITK_SIG = {
 
 _GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "cnt_ptr", "K_PER_SPLIT")}
 
+_MOE_SIG = {
+    "x_ptr": "*fp16",
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "rw_ptr": "*fp32",
+    "pair_ptr": "*i32",
+    "expert_ptr": "*i32",
+    "PAIRS": "i32",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "GROUP": "i32",
+    "EXPERTS": "i32",
+    "ROW_DIV": "i32",
+    "stride_xm": "i32",
+    "stride_om": "i32",
+    "stride_we": "i32",
+    "stride_se": "i32",
+}
+
 _DEQUANT_SIG = {
     "w_ptr": "*i32",
     "s_ptr": "*fp16",
@@ -312,6 +352,7 @@ _DEQUANT_SIG = {
 _MODEL_DIVISIBLE = ("N", "K", "KW", "GROUP", "stride_xm", "stride_om")
 _SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
 _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
+_MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se")
 
 
 def splitk_config(
@@ -332,6 +373,51 @@ def splitk_config(
         num_stages=launch.num_stages,
         divisible_by_16=_SPLITK_DIVISIBLE,
     )
+
+
+def moe_constexprs(
+    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool
+) -> dict[str, int | bool]:
+    """The ``tl.constexpr`` arguments of :func:`wna16_moe_kernel` (launcher and gate)."""
+    return {
+        "BITS": bits,
+        "HAS_ZP": zp,
+        "MUL_ROUTER": mul_router,
+        "BLOCK_M": launch.block_m,
+        "BLOCK_N": launch.block_n,
+        "BLOCK_K": launch.block_k,
+        "GROUP_TILE": group_tile,
+    }
+
+
+def moe_config(
+    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, out_fp32: bool
+) -> KernelConfig:
+    """The gate's configuration of one fused-MoE launch: gate/up stores fp16 rows, down
+    stores fp32 rows times the router weights (``out_fp32``, ``mul_router``)."""
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+    tile += f"w{launch.num_warps}s{launch.num_stages}"
+    return KernelConfig(
+        name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
+        f"{'_f32' if out_fp32 else ''}{'_gt' if group_tile else ''}",
+        kernel=f"{KERNELS}:wna16_moe_kernel",
+        signature={**_MOE_SIG, "out_ptr": "*fp32" if out_fp32 else "*fp16"},
+        constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_MOE_DIVISIBLE,
+    )
+
+
+def _moe_variants(table: Table) -> Iterator[KernelConfig]:
+    """Gate/up (fp16 rows) and down (fp32 rows, with and without the router weight: vLLM's
+    ``apply_router_weight_on_input`` applies it to the input instead), 4 and 8 bits, both
+    symmetries, scales per tile or per word row."""
+    for launch in (table.moe, table.moe_large):
+        for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
+            yield moe_config(launch, bits, zp, False, gt, False)
+            for mul_router in (False, True):
+                yield moe_config(launch, bits, zp, mul_router, gt, True)
 
 
 def _launches(table: Table) -> list[Launch]:
@@ -411,4 +497,5 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
 
 def kernel_configs(device: Device) -> list[KernelConfig]:
     """Every kernel configuration :func:`choose` can launch on ``device``."""
-    return list(_variants(table_for(device.capability)))
+    table = table_for(device.capability)
+    return [*_variants(table), *_moe_variants(table)]

@@ -1,10 +1,12 @@
 """The experts' arithmetic, without vLLM: ``sum_k w_k * down(SiLU(gate(x)) * up(x))``.
 
 Each expert is two linear layers in the plugin's layout (``gate`` and ``up`` stacked as one
-``[2 * inter, hidden]`` weight, ``down`` ``[hidden, inter]``) run by the same op the dense layers
-use (:func:`volta_ct_wna16.ops.linear_op`: the Triton kernels on CUDA or under the interpreter,
-dequantize-and-``F.linear`` on CPU). :mod:`volta_ct_wna16.moe` wraps this for vLLM; kept apart
-so the GPU tests run it on a machine without vLLM.
+``[2 * inter, hidden]`` weight, ``down`` ``[hidden, inter]``). On CUDA (and under the Triton
+interpreter) every routed pair runs through the fused kernel
+(:func:`volta_ct_wna16.ops.moe_linear`, pairs grouped by :mod:`volta_ct_wna16.routing`); on
+CPU each expert runs its tokens through the dense layers' reference op.
+:mod:`volta_ct_wna16.moe` wraps this for vLLM; kept apart so the GPU tests run it on a machine
+without vLLM.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from volta_ct_wna16 import ops
+from volta_ct_wna16 import configs, ops
 from volta_ct_wna16.layout import PackedWeights
+from volta_ct_wna16.routing import route
 
 
 @dataclass
@@ -92,7 +95,7 @@ def experts_forward(
     *,
     expert_map: torch.Tensor | None = None,
     weight_on_input: bool = False,
-    every_expert: bool = False,
+    launch: configs.Launch | None = None,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
 
@@ -100,27 +103,62 @@ def experts_forward(
     rank's experts, -1 for another rank's. ``weight_on_input`` scales each token's input by its
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
-    By default each expert runs only the tokens routed to it, which needs the per-expert counts
-    on the host (one synchronization). ``every_expert`` runs every local expert on every token
-    and masks the unrouted ones out: no synchronization and no data-dependent shapes, so it can
-    be captured in a CUDA graph (vLLM captures decode steps), at ``experts / top_k`` times the
-    work.
+    On CUDA (and under the interpreter) the fused kernel runs every routed pair in two
+    launches, with no host synchronization, so a decode step can be captured in a CUDA graph
+    (``launch`` overrides the device's MoE tile: the benchmark's sweep). On CPU each expert
+    runs its tokens through the reference linear op (one synchronization for the counts).
     """
-    m, top_k = topk_ids.shape
-    experts = weights.num_experts
-    out = torch.zeros((m, weights.hidden), dtype=torch.float32, device=x.device)
     ids = topk_ids.long()
     if expert_map is not None:
         ids = expert_map[ids].long()
-    if every_expert:
-        for e in range(experts):
-            hit = ids == e
-            w = torch.where(hit, topk_weights.float(), 0.0).sum(-1, keepdim=True)
-            routed = hit.any(-1, keepdim=True)
-            xe = (x.float() * w).to(x.dtype) if weight_on_input else x
-            y = weights.expert(e, xe).float()
-            out += torch.where(routed, y if weight_on_input else y * w, 0.0)
-        return out.to(x.dtype)
+    if x.is_cuda or ops.interpreting():
+        return _fused(x, topk_weights, ids, weights, weight_on_input, launch)
+    return _per_expert(x, topk_weights, ids, weights, weight_on_input)
+
+
+def _fused(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    ids: torch.Tensor,
+    weights: ExpertWeights,
+    weight_on_input: bool,
+    launch: configs.Launch | None,
+) -> torch.Tensor:
+    """Gate/up for every routed pair into fp16 rows, ``SiLU(gate) * up``, then down into fp32
+    rows times the router weight, summed over each token's pairs."""
+    m, top_k = ids.shape
+    pairs = m * top_k
+    experts = weights.num_experts
+    if launch is None:
+        launch = configs.choose_moe(pairs, experts, ops.device_facts(x)[0])
+    blocks = route(ids.reshape(-1), experts, launch.block_m)
+    router = topk_weights.reshape(-1).float()
+    if weight_on_input:
+        rows = (x.float().repeat_interleave(top_k, 0) * router[:, None]).to(x.dtype)
+        row_div = 1
+    else:
+        rows, row_div = x, top_k
+    h = torch.empty((pairs, 2 * weights.inter), dtype=x.dtype, device=x.device)
+    ops.moe_linear(rows, weights.w13, blocks, h, launch, row_div)
+    gate, up = h[:, : weights.inter].float(), h[:, weights.inter :].float()
+    act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
+    # Zeros: rows of another rank's pairs are in no block and must add nothing.
+    y = torch.zeros((pairs, weights.hidden), dtype=torch.float32, device=x.device)
+    ops.moe_linear(act, weights.w2, blocks, y, launch, 1, None if weight_on_input else router)
+    return y.view(m, top_k, weights.hidden).sum(1).to(x.dtype)
+
+
+def _per_expert(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    ids: torch.Tensor,
+    weights: ExpertWeights,
+    weight_on_input: bool,
+) -> torch.Tensor:
+    """Each expert's tokens through the reference linear op, counts read on the host."""
+    m, top_k = ids.shape
+    experts = weights.num_experts
+    out = torch.zeros((m, weights.hidden), dtype=torch.float32, device=x.device)
     flat = ids.reshape(-1)
     flat = torch.where(flat < 0, experts, flat)  # another rank's experts: a bucket never run
     order = torch.argsort(flat, stable=True)

@@ -679,6 +679,80 @@ def wna16_gemm_kernel(
 
 
 @triton.jit
+def wna16_moe_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    out_ptr,
+    rw_ptr,
+    pair_ptr,
+    expert_ptr,
+    PAIRS,
+    N,
+    K,
+    KW,
+    GROUP,
+    EXPERTS,
+    ROW_DIV,
+    stride_xm,
+    stride_om,
+    stride_we,
+    stride_se,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    MUL_ROUTER: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
+):
+    """One ``[BLOCK_M, BLOCK_N]`` tile of routed rows times one expert's weights (fused MoE).
+
+    The routed (token, slot) pairs come sorted by expert in blocks of ``BLOCK_M``
+    (:func:`volta_ct_wna16.routing.route`): ``pair_ptr`` holds each block's pair indices
+    (``PAIRS`` where a block is padded) and ``expert_ptr`` each block's expert (``EXPERTS`` for
+    blocks past the routed pairs, which return at once: the grid is sized for the most blocks
+    any routing can need, so it needs no count from the device). Input row of pair ``p`` is
+    ``p // ROW_DIV`` (the token for gate/up, the pair itself for down); output row is ``p``.
+    ``MUL_ROUTER`` multiplies each row by its router weight (``rw_ptr``, fp32) before the
+    store. The expert's weights are the stacked tensors at ``e * stride_we`` (words) and
+    ``e * stride_se`` (scales and zero points): the layout of :func:`wna16_gemm_kernel`.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    e = tl.load(expert_ptr + pid_m)
+    if e >= EXPERTS:
+        return
+    pairs = tl.load(pair_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
+    m_ok = pairs < PAIRS
+    src = pairs // ROW_DIV
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    n_ok = rn < N
+    e64 = e.to(tl.int64)
+    w_e = w_ptr + e64 * stride_we
+    s_e = s_ptr + e64 * stride_se
+    z_e = z_ptr + e64 * stride_se if HAS_ZP else z_ptr
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        a = tl.load(
+            x_ptr + src[:, None] * stride_xm + kk[None, :],
+            mask=m_ok[:, None] & (kk[None, :] < K),
+            other=0.0,
+        )
+        w = _dequant_block(
+            w_e, s_e, z_e, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
+        )
+        acc += tl.dot(a, w)
+    if MUL_ROUTER:
+        acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
+    o = out_ptr + pairs[:, None] * stride_om + rn[None, :]
+    tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
 def wna16_dequant_kernel(
     w_ptr,
     s_ptr,

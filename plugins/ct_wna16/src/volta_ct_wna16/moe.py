@@ -1,9 +1,10 @@
 """The vLLM side for fused MoE experts: a ``FusedMoEMethodBase`` (this module imports vLLM).
 
-The correct path, not a fast one: after vLLM's router has picked ``topk_ids`` and
-``topk_weights``, :func:`volta_ct_wna16.experts.experts_forward` runs each expert's tokens
-through two calls of the linear op the dense layers use, ``gate_up`` then ``down``, with
-``SiLU(gate) * up`` between them, and sums the weighted outputs in fp32.
+After vLLM's router has picked ``topk_ids`` and ``topk_weights``,
+:func:`volta_ct_wna16.experts.experts_forward` runs the routed pairs through the fused kernel
+(``gate_up``, ``SiLU(gate) * up``, ``down``; two launches, no host synchronization, so vLLM
+can capture decode steps) and sums the weighted outputs in fp32; on CPU each expert's tokens
+go through the dense layers' reference op.
 
 Weights are registered under upstream's parameter names (``w13_weight_packed``,
 ``w13_weight_scale``, ``w13_weight_zero_point``, ``w13_weight_shape`` and ``w2_*``) in the
@@ -229,7 +230,6 @@ class WNA16MoEMethod(FusedMoEMethodBase):
             expert_weights(layer),
             expert_map=layer.expert_map,
             weight_on_input=bool(layer.apply_router_weight_on_input),
-            every_expert=x.is_cuda and torch.cuda.is_current_stream_capturing(),
         )
 
 

@@ -14,6 +14,7 @@ import torch
 from volta_core.kernels.counters import arrival_counters
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights
+from volta_ct_wna16.routing import Blocks
 
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
 KERNEL_DTYPES = (torch.float16,)
@@ -176,6 +177,86 @@ def wna16_linear(
         if bias is not None:
             out += bias
     return out.reshape(*lead, pw.n)
+
+
+def moe_linear(
+    x: torch.Tensor,
+    pw: PackedWeights,
+    blocks: Blocks,
+    out: torch.Tensor,
+    launch: configs.Launch,
+    row_div: int = 1,
+    router_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Row ``p`` of ``out`` = ``x[p // row_div] @ dequant(W_e).T`` for every routed pair ``p``
+    of ``blocks``, ``e`` its expert (times ``router_weights[p]``, fp32, when given); rows of
+    unrouted pairs are left as they are.
+
+    ``pw`` holds every local expert's weights stacked on a first axis (``qweight[e]`` ...);
+    ``out`` is ``[pairs, n]``, fp16 or fp32. One launch, sized by ``blocks`` alone, so a CUDA
+    graph can capture it.
+    """
+    from volta_ct_wna16 import kernels
+
+    one = _expert(pw, 0)
+    _check(x, one, None)
+    if blocks.block_m != launch.block_m:
+        raise ValueError(f"blocks of {blocks.block_m} rows for a {launch.block_m}-row tile")
+    if out.shape != (blocks.num_pairs, pw.n) or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({blocks.num_pairs}, {pw.n}) tensor")
+    if out.dtype not in (torch.float16, torch.float32):
+        raise TypeError(f"out must be float16 or float32, got {out.dtype}")
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if blocks.blocks == 0:
+        return out
+    zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
+    rw = router_weights if router_weights is not None else _empty(torch.float32, x.device)
+    grid = (blocks.blocks, -(-pw.n // launch.block_n))
+    kernels.wna16_moe_kernel[grid](
+        x,
+        pw.qweight,
+        pw.scales,
+        zeros,
+        out,
+        rw,
+        blocks.pairs,
+        blocks.experts,
+        blocks.num_pairs,
+        pw.n,
+        pw.k,
+        one.words_per_column,
+        pw.group,
+        blocks.num_experts,
+        row_div,
+        x.stride(0),
+        out.stride(0),
+        pw.qweight.stride(0),
+        pw.scales.stride(0),
+        **configs.moe_constexprs(
+            launch,
+            pw.bits,
+            pw.zeros is not None,
+            router_weights is not None,
+            configs.group_tile(launch, pw.group),
+        ),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+    )
+    return out
+
+
+def _expert(pw: PackedWeights, e: int) -> PackedWeights:
+    """Expert ``e`` of a stack of experts' weights (views)."""
+    return PackedWeights(
+        pw.qweight[e],
+        pw.scales[e],
+        None if pw.zeros is None else pw.zeros[e],
+        pw.n,
+        pw.k,
+        pw.bits,
+        pw.group,
+    )
 
 
 def dequantize_dense(

@@ -55,3 +55,11 @@ def test_best_of_sweep_takes_the_fastest_correct_launch() -> None:
     assert bench.launch_label(fast) in best
     assert "10.0" in best  # the table's launch, beside the best
     assert "2.5" in best  # 20 us of fp16 over 8 us
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_moe_benchmark_refuses_to_run_without_cuda(tmp_path) -> None:
+    from volta_ct_wna16 import bench_moe
+
+    assert bench_moe.main(["--out", str(tmp_path)]) == 2
+    assert not list(tmp_path.iterdir())

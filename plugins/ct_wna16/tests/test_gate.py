@@ -43,9 +43,11 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     for pairs in range(1, 4096, 7):
         for experts in (8, 64, 128, 256):
             launch = configs.choose_moe(pairs, experts, device.capability)
+            split = configs.moe_splits(launch)
+            assert split == (launch.block_m == 16)
             for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
-                for rw, f32 in ((False, False), (False, True), (True, True)):
-                    cfg = configs.moe_config(launch, bits, zp, rw, gt, f32)
+                for rw, f32, atomic in configs.moe_outputs(split):
+                    cfg = configs.moe_config(launch, bits, zp, rw, gt, f32, atomic)
                     assert cfg.name in names, cfg.name
 
 

@@ -132,40 +132,44 @@ def test_gpu_experts_eager_and_in_a_cuda_graph(scheme) -> None:
             assert_rel_close(out, ref, TOLERANCE, f"{scheme.label} m={m} graph replay {replay}")
 
 
-def _poisoned_rows(device: str) -> None:
+def _routed_rows(device: str) -> None:
     """Gate/up rows of ``moe_linear`` for a routing with an idle expert and another rank's
-    pairs: every routed row equals its expert's float64 product, the rest keep the poison."""
+    pairs, on both tables' small tiles (split across the input: the grid is small) and large
+    ones, as fp16 and fp32 rows: every routed row equals its expert's float64 product, and fp32
+    rows of unrouted pairs are zero."""
     scheme = SCHEMES[1]
-    experts, dense = make_experts(scheme, experts=4, hidden=128, inter=64, device=device)
+    experts, dense = make_experts(scheme, experts=4, hidden=256, inter=64, device=device)
     m, top_k = 21, 2
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(0, 3, (m, top_k), generator=gen)  # expert 3 idle
     ids[::5, 1] = -1  # another rank's
-    x = torch.randn(m, 128, generator=gen).half().to(device)
+    x = torch.randn(m, 256, generator=gen).half().to(device)
     flat = ids.reshape(-1).to(device)
-    for pairs_per_expert in (1, 100):  # the small tile, then (on SM70 sizes) the large one
-        launch = configs.choose_moe(pairs_per_expert * 4, 4, ops.device_facts(x)[0])
+    tiles = (configs.SM70.moe, configs.SM70.moe_large, configs.SM90.moe, configs.SM90.moe_large)
+    for launch in tiles:  # SM90's also on SM70 sizes: one dot per word slot, 128-input steps
         blocks = route(flat, 4, launch.block_m)
-        out = torch.full((m * top_k, 128), float("nan"), device=device).half()
-        ops.moe_linear(x, experts.w13, blocks, out, launch, top_k)
-        for p, e in enumerate(ids.reshape(-1).tolist()):
-            if e < 0:
-                assert bool(out[p].isnan().all()), p
-                continue
-            gate, up, _ = dense[e]
-            want = x[p // top_k].double() @ torch.cat([gate, up]).t()
-            assert_rel_close(out[p], want, TOLERANCE, f"pair {p} expert {e}")
+        for fp32 in (False, True):
+            out = ops.moe_linear(x, experts.w13, blocks, launch, top_k, fp32=fp32)
+            assert out.shape == (m * top_k, 128)
+            for p, e in enumerate(ids.reshape(-1).tolist()):
+                if e < 0:
+                    if out.dtype == torch.float32:
+                        assert bool((out[p] == 0).all()), p
+                    continue
+                gate, up, _ = dense[e]
+                want = x[p // top_k].double() @ torch.cat([gate, up]).t()
+                assert_rel_close(out[p], want, TOLERANCE, f"{launch} pair {p} expert {e}")
 
 
-def test_moe_linear_writes_routed_rows_only_under_the_interpreter() -> None:
+def test_moe_linear_writes_routed_rows_under_the_interpreter() -> None:
     if torch.cuda.is_available():
         pytest.skip("the CPU copy of the GPU check")
-    _poisoned_rows("cpu")
+    _routed_rows("cpu")
 
 
 @pytest.mark.gpu
-def test_gpu_moe_linear_writes_routed_rows_only() -> None:
-    _poisoned_rows("cuda")
+def test_gpu_moe_linear_writes_routed_rows() -> None:
+    _routed_rows("cuda")
 
 
 def test_moe_linear_refuses_bad_arguments() -> None:
@@ -173,16 +177,13 @@ def test_moe_linear_refuses_bad_arguments() -> None:
     launch = configs.choose_moe(4, 2, (7, 0))
     x = torch.randn(2, 128).half()
     blocks = route(torch.tensor([0, 1, 1, 0]), 2, launch.block_m)
-    out = torch.empty(4, 256).half()
     with pytest.raises(ValueError, match="blocks of 16 rows for a 32-row tile"):
-        ops.moe_linear(
-            x, experts.w13, route(torch.tensor([0, 1, 1, 0]), 2, 16), out, configs.SM70.moe_large, 2
-        )
-    with pytest.raises(ValueError, match=r"out must be a contiguous \(4, 256\)"):
-        ops.moe_linear(x, experts.w13, blocks, torch.empty(3, 256).half(), launch, 2)
-    with pytest.raises(TypeError, match="out must be float16 or float32"):
-        ops.moe_linear(x, experts.w13, blocks, out.to(torch.bfloat16), launch, 2)
+        ops.moe_linear(x, experts.w13, blocks, configs.SM70.moe_large, 2)
+    with pytest.raises(ValueError, match=r"router weights must be float32 of shape \(4,\)"):
+        ops.moe_linear(x, experts.w13, blocks, launch, 2, torch.ones(4).half())
+    with pytest.raises(ValueError, match=r"router weights must be float32 of shape \(4,\)"):
+        ops.moe_linear(x, experts.w13, blocks, launch, 2, torch.ones(3))
     with pytest.raises(ValueError, match="input has 64 features; the layer takes 128"):
-        ops.moe_linear(x[:, :64], experts.w13, blocks, out, launch, 2)
+        ops.moe_linear(x[:, :64], experts.w13, blocks, launch, 2)
     with pytest.raises(TypeError, match="float16 activations"):
-        ops.moe_linear(x.float(), experts.w13, blocks, out, launch, 2)
+        ops.moe_linear(x.float(), experts.w13, blocks, launch, 2)

@@ -7,8 +7,8 @@ graph (as vLLM captures decode; :func:`volta_core.kernels.bench.time_cuda_graph`
 
 * ``step``: :func:`volta_ct_wna16.experts.experts_forward` whole (routing, both fused launches,
   ``SiLU(gate) * up``, the weighted sum), what vLLM's ``apply`` runs;
-* ``kernels``: the two :func:`volta_ct_wna16.ops.moe_linear` launches alone, on blocks routed
-  beforehand.
+* ``kernels``: the two :func:`volta_ct_wna16.ops.moe_linear` calls alone (with their output
+  allocation), on blocks routed beforehand.
 
 Each call gets its own random routing (distinct experts per token), cycled so the weights read
 per replay far exceed the L2. Reported against ceilings of the same run: the weight bytes of
@@ -116,13 +116,11 @@ def time_one(
         lambda w, ids: experts_forward(x, w, ids, weights), sets, replays=REPLAYS
     ).median_ms
     blocks = [route(ids.reshape(-1), experts, launch.block_m) for _, ids in sets]
-    h = torch.empty(m * top_k, 2 * inter, device="cuda", dtype=torch.float16)
     act = torch.randn(m * top_k, inter, device="cuda", dtype=torch.float16)
-    y = torch.zeros(m * top_k, hidden, device="cuda", dtype=torch.float32)
 
     def kernels(i: int) -> None:
-        ops.moe_linear(x, weights.w13, blocks[i], h, launch, top_k)
-        ops.moe_linear(act, weights.w2, blocks[i], y, launch, 1, sets[i][0].reshape(-1))
+        ops.moe_linear(x, weights.w13, blocks[i], launch, top_k)
+        ops.moe_linear(act, weights.w2, blocks[i], launch, 1, sets[i][0].reshape(-1), fp32=True)
 
     kern = time_cuda_graph(kernels, [(i,) for i in range(len(sets))], replays=REPLAYS).median_ms
     routed_bytes = distinct * expert_bytes

@@ -193,10 +193,15 @@ SM90 = Table(
     ),
     dequant_from=192,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
-    # Fused MoE: 128 inputs per step, so a group-128 tile loads one row of scales (and zero
-    # points); 16 rows while the routed rows per expert are few (decode: most blocks hold one
-    # or two of them), 64 rows on 128 outputs for prefill.
-    moe=Launch(MOE, block_m=16, block_n=64, block_k=128, use_dot=True, num_stages=3),
+    # Fused MoE: 128 inputs per step (one dot per word slot; a group-128 tile loads one row
+    # of scales and zero points); 16 rows while the routed rows per expert are few (decode:
+    # most blocks hold one or two), 64 rows on 128 outputs from 16 rows per expert on average.
+    # Run 13 (`results/run13/call2/probe_moe.log`, Qwen3-30B-A3B layer, both symmetries): the
+    # 128-output decode tile took M=1 21.3-22.3 us against 23.3-24.1 for 64 outputs (8 per
+    # SM: 23.0-24.2), M=16 110.6-122.0 against 132.7-138.1; 32 outputs, 256 inputs per step,
+    # 2 or 8 warps and 4 stages were slower. At 1024 tokens the 64x128x64 tile took 540-634
+    # us, 128x128x64 on 8 warps 517-625, 64-row tiles of 128 inputs per step 1308-1742.
+    moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
     moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
 )
 
@@ -243,7 +248,7 @@ def slot_dots(launch: Launch, bits: int) -> bool:
     per slot; the kernel's ``SLOT_DOTS``), which reads activations two slots at a time as
     32-bit words, so its activation rows must start 4-byte aligned
     (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not)."""
-    return launch.path == SPLITK and launch.use_dot and launch.block_k // (32 // bits) >= 16
+    return launch.path in (SPLITK, MOE) and launch.use_dot and launch.block_k // (32 // bits) >= 16
 
 
 def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
@@ -332,6 +337,7 @@ _MOE_SIG = {
     "stride_om": "i32",
     "stride_we": "i32",
     "stride_se": "i32",
+    "K_PER_SPLIT": "i32",
 }
 
 _DEQUANT_SIG = {
@@ -352,7 +358,7 @@ _DEQUANT_SIG = {
 _MODEL_DIVISIBLE = ("N", "K", "KW", "GROUP", "stride_xm", "stride_om")
 _SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
 _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
-_MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se")
+_MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se", "K_PER_SPLIT")
 
 
 def splitk_config(
@@ -375,8 +381,17 @@ def splitk_config(
     )
 
 
+#: Fused-MoE tiles of at most this many rows (decode's) may split the input.
+MOE_SPLIT_MAX_ROWS = 16
+
+
+def moe_splits(launch: Launch) -> bool:
+    """Whether ``launch`` may split the input: a decode tile, whose step routes few blocks."""
+    return launch.block_m <= MOE_SPLIT_MAX_ROWS
+
+
 def moe_constexprs(
-    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool
+    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, atomic: bool
 ) -> dict[str, int | bool]:
     """The ``tl.constexpr`` arguments of :func:`wna16_moe_kernel` (launcher and gate)."""
     return {
@@ -387,37 +402,53 @@ def moe_constexprs(
         "BLOCK_N": launch.block_n,
         "BLOCK_K": launch.block_k,
         "GROUP_TILE": group_tile,
+        "SLOT_DOTS": slot_dots(launch, bits),
+        "ATOMIC": atomic,
     }
 
 
 def moe_config(
-    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, out_fp32: bool
+    launch: Launch,
+    bits: int,
+    zp: bool,
+    mul_router: bool,
+    group_tile: bool,
+    out_fp32: bool,
+    atomic: bool,
 ) -> KernelConfig:
     """The gate's configuration of one fused-MoE launch: gate/up stores fp16 rows, down
-    stores fp32 rows times the router weights (``out_fp32``, ``mul_router``)."""
+    stores fp32 rows times the router weights (``out_fp32``, ``mul_router``); split launches
+    add fp32 partials (``atomic``)."""
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
     tile += f"w{launch.num_warps}s{launch.num_stages}"
     return KernelConfig(
         name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
-        f"{'_f32' if out_fp32 else ''}{'_gt' if group_tile else ''}",
+        f"{'_f32' if out_fp32 else ''}{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}",
         kernel=f"{KERNELS}:wna16_moe_kernel",
         signature={**_MOE_SIG, "out_ptr": "*fp32" if out_fp32 else "*fp16"},
-        constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile),
+        constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile, atomic),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=_MOE_DIVISIBLE,
     )
 
 
+def moe_outputs(split: bool) -> list[tuple[bool, bool, bool]]:
+    """``(mul_router, out_fp32, atomic)`` of every launch a fused-MoE step makes: gate/up into
+    fp16 (fp32 partials when split), down into fp32 with or without the router weights (vLLM's
+    ``apply_router_weight_on_input`` applies them to the input instead)."""
+    out = [(False, False, False), (False, True, False), (True, True, False)]
+    if split:
+        out += [(False, True, True), (True, True, True)]
+    return out
+
+
 def _moe_variants(table: Table) -> Iterator[KernelConfig]:
-    """Gate/up (fp16 rows) and down (fp32 rows, with and without the router weight: vLLM's
-    ``apply_router_weight_on_input`` applies it to the input instead), 4 and 8 bits, both
-    symmetries, scales per tile or per word row."""
+    """4 and 8 bits, both symmetries, scales per tile or per word row, every output kind."""
     for launch in (table.moe, table.moe_large):
         for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
-            yield moe_config(launch, bits, zp, False, gt, False)
-            for mul_router in (False, True):
-                yield moe_config(launch, bits, zp, mul_router, gt, True)
+            for mul_router, out_fp32, atomic in moe_outputs(moe_splits(launch)):
+                yield moe_config(launch, bits, zp, mul_router, gt, out_fp32, atomic)
 
 
 def _launches(table: Table) -> list[Launch]:

@@ -138,13 +138,13 @@ def _fused(
         row_div = 1
     else:
         rows, row_div = x, top_k
-    h = torch.empty((pairs, 2 * weights.inter), dtype=x.dtype, device=x.device)
-    ops.moe_linear(rows, weights.w13, blocks, h, launch, row_div)
+    h = ops.moe_linear(rows, weights.w13, blocks, launch, row_div)
     gate, up = h[:, : weights.inter].float(), h[:, weights.inter :].float()
     act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
-    # Zeros: rows of another rank's pairs are in no block and must add nothing.
-    y = torch.zeros((pairs, weights.hidden), dtype=torch.float32, device=x.device)
-    ops.moe_linear(act, weights.w2, blocks, y, launch, 1, None if weight_on_input else router)
+    # fp32 rows: those of another rank's pairs are in no block and stay zero.
+    y = ops.moe_linear(
+        act, weights.w2, blocks, launch, 1, None if weight_on_input else router, fp32=True
+    )
     return y.view(m, top_k, weights.hidden).sum(1).to(x.dtype)
 
 

@@ -29,6 +29,10 @@ Kernels, chosen by :mod:`volta_ct_wna16.configs`:
   back to zero.
 * :func:`wna16_gemm_kernel`, larger M: each ``[BLOCK_K, BLOCK_N]`` weight tile is dequantized
   word slot by word slot and interleaved back into input order (``tl.join``) for one ``tl.dot``.
+* :func:`wna16_moe_kernel`, fused MoE experts: one program per block of routed rows of one
+  expert (:mod:`volta_ct_wna16.routing`) and output tile, the decode tile's slot dots
+  (:func:`_slot_dots`, shared with :func:`wna16_splitk_kernel`), decode tiles split across the
+  input with atomic fp32 partials.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
   hands the product to cuBLAS (tensor cores on a V100, which Triton's ``tl.dot`` no longer uses
   there: FACTS.md 2).
@@ -324,6 +328,57 @@ def _slot_pair_x(x_ptr, rm, m_ok, kk, k_end, stride_xm):
 
 
 @triton.jit
+def _slot_dots(
+    acc,
+    x_ptr,
+    rows,
+    m_ok,
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    k0,
+    k_end,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    stride_xm,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BKP: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
+):
+    """``acc`` plus one ``BKP``-word tile from input ``k0`` on, as one dot per word slot.
+
+    The activations (input rows ``rows``) are gathered in each slot's order
+    (:func:`_slot_pair_x`, two slots per 32-bit read), so the dequantized slots need no
+    interleaving back into input order. With ``GROUP_TILE`` one scale per output covers the
+    tile: the dots take the exact, subnormal ``(q - z) * 2**-24`` and the tile's sum is
+    scaled once (by ``s * 2**24``), one FMA per output instead of a multiply per weight.
+    """
+    PACK: tl.constexpr = 32 // BITS
+    rkp = tl.arange(0, BKP)
+    t, s, z = _load_words(
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
+    )
+    IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
+    if GROUP_TILE:
+        part = tl.zeros(acc.shape, dtype=tl.float32)
+    for p in tl.static_range(PACK // 2):
+        x_lo, x_hi = _slot_pair_x(x_ptr, rows, m_ok, k0 + rkp * PACK + 2 * p, k_end, stride_xm)
+        w_lo = _slot_q16(t, z, 2 * p, BITS, IN_PLACE, GROUP_TILE)
+        w_hi = _slot_q16(t, z, 2 * p + 1, BITS, IN_PLACE, GROUP_TILE)
+        if GROUP_TILE:
+            part = tl.dot(x_hi, w_hi, tl.dot(x_lo, w_lo, part))
+        else:
+            acc = tl.dot(x_hi, w_hi * s, tl.dot(x_lo, w_lo * s, acc))
+    if GROUP_TILE:
+        acc += part * (s.to(tl.float32) * 16777216.0)
+    return acc
+
+
+@triton.jit
 def wna16_splitk_kernel(
     x_ptr,
     w_ptr,
@@ -391,29 +446,10 @@ def wna16_splitk_kernel(
         acc3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
     for k0 in tl.range(k_begin, k_end, BLOCK_K, num_stages=NUM_STAGES):
         if SLOT_DOTS:
-            # One dot per word slot: the activations are gathered in the slot's order, so the
-            # dequantized slots need no interleaving back into input order.
-            t, s, z = _load_words(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
-            )
-            IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
-            if GROUP_TILE:
-                # One scale per output across the tile: the dots take the exact, subnormal
-                # ``(q - z) * 2**-24`` and the tile's sum is scaled once (by ``s * 2**24``),
-                # one FMA per output instead of a multiply per weight.
-                part = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for p in tl.static_range(PACK // 2):
-                x_lo, x_hi = _slot_pair_x(
-                    x_ptr, rm, m_ok, k0 + rkp * PACK + 2 * p, k_end, stride_xm
-                )
-                w_lo = _slot_q16(t, z, 2 * p, BITS, IN_PLACE, GROUP_TILE)
-                w_hi = _slot_q16(t, z, 2 * p + 1, BITS, IN_PLACE, GROUP_TILE)
-                if GROUP_TILE:
-                    part = tl.dot(x_hi, w_hi, tl.dot(x_lo, w_lo, part))
-                else:
-                    acc = tl.dot(x_hi, w_hi * s, tl.dot(x_lo, w_lo * s, acc))
-            if GROUP_TILE:
-                acc += part * (s.to(tl.float32) * 16777216.0)
+            acc = _slot_dots(
+                acc, x_ptr, rm, m_ok, w_ptr, s_ptr, z_ptr, k0, k_end, rn, n_ok, N, KW, GROUP,
+                stride_xm, BITS, HAS_ZP, BKP, GROUP_TILE,
+            )  # fmt: skip
         elif USE_DOT:
             kk = k0 + tl.arange(0, BLOCK_K)
             xk = tl.load(
@@ -699,6 +735,7 @@ def wna16_moe_kernel(
     stride_om,
     stride_we,
     stride_se,
+    K_PER_SPLIT,
     BITS: tl.constexpr,
     HAS_ZP: tl.constexpr,
     MUL_ROUTER: tl.constexpr,
@@ -706,6 +743,8 @@ def wna16_moe_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    SLOT_DOTS: tl.constexpr,
+    ATOMIC: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` tile of routed rows times one expert's weights (fused MoE).
 
@@ -718,9 +757,17 @@ def wna16_moe_kernel(
     ``MUL_ROUTER`` multiplies each row by its router weight (``rw_ptr``, fp32) before the
     store. The expert's weights are the stacked tensors at ``e * stride_we`` (words) and
     ``e * stride_se`` (scales and zero points): the layout of :func:`wna16_gemm_kernel`.
+
+    The grid's third axis splits the input (``K_PER_SPLIT`` each) when a decode step routes
+    too few blocks to fill the GPU; then (``ATOMIC``) each split adds its fp32 partial into
+    the zeroed output. ``SLOT_DOTS``: one dot per word slot (:func:`_slot_dots`), as the
+    dense decode tile; otherwise each tile is dequantized into input order for one dot.
     """
+    PACK: tl.constexpr = 32 // BITS
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    k_begin = tl.program_id(2) * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
     e = tl.load(expert_ptr + pid_m)
     if e >= EXPERTS:
         return
@@ -735,21 +782,32 @@ def wna16_moe_kernel(
     s_e = s_ptr + e64 * stride_se
     z_e = z_ptr + e64 * stride_se if HAS_ZP else z_ptr
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        a = tl.load(
-            x_ptr + src[:, None] * stride_xm + kk[None, :],
-            mask=m_ok[:, None] & (kk[None, :] < K),
-            other=0.0,
-        )
-        w = _dequant_block(
-            w_e, s_e, z_e, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
-        )
-        acc += tl.dot(a, w)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        if SLOT_DOTS:
+            acc = _slot_dots(
+                acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
+                stride_xm, BITS, HAS_ZP, BLOCK_K // PACK, GROUP_TILE,
+            )  # fmt: skip
+        else:
+            kk = k0 + rk
+            a = tl.load(
+                x_ptr + src[:, None] * stride_xm + kk[None, :],
+                mask=m_ok[:, None] & (kk[None, :] < k_end),
+                other=0.0,
+            )
+            w = _dequant_block(
+                w_e, s_e, z_e, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N,
+                GROUP_TILE,
+            )  # fmt: skip
+            acc += tl.dot(a, w)
     if MUL_ROUTER:
         acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
     o = out_ptr + pairs[:, None] * stride_om + rn[None, :]
-    tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tile_ok = m_ok[:, None] & n_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(o, acc, mask=tile_ok, sem="relaxed")
+    else:
+        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=tile_ok)
 
 
 @triton.jit

@@ -183,18 +183,19 @@ def moe_linear(
     x: torch.Tensor,
     pw: PackedWeights,
     blocks: Blocks,
-    out: torch.Tensor,
     launch: configs.Launch,
     row_div: int = 1,
     router_weights: torch.Tensor | None = None,
+    fp32: bool = False,
 ) -> torch.Tensor:
-    """Row ``p`` of ``out`` = ``x[p // row_div] @ dequant(W_e).T`` for every routed pair ``p``
-    of ``blocks``, ``e`` its expert (times ``router_weights[p]``, fp32, when given); rows of
-    unrouted pairs are left as they are.
+    """``[pairs, n]`` rows, row ``p`` = ``x[p // row_div] @ dequant(W_e).T`` for every routed
+    pair ``p`` of ``blocks``, ``e`` its expert (times ``router_weights[p]``, fp32, when given).
 
-    ``pw`` holds every local expert's weights stacked on a first axis (``qweight[e]`` ...);
-    ``out`` is ``[pairs, n]``, fp16 or fp32. One launch, sized by ``blocks`` alone, so a CUDA
-    graph can capture it.
+    ``pw`` holds every local expert's weights stacked on a first axis (``qweight[e]`` ...).
+    The rows are fp16, or fp32 with ``fp32`` or where the launch splits the input (the splits
+    add their partials into zeroed rows); fp32 rows of unrouted pairs are zero, fp16 ones
+    undefined. One launch, sized by ``blocks`` and the batch alone (the split count reads no
+    routing), so a CUDA graph can capture it.
     """
     from volta_ct_wna16 import kernels
 
@@ -202,17 +203,28 @@ def moe_linear(
     _check(x, one, None)
     if blocks.block_m != launch.block_m:
         raise ValueError(f"blocks of {blocks.block_m} rows for a {launch.block_m}-row tile")
-    if out.shape != (blocks.num_pairs, pw.n) or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous ({blocks.num_pairs}, {pw.n}) tensor")
-    if out.dtype not in (torch.float16, torch.float32):
-        raise TypeError(f"out must be float16 or float32, got {out.dtype}")
-    if x.stride(-1) != 1:
-        x = x.contiguous()
+    if router_weights is not None and (
+        router_weights.dtype != torch.float32 or router_weights.shape != (blocks.num_pairs,)
+    ):
+        raise ValueError(f"router weights must be float32 of shape ({blocks.num_pairs},)")
+    sm_count = device_facts(x)[1]
+    splits, per_split = 1, pw.k
+    if configs.moe_splits(launch):
+        splits, per_split = configs.split_count(pw.n * blocks.blocks, pw.k, launch, sm_count)
+    atomic = splits > 1
+    if atomic or fp32:
+        out = torch.zeros((blocks.num_pairs, pw.n), dtype=torch.float32, device=x.device)
+    else:
+        out = torch.empty((blocks.num_pairs, pw.n), dtype=x.dtype, device=x.device)
     if blocks.blocks == 0:
         return out
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if configs.slot_dots(launch, pw.bits):
+        x = _pair_aligned(x)
     zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
     rw = router_weights if router_weights is not None else _empty(torch.float32, x.device)
-    grid = (blocks.blocks, -(-pw.n // launch.block_n))
+    grid = (blocks.blocks, -(-pw.n // launch.block_n), splits)
     kernels.wna16_moe_kernel[grid](
         x,
         pw.qweight,
@@ -233,12 +245,14 @@ def moe_linear(
         out.stride(0),
         pw.qweight.stride(0),
         pw.scales.stride(0),
+        per_split,
         **configs.moe_constexprs(
             launch,
             pw.bits,
             pw.zeros is not None,
             router_weights is not None,
             configs.group_tile(launch, pw.group),
+            atomic,
         ),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,

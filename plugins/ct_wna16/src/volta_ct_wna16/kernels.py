@@ -379,6 +379,43 @@ def _slot_dots(
 
 
 @triton.jit
+def _dequant_dot(
+    acc,
+    x_ptr,
+    rows,
+    m_ok,
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    k0,
+    k_end,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    stride_xm,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
+):
+    """``acc`` plus one ``BLOCK_K``-input tile from ``k0`` on (inputs from ``k_end`` on count
+    as zero), the weights dequantized into input order (:func:`_dequant_block`) for one dot."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    xk = tl.load(
+        x_ptr + rows[:, None] * stride_xm + kk[None, :],
+        mask=m_ok[:, None] & (kk[None, :] < k_end),
+        other=0.0,
+    )
+    w = _dequant_block(
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
+    )
+    return tl.dot(xk, w, acc)
+
+
+@triton.jit
 def wna16_splitk_kernel(
     x_ptr,
     w_ptr,
@@ -451,29 +488,10 @@ def wna16_splitk_kernel(
                 stride_xm, BITS, HAS_ZP, BKP, GROUP_TILE,
             )  # fmt: skip
         elif USE_DOT:
-            kk = k0 + tl.arange(0, BLOCK_K)
-            xk = tl.load(
-                x_ptr + rm[:, None] * stride_xm + kk[None, :],
-                mask=m_ok[:, None] & (kk[None, :] < k_end),
-                other=0.0,
-            )
-            w = _dequant_block(
-                w_ptr,
-                s_ptr,
-                z_ptr,
-                k0,
-                rn,
-                n_ok,
-                N,
-                KW,
-                GROUP,
-                BITS,
-                HAS_ZP,
-                BLOCK_K,
-                BLOCK_N,
-                GROUP_TILE,
-            )
-            acc += tl.dot(xk, w)
+            acc = _dequant_dot(
+                acc, x_ptr, rm, m_ok, w_ptr, s_ptr, z_ptr, k0, k_end, rn, n_ok, N, KW, GROUP,
+                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
+            )  # fmt: skip
         elif BLOCK_M == 1:
             xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB)
             for sub in tl.static_range(BLOCK_K // GEMV_SUB):
@@ -695,21 +713,14 @@ def wna16_gemm_kernel(
     pid_n = (pid % per_group) // rows
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        a = tl.load(
-            x_ptr + rm[:, None] * stride_xm + kk[None, :],
-            mask=m_ok[:, None] & (kk[None, :] < K),
-            other=0.0,
-        )
-        w = _dequant_block(
-            w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, False
-        )
-        acc += tl.dot(a, w)
+        acc = _dequant_dot(
+            acc, x_ptr, rm, m_ok, w_ptr, s_ptr, z_ptr, k0, K, rn, n_ok, N, KW, GROUP, stride_xm,
+            BITS, HAS_ZP, BLOCK_K, BLOCK_N, False,
+        )  # fmt: skip
     tile_ok = m_ok[:, None] & n_ok[None, :]
     _store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 
@@ -775,7 +786,6 @@ def wna16_moe_kernel(
     m_ok = pairs < PAIRS
     src = pairs // ROW_DIV
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
     n_ok = rn < N
     e64 = e.to(tl.int64)
     w_e = w_ptr + e64 * stride_we
@@ -789,17 +799,10 @@ def wna16_moe_kernel(
                 stride_xm, BITS, HAS_ZP, BLOCK_K // PACK, GROUP_TILE,
             )  # fmt: skip
         else:
-            kk = k0 + rk
-            a = tl.load(
-                x_ptr + src[:, None] * stride_xm + kk[None, :],
-                mask=m_ok[:, None] & (kk[None, :] < k_end),
-                other=0.0,
-            )
-            w = _dequant_block(
-                w_e, s_e, z_e, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N,
-                GROUP_TILE,
+            acc = _dequant_dot(
+                acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
+                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
             )  # fmt: skip
-            acc += tl.dot(a, w)
     if MUL_ROUTER:
         acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
     o = out_ptr + pairs[:, None] * stride_om + rn[None, :]

@@ -427,6 +427,16 @@ def versions() -> dict[str, Any]:
     }
 
 
+def start(out: Path) -> float | None:
+    """The copy bandwidth (bytes/s) of this run's GPU, after creating ``out``; None, with the
+    reason on stderr and nothing written, where there is no CUDA GPU (both benchmarks)."""
+    if not torch.cuda.is_available():
+        print("the benchmark needs a CUDA GPU", file=sys.stderr)
+        return None
+    out.mkdir(parents=True, exist_ok=True)
+    return measure_copy_bandwidth()[0] * 1e9
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -436,11 +446,9 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep-only", action="store_true", help="time candidate launches only (about 5 min)"
     )
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("the benchmark needs a CUDA GPU", file=sys.stderr)
+    copy_bw = start(args.out)
+    if copy_bw is None:
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    copy_bw = measure_copy_bandwidth()[0] * 1e9
     if args.sweep_only:
         record = {**versions(), "copy_bandwidth_gbps": copy_bw / 1e9}
         path = args.out / "ct_wna16_sweep.json"

@@ -29,9 +29,9 @@ from typing import Any
 
 import torch
 
-from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda_graph
+from volta_core.kernels.bench import time_cuda_graph
 from volta_ct_wna16 import configs, ops
-from volta_ct_wna16.bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, versions
+from volta_ct_wna16.bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, versions
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
@@ -167,11 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("the benchmark needs a CUDA GPU", file=sys.stderr)
+    copy_bw = start(args.out)
+    if copy_bw is None:
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    copy_bw = measure_copy_bandwidth()[0] * 1e9
     flops = matmul_flops()
     rows: list[dict[str, Any]] = []
     result = {

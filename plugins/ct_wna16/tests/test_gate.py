@@ -31,6 +31,7 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     names = {c.name for c in device_configs}
     kinds = {c.kernel.rsplit(":", 1)[1] for c in device_configs}
     expected = {"wna16_splitk_kernel", "wna16_dequant_kernel", "wna16_moe_kernel"}
+    expected |= {"moe_count_kernel", "moe_place_kernel", "silu_mul_kernel"}
     if device == V100:  # SM90 runs 33-191 tokens on a split-K tile, not the GEMM kernel
         expected.add("wna16_gemm_kernel")
     assert kinds == expected
@@ -46,9 +47,14 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
             split = configs.moe_splits(launch)
             assert split == (launch.block_m == 16)
             for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
-                for rw, f32, atomic in configs.moe_outputs(split):
-                    cfg = configs.moe_config(launch, bits, zp, rw, gt, f32, atomic)
+                for rw, atomic in configs.MOE_OUTPUTS:
+                    cfg = configs.moe_config(launch, bits, zp, rw, gt, atomic)
                     assert cfg.name in names, cfg.name
+    table = configs.table_for(device.capability)
+    for experts in range(1, configs.MAX_ROUTED_EXPERTS + 1):
+        e_pow2, _ = configs.route_place_tile(experts)
+        for launch in (table.moe, table.moe_large):
+            assert f"moe_place_e{e_pow2}_m{launch.block_m}" in names, (experts, launch)
 
 
 def test_sm90_gemv_tile_follows_the_output_count() -> None:

@@ -135,30 +135,42 @@ def test_gpu_experts_eager_and_in_a_cuda_graph(scheme) -> None:
 def _routed_rows(device: str) -> None:
     """Gate/up rows of ``moe_linear`` for a routing with an idle expert and another rank's
     pairs, on both tables' small tiles (split across the input: the grid is small) and large
-    ones, as fp16 and fp32 rows: every routed row equals its expert's float64 product, and fp32
-    rows of unrouted pairs are zero."""
+    ones: rows per pair (fp16, or fp32 where split), fp32 rows per pair, and each token's pairs
+    summed into its row. Every routed row equals its expert's float64 product (summed per
+    token), and fp32 rows no pair reaches are zero."""
     scheme = SCHEMES[1]
     experts, dense = make_experts(scheme, experts=4, hidden=256, inter=64, device=device)
     m, top_k = 21, 2
     gen = torch.Generator().manual_seed(7)
     ids = torch.randint(0, 3, (m, top_k), generator=gen)  # expert 3 idle
-    ids[::5, 1] = -1  # another rank's
+    ids[::5, :] = -1  # every fifth token another rank's only
+    ids[1::5, 1] = -1
     x = torch.randn(m, 256, generator=gen).half().to(device)
-    flat = ids.reshape(-1).to(device)
+    flat = ids.reshape(-1)
+    want = torch.zeros(m * top_k, 128, dtype=torch.float64, device=device)
+    for p, e in enumerate(flat.tolist()):
+        if e >= 0:
+            gate, up, _ = dense[e]
+            want[p] = x[p // top_k].double() @ torch.cat([gate, up]).t()
+    routed = flat >= 0
     tiles = (configs.SM70.moe, configs.SM70.moe_large, configs.SM90.moe, configs.SM90.moe_large)
     for launch in tiles:  # SM90's also on SM70 sizes: one dot per word slot, 128-input steps
-        blocks = route(flat, 4, launch.block_m)
-        for fp32 in (False, True):
-            out = ops.moe_linear(x, experts.w13, blocks, launch, top_k, fp32=fp32)
-            assert out.shape == (m * top_k, 128)
-            for p, e in enumerate(ids.reshape(-1).tolist()):
-                if e < 0:
-                    if out.dtype == torch.float32:
-                        assert bool((out[p] == 0).all()), p
-                    continue
-                gate, up, _ = dense[e]
-                want = x[p // top_k].double() @ torch.cat([gate, up]).t()
-                assert_rel_close(out[p], want, TOLERANCE, f"{launch} pair {p} expert {e}")
+        blocks = route(flat.to(device), 4, launch.block_m)
+        for sum_slots in (0, 1, top_k):
+            what = f"{launch} sum_slots={sum_slots}"
+            out = ops.moe_linear(x, experts.w13, blocks, launch, top_k, sum_slots=sum_slots)
+            if sum_slots:
+                assert out.dtype == torch.float32
+                expect = want.view(-1, sum_slots, 128).sum(1)
+                reached = routed.view(-1, sum_slots).any(1).to(device)
+                assert out.shape == expect.shape
+                assert bool((out[~reached] == 0).all()), what
+                assert_rel_close(out[reached], expect[reached], TOLERANCE, what)
+            else:
+                assert out.shape == (m * top_k, 128)
+                if out.dtype == torch.float32:
+                    assert bool((out[~routed.to(device)] == 0).all()), what
+                assert_rel_close(out[routed.to(device)], want[routed.to(device)], TOLERANCE, what)
 
 
 def test_moe_linear_writes_routed_rows_under_the_interpreter() -> None:
@@ -187,3 +199,41 @@ def test_moe_linear_refuses_bad_arguments() -> None:
         ops.moe_linear(x[:, :64], experts.w13, blocks, launch, 2)
     with pytest.raises(TypeError, match="float16 activations"):
         ops.moe_linear(x.float(), experts.w13, blocks, launch, 2)
+    with pytest.raises(ValueError, match="4 pairs do not make tokens of 3 slots"):
+        ops.moe_linear(x, experts.w13, blocks, launch, 2, sum_slots=3)
+
+
+def _silu_products(device: str) -> None:
+    """``silu_mul`` on fp16 and fp32 rows (a row length past one program's columns, so the
+    tail is masked) against float64 of the same rows."""
+    gen = torch.Generator().manual_seed(9)
+    inter = configs.SILU_BLOCK + 72
+    h = (4 * torch.randn(5, 2 * inter, generator=gen, dtype=torch.float64)).to(device)
+    for dtype in (torch.float16, torch.float32):
+        rows = h.to(dtype)
+        exact = rows.double()
+        want = exact[:, :inter] * torch.sigmoid(exact[:, :inter]) * exact[:, inter:]
+        out = ops.silu_mul(rows, torch.float16)
+        assert out.dtype == torch.float16
+        assert out.shape == (5, inter)
+        assert_rel_close(out, want, 2e-3, f"silu_mul {dtype}")
+
+
+def test_silu_mul_under_the_interpreter() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the CPU copy of the GPU check")
+    _silu_products("cpu")
+
+
+@pytest.mark.gpu
+def test_gpu_silu_mul() -> None:
+    _silu_products("cuda")
+
+
+def test_silu_mul_refuses_bad_rows() -> None:
+    with pytest.raises(ValueError, match=r"gate/up rows must be fp16 or fp32 \[rows, 2 \* inter\]"):
+        ops.silu_mul(torch.zeros(3, 5).half(), torch.float16)
+    with pytest.raises(ValueError, match=r"got torch\.float64"):
+        ops.silu_mul(torch.zeros(3, 4, dtype=torch.float64), torch.float16)
+    with pytest.raises(TypeError, match=r"stored as fp16, not torch\.float32"):
+        ops.silu_mul(torch.zeros(3, 4).half(), torch.float32)

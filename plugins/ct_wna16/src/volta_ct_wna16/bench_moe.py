@@ -7,8 +7,9 @@ graph (as vLLM captures decode; :func:`volta_core.kernels.bench.time_cuda_graph`
 
 * ``step``: :func:`volta_ct_wna16.experts.experts_forward` whole (routing, both fused launches,
   ``SiLU(gate) * up``, the weighted sum), what vLLM's ``apply`` runs;
+* ``route``: :func:`volta_ct_wna16.routing.route` alone (its two launches and memset);
 * ``kernels``: the two :func:`volta_ct_wna16.ops.moe_linear` calls alone (with their output
-  allocation), on blocks routed beforehand.
+  allocation), on blocks routed beforehand, the second summing each token's pairs.
 
 Each call gets its own random routing (distinct experts per token), cycled so the weights read
 per replay far exceed the L2. Reported against ceilings of the same run: the weight bytes of
@@ -115,12 +116,16 @@ def time_one(
     step = time_cuda_graph(
         lambda w, ids: experts_forward(x, w, ids, weights), sets, replays=REPLAYS
     ).median_ms
-    blocks = [route(ids.reshape(-1), experts, launch.block_m) for _, ids in sets]
+    routing_ms = time_cuda_graph(
+        lambda _, ids: route(ids, experts, launch.block_m), sets, replays=REPLAYS
+    ).median_ms
+    blocks = [route(ids, experts, launch.block_m) for _, ids in sets]
     act = torch.randn(m * top_k, inter, device="cuda", dtype=torch.float16)
 
     def kernels(i: int) -> None:
         ops.moe_linear(x, weights.w13, blocks[i], launch, top_k)
-        ops.moe_linear(act, weights.w2, blocks[i], launch, 1, sets[i][0].reshape(-1), fp32=True)
+        router = sets[i][0].reshape(-1)
+        ops.moe_linear(act, weights.w2, blocks[i], launch, 1, router, sum_slots=top_k)
 
     kern = time_cuda_graph(kernels, [(i,) for i in range(len(sets))], replays=REPLAYS).median_ms
     routed_bytes = distinct * expert_bytes
@@ -138,6 +143,7 @@ def time_one(
         "distinct_experts": distinct,
         "routed_bytes": routed_bytes,
         "step_us": step * 1e3,
+        "route_us": routing_ms * 1e3,
         "kernels_us": kern * 1e3,
         "copy_fraction": routed_bytes / (kern * 1e-3) / copy_bw,
         "step_copy_fraction": routed_bytes / (step * 1e-3) / copy_bw,
@@ -149,6 +155,7 @@ def time_one(
 
 HEADER = (
     f"{'model':<16}{'sym':>4}{'M':>6}{'tile':>14}{'experts':>9}{'MB':>7}{'step us':>9}"
+    f"{'route us':>9}"
     f"{'kern us':>9}{'%copy':>7}{'step%':>7}{'TFLOP/s':>9}{'xcuBLAS':>9}{'SM70 us':>9}"
 )
 
@@ -157,6 +164,7 @@ def line(r: dict[str, Any]) -> str:
     return (
         f"{r['model']:<16}{'y' if r['symmetric'] else 'n':>4}{r['m']:>6}{r['launch']:>14}"
         f"{r['distinct_experts']:>9.1f}{r['routed_bytes'] / 1e6:>7.1f}{r['step_us']:>9.1f}"
+        f"{r['route_us']:>9.1f}"
         f"{r['kernels_us']:>9.1f}{100 * r['copy_fraction']:>7.1f}"
         f"{100 * r['step_copy_fraction']:>7.1f}{r['tflops']:>9.1f}{r['cublas_fraction']:>9.2f}"
         f"{r['sm70_estimate_us']:>9.1f}"

@@ -333,6 +333,7 @@ _MOE_SIG = {
     "GROUP": "i32",
     "EXPERTS": "i32",
     "ROW_DIV": "i32",
+    "OUT_DIV": "i32",
     "stride_xm": "i32",
     "stride_om": "i32",
     "stride_we": "i32",
@@ -408,24 +409,17 @@ def moe_constexprs(
 
 
 def moe_config(
-    launch: Launch,
-    bits: int,
-    zp: bool,
-    mul_router: bool,
-    group_tile: bool,
-    out_fp32: bool,
-    atomic: bool,
+    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, atomic: bool
 ) -> KernelConfig:
-    """The gate's configuration of one fused-MoE launch: gate/up stores fp16 rows, down
-    stores fp32 rows times the router weights (``out_fp32``, ``mul_router``); split launches
-    add fp32 partials (``atomic``)."""
+    """The gate's configuration of one fused-MoE launch: fp16 rows stored, or (``atomic``)
+    fp32 tiles added into zeroed rows, times the router weights with ``mul_router``."""
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
     tile += f"w{launch.num_warps}s{launch.num_stages}"
     return KernelConfig(
         name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
-        f"{'_f32' if out_fp32 else ''}{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}",
+        f"{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}",
         kernel=f"{KERNELS}:wna16_moe_kernel",
-        signature={**_MOE_SIG, "out_ptr": "*fp32" if out_fp32 else "*fp16"},
+        signature={**_MOE_SIG, "out_ptr": "*fp32" if atomic else "*fp16"},
         constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile, atomic),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
@@ -433,22 +427,98 @@ def moe_config(
     )
 
 
-def moe_outputs(split: bool) -> list[tuple[bool, bool, bool]]:
-    """``(mul_router, out_fp32, atomic)`` of every launch a fused-MoE step makes: gate/up into
-    fp16 (fp32 partials when split), down into fp32 with or without the router weights (vLLM's
-    ``apply_router_weight_on_input`` applies them to the input instead)."""
-    out = [(False, False, False), (False, True, False), (True, True, False)]
-    if split:
-        out += [(False, True, True), (True, True, True)]
-    return out
+#: ``(mul_router, atomic)`` of every launch a fused-MoE step makes with any tile: gate/up
+#: stores fp16 rows, or adds fp32 partials when split; down adds each pair's fp32 tile into
+#: its token's row, times the router weight or not (vLLM's ``apply_router_weight_on_input``
+#: applies it to the input instead).
+MOE_OUTPUTS = ((False, False), (False, True), (True, True))
+
+#: Pairs per program of the routing's first launch (:func:`moe_count_kernel`).
+ROUTE_COUNT_BLOCK = 256
+
+#: The most local experts the routing takes: its second launch holds every expert's count in
+#: each program (a 1024-expert layer: 16 pairs a program against 1024 counts).
+MAX_ROUTED_EXPERTS = 1024
+
+#: Count-by-pair elements one program of the routing's second launch compares at once.
+_ROUTE_PLACE_ELEMENTS = 8192
+
+
+def route_place_tile(experts: int) -> tuple[int, int]:
+    """``(E_POW2, BLOCK)`` of :func:`moe_place_kernel` for ``experts`` local experts: the
+    counts padded to a power of two (at least 16), and as many pairs per program as keep the
+    pairs-by-experts comparisons at ``_ROUTE_PLACE_ELEMENTS`` (16 to 128)."""
+    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
+        raise ValueError(
+            f"{experts} local experts: the fused routing takes 1 to {MAX_ROUTED_EXPERTS}"
+        )
+    e_pow2 = max(16, 1 << (experts - 1).bit_length())
+    return e_pow2, max(16, min(128, _ROUTE_PLACE_ELEMENTS // e_pow2))
+
+
+#: Columns per program of :func:`silu_mul_kernel`.
+SILU_BLOCK = 512
+
+
+def _routing_variants(table: Table) -> Iterator[KernelConfig]:
+    """The routing's two launches and the SiLU product between the expert kernels."""
+    for ids, has_map in itertools.product(("*i32", "*i64"), (False, True)):
+        yield KernelConfig(
+            name=f"moe_count_{ids[1:]}{'_map' if has_map else ''}",
+            kernel=f"{KERNELS}:moe_count_kernel",
+            signature={
+                "ids_ptr": ids,
+                "map_ptr": "*i32" if has_map else ids,
+                "count_ptr": "*i32",
+                "rank_ptr": "*i32",
+                "local_ptr": "*i32",
+                "PAIRS": "i32",
+                "EXPERTS": "i32",
+            },
+            constexprs={"HAS_MAP": has_map, "BLOCK": ROUTE_COUNT_BLOCK},
+        )
+    experts = 1
+    while experts <= MAX_ROUTED_EXPERTS:
+        e_pow2, block = route_place_tile(experts)
+        for block_m in sorted({table.moe.block_m, table.moe_large.block_m}):
+            yield KernelConfig(
+                name=f"moe_place_e{e_pow2}_m{block_m}",
+                kernel=f"{KERNELS}:moe_place_kernel",
+                signature={
+                    "count_ptr": "*i32",
+                    "rank_ptr": "*i32",
+                    "local_ptr": "*i32",
+                    "pair_ptr": "*i32",
+                    "expert_ptr": "*i32",
+                    "PAIRS": "i32",
+                    "EXPERTS": "i32",
+                    "BLOCKS": "i32",
+                },
+                constexprs={"BLOCK_M": block_m, "E_POW2": e_pow2, "BLOCK": block},
+            )
+        experts = e_pow2 + 1
+    for h in ("*fp16", "*fp32"):
+        yield KernelConfig(
+            name=f"silu_mul_{h[1:]}",
+            kernel=f"{KERNELS}:silu_mul_kernel",
+            signature={
+                "h_ptr": h,
+                "out_ptr": "*fp16",
+                "INTER": "i32",
+                "stride_h": "i32",
+                "stride_o": "i32",
+            },
+            constexprs={"BLOCK": SILU_BLOCK},
+            divisible_by_16=("INTER", "stride_h", "stride_o"),
+        )
 
 
 def _moe_variants(table: Table) -> Iterator[KernelConfig]:
     """4 and 8 bits, both symmetries, scales per tile or per word row, every output kind."""
     for launch in (table.moe, table.moe_large):
         for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
-            for mul_router, out_fp32, atomic in moe_outputs(moe_splits(launch)):
-                yield moe_config(launch, bits, zp, mul_router, gt, out_fp32, atomic)
+            for mul_router, atomic in MOE_OUTPUTS:
+                yield moe_config(launch, bits, zp, mul_router, gt, atomic)
 
 
 def _launches(table: Table) -> list[Launch]:
@@ -529,4 +599,4 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
 def kernel_configs(device: Device) -> list[KernelConfig]:
     """Every kernel configuration :func:`choose` can launch on ``device``."""
     table = table_for(device.capability)
-    return [*_variants(table), *_moe_variants(table)]
+    return [*_variants(table), *_moe_variants(table), *_routing_variants(table)]

@@ -103,35 +103,37 @@ def experts_forward(
     rank's experts, -1 for another rank's. ``weight_on_input`` scales each token's input by its
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
-    On CUDA (and under the interpreter) the fused kernel runs every routed pair in two
-    launches, with no host synchronization, so a decode step can be captured in a CUDA graph
+    On CUDA (and under the interpreter) a step is six launches (routing in two, gate/up, the
+    SiLU product, down into each token's fp32 row, the cast) and two memsets, with no host
+    synchronization, so a decode step can be captured in a CUDA graph
     (``launch`` overrides the device's MoE tile: the benchmark's sweep). On CPU each expert
     runs its tokens through the reference linear op (one synchronization for the counts).
     """
+    if x.is_cuda or ops.interpreting():
+        return _fused(x, topk_weights, topk_ids, weights, expert_map, weight_on_input, launch)
     ids = topk_ids.long()
     if expert_map is not None:
         ids = expert_map[ids].long()
-    if x.is_cuda or ops.interpreting():
-        return _fused(x, topk_weights, ids, weights, weight_on_input, launch)
     return _per_expert(x, topk_weights, ids, weights, weight_on_input)
 
 
 def _fused(
     x: torch.Tensor,
     topk_weights: torch.Tensor,
-    ids: torch.Tensor,
+    topk_ids: torch.Tensor,
     weights: ExpertWeights,
+    expert_map: torch.Tensor | None,
     weight_on_input: bool,
     launch: configs.Launch | None,
 ) -> torch.Tensor:
-    """Gate/up for every routed pair into fp16 rows, ``SiLU(gate) * up``, then down into fp32
-    rows times the router weight, summed over each token's pairs."""
-    m, top_k = ids.shape
+    """Route (two launches), gate/up for every routed pair, ``SiLU(gate) * up`` (one launch),
+    then down times the router weight, each pair's row added into its token's fp32 row."""
+    m, top_k = topk_ids.shape
     pairs = m * top_k
     experts = weights.num_experts
     if launch is None:
         launch = configs.choose_moe(pairs, experts, ops.device_facts(x)[0])
-    blocks = route(ids.reshape(-1), experts, launch.block_m)
+    blocks = route(topk_ids, experts, launch.block_m, expert_map)
     router = topk_weights.reshape(-1).float()
     if weight_on_input:
         rows = (x.float().repeat_interleave(top_k, 0) * router[:, None]).to(x.dtype)
@@ -139,13 +141,12 @@ def _fused(
     else:
         rows, row_div = x, top_k
     h = ops.moe_linear(rows, weights.w13, blocks, launch, row_div)
-    gate, up = h[:, : weights.inter].float(), h[:, weights.inter :].float()
-    act = (torch.nn.functional.silu(gate) * up).to(x.dtype)
-    # fp32 rows: those of another rank's pairs are in no block and stay zero.
+    act = ops.silu_mul(h, x.dtype)
+    # Tokens whose pairs are all another rank's stay zero.
     y = ops.moe_linear(
-        act, weights.w2, blocks, launch, 1, None if weight_on_input else router, fp32=True
+        act, weights.w2, blocks, launch, 1, None if weight_on_input else router, sum_slots=top_k
     )
-    return y.view(m, top_k, weights.hidden).sum(1).to(x.dtype)
+    return y.to(x.dtype)
 
 
 def _per_expert(

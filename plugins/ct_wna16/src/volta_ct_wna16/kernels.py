@@ -742,6 +742,7 @@ def wna16_moe_kernel(
     GROUP,
     EXPERTS,
     ROW_DIV,
+    OUT_DIV,
     stride_xm,
     stride_om,
     stride_we,
@@ -764,15 +765,17 @@ def wna16_moe_kernel(
     (``PAIRS`` where a block is padded) and ``expert_ptr`` each block's expert (``EXPERTS`` for
     blocks past the routed pairs, which return at once: the grid is sized for the most blocks
     any routing can need, so it needs no count from the device). Input row of pair ``p`` is
-    ``p // ROW_DIV`` (the token for gate/up, the pair itself for down); output row is ``p``.
-    ``MUL_ROUTER`` multiplies each row by its router weight (``rw_ptr``, fp32) before the
+    ``p // ROW_DIV`` (the token for gate/up, the pair itself for down); output row is
+    ``p // OUT_DIV`` (the pair for gate/up; for down, the token, whose pairs are added into
+    it). ``MUL_ROUTER`` multiplies each row by its router weight (``rw_ptr``, fp32) before the
     store. The expert's weights are the stacked tensors at ``e * stride_we`` (words) and
     ``e * stride_se`` (scales and zero points): the layout of :func:`wna16_gemm_kernel`.
 
     The grid's third axis splits the input (``K_PER_SPLIT`` each) when a decode step routes
-    too few blocks to fill the GPU; then (``ATOMIC``) each split adds its fp32 partial into
-    the zeroed output. ``SLOT_DOTS``: one dot per word slot (:func:`_slot_dots`), as the
-    dense decode tile; otherwise each tile is dequantized into input order for one dot.
+    too few blocks to fill the GPU. ``ATOMIC`` (split, or a token's pairs summed into one
+    row) adds fp32 tiles into the zeroed output. ``SLOT_DOTS``: one dot per word slot
+    (:func:`_slot_dots`), as the dense decode tile; otherwise each tile is dequantized into
+    input order for one dot.
     """
     PACK: tl.constexpr = 32 // BITS
     pid_m = tl.program_id(0)
@@ -805,7 +808,7 @@ def wna16_moe_kernel(
             )  # fmt: skip
     if MUL_ROUTER:
         acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
-    o = out_ptr + pairs[:, None] * stride_om + rn[None, :]
+    o = out_ptr + (pairs // OUT_DIV)[:, None] * stride_om + rn[None, :]
     tile_ok = m_ok[:, None] & n_ok[None, :]
     if ATOMIC:
         tl.atomic_add(o, acc, mask=tile_ok, sem="relaxed")
@@ -841,3 +844,98 @@ def wna16_dequant_kernel(
         w.to(out_ptr.dtype.element_ty),
         mask=(kk[:, None] < K) & n_ok[None, :],
     )
+
+
+@triton.jit
+def moe_count_kernel(
+    ids_ptr,
+    map_ptr,
+    count_ptr,
+    rank_ptr,
+    local_ptr,
+    PAIRS,
+    EXPERTS,
+    HAS_MAP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """First of the two routing launches (:func:`volta_ct_wna16.routing.route`): each pair's
+    local expert and its rank among that expert's pairs.
+
+    ``ids_ptr`` holds each pair's expert (int32 or int64), mapped through ``map_ptr`` when
+    ``HAS_MAP`` (expert parallelism: -1 for another rank's expert). The rank is the expert's
+    count before the pair's atomic add on ``count_ptr`` (zeroed by the launcher): unique within
+    the expert, in whatever order the adds land, which is all the second launch needs and
+    costs no sort. ``local_ptr`` gets the expert, ``EXPERTS`` for a pair no local expert runs.
+    """
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = p < PAIRS
+    e = tl.load(ids_ptr + p, mask=ok, other=-1).to(tl.int32)
+    if HAS_MAP:
+        e = tl.load(map_ptr + e, mask=ok & (e >= 0), other=-1).to(tl.int32)
+    local = ok & (e >= 0) & (e < EXPERTS)
+    ones = tl.full([BLOCK], 1, tl.int32)
+    rank = tl.atomic_add(count_ptr + e, ones, mask=local, sem="relaxed")
+    tl.store(rank_ptr + p, rank, mask=local)
+    tl.store(local_ptr + p, tl.where(local, e, EXPERTS), mask=ok)
+
+
+@triton.jit
+def moe_place_kernel(
+    count_ptr,
+    rank_ptr,
+    local_ptr,
+    pair_ptr,
+    expert_ptr,
+    PAIRS,
+    EXPERTS,
+    BLOCKS,
+    BLOCK_M: tl.constexpr,
+    E_POW2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Second routing launch: every pair into its expert's blocks, and the blocks' table.
+
+    Every program reads all ``EXPERTS`` counts and takes each expert's first block from their
+    running sum of whole blocks, so no launch in between adds them up. Program ``i`` covers
+    ``BLOCK`` pairs and the same ``BLOCK`` slots of ``pair_ptr`` (``BLOCKS * BLOCK_M`` of them,
+    never fewer than the pairs): it writes each of its pairs at ``first block * BLOCK_M +
+    rank``, each of its slots that no rank reaches with ``PAIRS`` (the kernel's padding), and
+    the expert of each block that starts in its slots (``EXPERTS`` past the routed ones). A slot
+    is either a pair's or padding, never both, so the two kinds of store need no ordering.
+    """
+    ex = tl.arange(0, E_POW2)
+    ex_ok = ex < EXPERTS
+    counts = tl.load(count_ptr + ex, mask=ex_ok, other=0)
+    per_expert = (counts + BLOCK_M - 1) // BLOCK_M
+    end = tl.cumsum(per_expert, 0)
+    start = end - per_expert
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(local_ptr + i, mask=i < PAIRS, other=EXPERTS)
+    placed = e < EXPERTS
+    rank = tl.load(rank_ptr + i, mask=placed, other=0)
+    first = tl.sum(tl.where(e[:, None] == ex[None, :], start[None, :], 0), axis=1)
+    tl.store(pair_ptr + first * BLOCK_M + rank, i, mask=placed)
+    b = i // BLOCK_M
+    r = i % BLOCK_M
+    slot_ok = b < BLOCKS
+    owner = tl.sum(((end[None, :] <= b[:, None]) & ex_ok[None, :]).to(tl.int32), axis=1)
+    hit = owner[:, None] == ex[None, :]
+    owner_start = tl.sum(tl.where(hit, start[None, :], 0), axis=1)
+    owner_count = tl.sum(tl.where(hit, counts[None, :], 0), axis=1)
+    padding = (b - owner_start) * BLOCK_M + r >= owner_count
+    tl.store(pair_ptr + i, tl.full([BLOCK], 0, tl.int32) + PAIRS, mask=slot_ok & padding)
+    tl.store(expert_ptr + b, owner, mask=slot_ok & (r == 0))
+
+
+@triton.jit
+def silu_mul_kernel(h_ptr, out_ptr, INTER, stride_h, stride_o, BLOCK: tl.constexpr):
+    """``SiLU(gate) * up`` of one row of the gate/up output (``gate`` its first ``INTER``
+    columns, ``up`` the next), in fp32, stored in the output's dtype: the down projection's
+    input, in one launch where torch takes a slice conversion, a SiLU, a product and a cast."""
+    row = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = c < INTER
+    g = tl.load(h_ptr + row * stride_h + c, mask=ok, other=0.0).to(tl.float32)
+    u = tl.load(h_ptr + row * stride_h + INTER + c, mask=ok, other=0.0).to(tl.float32)
+    act = g / (1.0 + tl.exp(-g)) * u
+    tl.store(out_ptr + row * stride_o + c, act.to(out_ptr.dtype.element_ty), mask=ok)

@@ -186,16 +186,18 @@ def moe_linear(
     launch: configs.Launch,
     row_div: int = 1,
     router_weights: torch.Tensor | None = None,
-    fp32: bool = False,
+    sum_slots: int = 0,
 ) -> torch.Tensor:
     """``[pairs, n]`` rows, row ``p`` = ``x[p // row_div] @ dequant(W_e).T`` for every routed
     pair ``p`` of ``blocks``, ``e`` its expert (times ``router_weights[p]``, fp32, when given).
 
     ``pw`` holds every local expert's weights stacked on a first axis (``qweight[e]`` ...).
-    The rows are fp16, or fp32 with ``fp32`` or where the launch splits the input (the splits
-    add their partials into zeroed rows); fp32 rows of unrouted pairs are zero, fp16 ones
-    undefined. One launch, sized by ``blocks`` and the batch alone (the split count reads no
-    routing), so a CUDA graph can capture it.
+    The rows are fp16, or fp32 where the launch splits the input (the splits add their
+    partials into zeroed rows); fp32 rows of unrouted pairs are zero, fp16 ones undefined.
+    With ``sum_slots`` (vLLM's top-k) each token's pairs are added into one fp32 row:
+    ``[pairs // sum_slots, n]``, row ``t`` the sum over pairs ``t * sum_slots`` on (1: fp32
+    rows per pair). One launch, sized by ``blocks`` and the batch alone (the split count reads
+    no routing), so a CUDA graph can capture it.
     """
     from volta_ct_wna16 import kernels
 
@@ -207,15 +209,18 @@ def moe_linear(
         router_weights.dtype != torch.float32 or router_weights.shape != (blocks.num_pairs,)
     ):
         raise ValueError(f"router weights must be float32 of shape ({blocks.num_pairs},)")
+    if sum_slots < 0 or (sum_slots and blocks.num_pairs % sum_slots):
+        raise ValueError(f"{blocks.num_pairs} pairs do not make tokens of {sum_slots} slots")
     sm_count = device_facts(x)[1]
     splits, per_split = 1, pw.k
     if configs.moe_splits(launch):
         splits, per_split = configs.split_count(pw.n * blocks.blocks, pw.k, launch, sm_count)
-    atomic = splits > 1
-    if atomic or fp32:
-        out = torch.zeros((blocks.num_pairs, pw.n), dtype=torch.float32, device=x.device)
+    atomic = splits > 1 or sum_slots > 0
+    rows = blocks.num_pairs // sum_slots if sum_slots else blocks.num_pairs
+    if atomic:
+        out = torch.zeros((rows, pw.n), dtype=torch.float32, device=x.device)
     else:
-        out = torch.empty((blocks.num_pairs, pw.n), dtype=x.dtype, device=x.device)
+        out = torch.empty((rows, pw.n), dtype=x.dtype, device=x.device)
     if blocks.blocks == 0:
         return out
     if x.stride(-1) != 1:
@@ -241,6 +246,7 @@ def moe_linear(
         pw.group,
         blocks.num_experts,
         row_div,
+        max(sum_slots, 1),
         x.stride(0),
         out.stride(0),
         pw.qweight.stride(0),
@@ -257,6 +263,29 @@ def moe_linear(
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
+    return out
+
+
+def silu_mul(h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``SiLU(gate) * up`` in ``dtype`` (fp16) for gate/up rows ``h`` (``[rows, 2 * inter]``,
+    fp16 or fp32, gate first), computed in fp32: one launch."""
+    from volta_ct_wna16 import kernels
+
+    if h.dim() != 2 or h.shape[1] % 2 or h.dtype not in (torch.float16, torch.float32):
+        raise ValueError(
+            f"gate/up rows must be fp16 or fp32 [rows, 2 * inter], got {h.dtype} {tuple(h.shape)}"
+        )
+    if dtype != torch.float16:
+        raise TypeError(f"the SiLU product is stored as fp16, not {dtype}")
+    if h.stride(-1) != 1:
+        h = h.contiguous()
+    rows, inter = h.shape[0], h.shape[1] // 2
+    out = torch.empty((rows, inter), dtype=dtype, device=h.device)
+    if rows:
+        block = configs.SILU_BLOCK
+        kernels.silu_mul_kernel[(rows, -(-inter // block))](
+            h, out, inter, h.stride(0), out.stride(0), BLOCK=block
+        )
     return out
 
 

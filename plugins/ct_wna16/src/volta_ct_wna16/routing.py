@@ -3,9 +3,12 @@
 vLLM routes first and hands over ``topk_ids`` ``[tokens, top_k]``. The fused kernel
 (:func:`volta_ct_wna16.kernels.wna16_moe_kernel`) runs one program per block of ``block_m``
 rows of one expert, so the pairs (``p = token * top_k + slot``) are grouped by expert and
-each expert's run padded to whole blocks. Everything here is fixed-size torch arithmetic on
-the device: no count comes back to the host, so a decode step that routes this way can be
-captured in a CUDA graph and replayed with new routing.
+each expert's run padded to whole blocks. Two Triton launches do it on the device
+(:func:`~volta_ct_wna16.kernels.moe_count_kernel`, then
+:func:`~volta_ct_wna16.kernels.moe_place_kernel`), sized by the pair count alone: no count
+comes back to the host, so a decode step that routes this way can be captured in a CUDA
+graph and replayed with new routing. (In torch the same grouping took about 25 small
+launches: in a one-token step inside a graph, more time than the two expert kernels.)
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from volta_ct_wna16 import configs
 
 
 @dataclass(frozen=True)
@@ -45,27 +50,62 @@ def max_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
     return num_pairs // block_m + min(num_experts, num_pairs)
 
 
-def route(ids: torch.Tensor, num_experts: int, block_m: int) -> Blocks:
-    """Group the pairs of ``ids`` (local expert per pair, flattened ``[pairs]``; negative: an
-    expert of another rank, never run) by expert, in the pairs' own order within an expert."""
-    num_pairs = ids.numel()
-    device = ids.device
+def route(
+    ids: torch.Tensor,
+    num_experts: int,
+    block_m: int,
+    expert_map: torch.Tensor | None = None,
+) -> Blocks:
+    """Group the pairs of ``ids`` (each pair's expert, any shape, read flat, int32 or int64)
+    by expert. ``expert_map`` (int32) maps ids to local experts (-1: another rank's, never run);
+    without it the ids are local, and a negative one is another rank's.
+
+    Within an expert the pairs stand in the order their atomic counts landed: each pair's
+    output row does not depend on its place in a block. Ids at or past ``num_experts`` are
+    run by no block, as another rank's: vLLM's router and expert map give none (checking
+    would need the host to read them, which a captured graph cannot).
+    """
+    from volta_ct_wna16 import kernels
+
+    flat = ids.reshape(-1)
+    if flat.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"expert ids must be int32 or int64, got {flat.dtype}")
+    if expert_map is not None and expert_map.dtype != torch.int32:
+        raise TypeError(f"the expert map must be int32 (vLLM's), got {expert_map.dtype}")
+    num_pairs = flat.numel()
+    device = flat.device
     blocks = max_blocks(num_pairs, num_experts, block_m)
-    bucket = torch.where(ids < 0, num_experts, ids.long())  # other ranks' pairs sort last
-    counts = torch.zeros(num_experts + 1, dtype=torch.long, device=device)
-    counts.scatter_add_(0, bucket, torch.ones_like(bucket))
-    per_expert = (counts[:num_experts] + block_m - 1) // block_m
-    block_end = torch.cumsum(per_expert, 0)
-    # Where each expert's first block and first pair lie; the other ranks' bucket starts past
-    # the last block, so its pairs land in a tail that is cut off below.
-    block_start = torch.cat([block_end - per_expert, block_end.new_full((1,), blocks)])
-    pair_start = torch.cumsum(counts, 0) - counts
-    order = torch.sort(bucket, stable=True).indices
-    sorted_bucket = bucket[order]
-    rank = torch.arange(num_pairs, device=device) - pair_start[sorted_bucket]
-    slot = block_start[sorted_bucket] * block_m + rank
-    pairs = torch.full((blocks * block_m + num_pairs,), num_pairs, dtype=torch.int32, device=device)
-    pairs.scatter_(0, slot, order.to(torch.int32))
-    block = torch.arange(blocks, device=device)
-    experts = torch.searchsorted(block_end, block, right=True).to(torch.int32)
-    return Blocks(pairs[: blocks * block_m], experts, num_pairs, num_experts, block_m)
+    pairs = torch.empty(blocks * block_m, dtype=torch.int32, device=device)
+    experts = torch.empty(blocks, dtype=torch.int32, device=device)
+    if num_pairs == 0:
+        return Blocks(pairs, experts, 0, num_experts, block_m)
+    counts = torch.zeros(num_experts, dtype=torch.int32, device=device)
+    rank = torch.empty(num_pairs, dtype=torch.int32, device=device)
+    local = torch.empty(num_pairs, dtype=torch.int32, device=device)
+    count_block = configs.ROUTE_COUNT_BLOCK
+    kernels.moe_count_kernel[(-(-num_pairs // count_block),)](
+        flat,
+        flat if expert_map is None else expert_map,
+        counts,
+        rank,
+        local,
+        num_pairs,
+        num_experts,
+        HAS_MAP=expert_map is not None,
+        BLOCK=count_block,
+    )
+    e_pow2, place_block = configs.route_place_tile(num_experts)
+    kernels.moe_place_kernel[(-(-(blocks * block_m) // place_block),)](
+        counts,
+        rank,
+        local,
+        pairs,
+        experts,
+        num_pairs,
+        num_experts,
+        blocks,
+        BLOCK_M=block_m,
+        E_POW2=e_pow2,
+        BLOCK=place_block,
+    )
+    return Blocks(pairs, experts, num_pairs, num_experts, block_m)

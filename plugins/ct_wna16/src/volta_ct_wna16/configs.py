@@ -456,32 +456,12 @@ def route_place_tile(experts: int) -> tuple[int, int]:
     return e_pow2, max(16, min(128, _ROUTE_PLACE_ELEMENTS // e_pow2))
 
 
-#: Comparisons one program of :func:`moe_route_one_kernel` makes at once, pairs by experts
-#: and pairs by pairs (at most ``_ROUTE_ONE_MAX_PAIRS`` pairs).
-_ROUTE_ONE_ELEMENTS = 16384
-_ROUTE_ONE_MAX_PAIRS = 128
-#: Warps of :func:`moe_route_one_kernel` (32 comparisons a thread; at 8 warps the
-#: 128-expert build spilled on sm_70), and the slots it pads per step.
-ROUTE_ONE_WARPS = 16
-ROUTE_ONE_SLOT_STEP = 32
-
-
-def route_one_tile(experts: int) -> tuple[int, int]:
-    """``(E_POW2, P_POW2)`` of :func:`moe_route_one_kernel` for ``experts`` local experts:
-    the counts padded as for :func:`route_place_tile`, and the most pairs one program routes
-    (128 up to 128 experts, 16 at 1024). Up to that many pairs (a decode step's: 16 tokens at
-    top-8 over 128 experts) the routing is this one launch."""
-    e_pow2, _ = route_place_tile(experts)
-    return e_pow2, min(_ROUTE_ONE_MAX_PAIRS, _ROUTE_ONE_ELEMENTS // e_pow2)
-
-
 #: Columns per program of :func:`silu_mul_kernel`.
 SILU_BLOCK = 512
 
 
 def _routing_variants(table: Table) -> Iterator[KernelConfig]:
-    """The routing's launches (one program, or counts then places) and the SiLU product
-    between the expert kernels."""
+    """The routing's two launches and the SiLU product between the expert kernels."""
     for ids, has_map in itertools.product(("*i32", "*i64"), (False, True)):
         yield KernelConfig(
             name=f"moe_count_{ids[1:]}{'_map' if has_map else ''}",
@@ -500,29 +480,6 @@ def _routing_variants(table: Table) -> Iterator[KernelConfig]:
     experts = 1
     while experts <= MAX_ROUTED_EXPERTS:
         e_pow2, block = route_place_tile(experts)
-        _, p_pow2 = route_one_tile(experts)
-        for ids, has_map in itertools.product(("*i32", "*i64"), (False, True)):
-            yield KernelConfig(
-                name=f"moe_route_one_e{e_pow2}_{ids[1:]}{'_map' if has_map else ''}",
-                kernel=f"{KERNELS}:moe_route_one_kernel",
-                signature={
-                    "ids_ptr": ids,
-                    "map_ptr": "*i32" if has_map else ids,
-                    "pair_ptr": "*i32",
-                    "expert_ptr": "*i32",
-                    "PAIRS": "i32",
-                    "EXPERTS": "i32",
-                    "BLOCKS": "i32",
-                    "BLOCK_M": "i32",
-                },
-                constexprs={
-                    "HAS_MAP": has_map,
-                    "E_POW2": e_pow2,
-                    "P_POW2": p_pow2,
-                    "SLOT_STEP": ROUTE_ONE_SLOT_STEP,
-                },
-                num_warps=ROUTE_ONE_WARPS,
-            )
         for block_m in sorted({table.moe.block_m, table.moe_large.block_m}):
             yield KernelConfig(
                 name=f"moe_place_e{e_pow2}_m{block_m}",

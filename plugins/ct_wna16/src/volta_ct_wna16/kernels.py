@@ -880,31 +880,6 @@ def moe_count_kernel(
 
 
 @triton.jit
-def _expert_blocks(counts, BLOCK_M):
-    """Each expert's first block and the block after its last (running sum of whole blocks)."""
-    per_expert = (counts + BLOCK_M - 1) // BLOCK_M
-    end = tl.cumsum(per_expert, 0)
-    return end - per_expert, end
-
-
-@triton.jit
-def _pad_slots(i, ex, ex_ok, counts, start, end, pair_ptr, expert_ptr, PAIRS, BLOCKS, BLOCK_M):
-    """For slots ``i`` of the block table: ``PAIRS`` in each slot no pair's rank reaches, and
-    each block's expert (``EXPERTS`` past the routed blocks) where the block starts. A slot is
-    a pair's or padding, never both, so these stores and the pairs' need no ordering."""
-    b = i // BLOCK_M
-    r = i % BLOCK_M
-    slot_ok = b < BLOCKS
-    owner = tl.sum(((end[None, :] <= b[:, None]) & ex_ok[None, :]).to(tl.int32), axis=1)
-    hit = owner[:, None] == ex[None, :]
-    owner_start = tl.sum(tl.where(hit, start[None, :], 0), axis=1)
-    owner_count = tl.sum(tl.where(hit, counts[None, :], 0), axis=1)
-    padding = (b - owner_start) * BLOCK_M + r >= owner_count
-    tl.store(pair_ptr + i, tl.zeros(i.shape, tl.int32) + PAIRS, mask=slot_ok & padding)
-    tl.store(expert_ptr + b, owner, mask=slot_ok & (r == 0))
-
-
-@triton.jit
 def moe_place_kernel(
     count_ptr,
     rank_ptr,
@@ -924,64 +899,32 @@ def moe_place_kernel(
     running sum of whole blocks, so no launch in between adds them up. Program ``i`` covers
     ``BLOCK`` pairs and the same ``BLOCK`` slots of ``pair_ptr`` (``BLOCKS * BLOCK_M`` of them,
     never fewer than the pairs): it writes each of its pairs at ``first block * BLOCK_M +
-    rank``, and pads its slots (:func:`_pad_slots`).
+    rank``, each of its slots that no rank reaches with ``PAIRS`` (the kernel's padding), and
+    the expert of each block that starts in its slots (``EXPERTS`` past the routed ones). A slot
+    is either a pair's or padding, never both, so the two kinds of store need no ordering.
     """
     ex = tl.arange(0, E_POW2)
     ex_ok = ex < EXPERTS
     counts = tl.load(count_ptr + ex, mask=ex_ok, other=0)
-    start, end = _expert_blocks(counts, BLOCK_M)
+    per_expert = (counts + BLOCK_M - 1) // BLOCK_M
+    end = tl.cumsum(per_expert, 0)
+    start = end - per_expert
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     e = tl.load(local_ptr + i, mask=i < PAIRS, other=EXPERTS)
     placed = e < EXPERTS
     rank = tl.load(rank_ptr + i, mask=placed, other=0)
     first = tl.sum(tl.where(e[:, None] == ex[None, :], start[None, :], 0), axis=1)
     tl.store(pair_ptr + first * BLOCK_M + rank, i, mask=placed)
-    _pad_slots(i, ex, ex_ok, counts, start, end, pair_ptr, expert_ptr, PAIRS, BLOCKS, BLOCK_M)
-
-
-@triton.jit
-def moe_route_one_kernel(
-    ids_ptr,
-    map_ptr,
-    pair_ptr,
-    expert_ptr,
-    PAIRS,
-    EXPERTS,
-    BLOCKS,
-    BLOCK_M,
-    HAS_MAP: tl.constexpr,
-    E_POW2: tl.constexpr,
-    P_POW2: tl.constexpr,
-    SLOT_STEP: tl.constexpr,
-):
-    """The whole routing in one program, for a decode step's few pairs (at most ``P_POW2``).
-
-    What :func:`moe_count_kernel` and :func:`moe_place_kernel` do across the grid, one
-    program does with no memory in between: a pair's rank is the number of earlier pairs of
-    its expert (a pairs-by-pairs comparison, so the order within an expert is the pairs' own)
-    and the counts are a pairs-by-experts sum, so it needs neither zeroed counts nor atomics:
-    one launch where the grid form takes a memset and two. The slots are padded in steps of
-    ``SLOT_STEP``.
-    """
-    p = tl.arange(0, P_POW2)
-    ok = p < PAIRS
-    e = tl.load(ids_ptr + p, mask=ok, other=-1).to(tl.int32)
-    if HAS_MAP:
-        e = tl.load(map_ptr + e, mask=ok & (e >= 0), other=-1).to(tl.int32)
-    local = ok & (e >= 0) & (e < EXPERTS)
-    e = tl.where(local, e, -1)
-    earlier = (e[:, None] == e[None, :]) & (p[None, :] < p[:, None])
-    rank = tl.sum(earlier.to(tl.int32), axis=1)
-    ex = tl.arange(0, E_POW2)
-    ex_ok = ex < EXPERTS
-    onehot = e[:, None] == ex[None, :]
-    counts = tl.sum(onehot.to(tl.int32), axis=0)
-    start, end = _expert_blocks(counts, BLOCK_M)
-    first = tl.sum(tl.where(onehot, start[None, :], 0), axis=1)
-    tl.store(pair_ptr + first * BLOCK_M + rank, p, mask=local)
-    for s0 in range(0, BLOCKS * BLOCK_M, SLOT_STEP):
-        i = s0 + tl.arange(0, SLOT_STEP)
-        _pad_slots(i, ex, ex_ok, counts, start, end, pair_ptr, expert_ptr, PAIRS, BLOCKS, BLOCK_M)
+    b = i // BLOCK_M
+    r = i % BLOCK_M
+    slot_ok = b < BLOCKS
+    owner = tl.sum(((end[None, :] <= b[:, None]) & ex_ok[None, :]).to(tl.int32), axis=1)
+    hit = owner[:, None] == ex[None, :]
+    owner_start = tl.sum(tl.where(hit, start[None, :], 0), axis=1)
+    owner_count = tl.sum(tl.where(hit, counts[None, :], 0), axis=1)
+    padding = (b - owner_start) * BLOCK_M + r >= owner_count
+    tl.store(pair_ptr + i, tl.full([BLOCK], 0, tl.int32) + PAIRS, mask=slot_ok & padding)
+    tl.store(expert_ptr + b, owner, mask=slot_ok & (r == 0))
 
 
 @triton.jit

@@ -3,10 +3,9 @@
 vLLM routes first and hands over ``topk_ids`` ``[tokens, top_k]``. The fused kernel
 (:func:`volta_ct_wna16.kernels.wna16_moe_kernel`) runs one program per block of ``block_m``
 rows of one expert, so the pairs (``p = token * top_k + slot``) are grouped by expert and
-each expert's run padded to whole blocks. Triton does it on the device, in one launch for a
-decode step (:func:`~volta_ct_wna16.kernels.moe_route_one_kernel`) and in two across the grid
-for more pairs (:func:`~volta_ct_wna16.kernels.moe_count_kernel`, then
-:func:`~volta_ct_wna16.kernels.moe_place_kernel`), chosen by the pair count alone: no count
+each expert's run padded to whole blocks. Two Triton launches do it on the device
+(:func:`~volta_ct_wna16.kernels.moe_count_kernel`, then
+:func:`~volta_ct_wna16.kernels.moe_place_kernel`), sized by the pair count alone: no count
 comes back to the host, so a decode step that routes this way can be captured in a CUDA
 graph and replayed with new routing. (In torch the same grouping took about 25 small
 launches: in a one-token step inside a graph, more time than the two expert kernels.)
@@ -61,12 +60,10 @@ def route(
     by expert. ``expert_map`` (int32) maps ids to local experts (-1: another rank's, never run);
     without it the ids are local, and a negative one is another rank's.
 
-    A decode step's few pairs (:func:`~volta_ct_wna16.configs.route_one_tile`) are routed by
-    one program in one launch, in their own order within an expert; more pairs take a memset
-    and two launches across the grid, and stand within an expert in the order their atomic
-    counts landed. Each pair's output row does not depend on its place in a block. Ids at or
-    past ``num_experts`` are run by no block, as another rank's: vLLM's router and expert map
-    give none (checking would need the host to read them, which a captured graph cannot).
+    Within an expert the pairs stand in the order their atomic counts landed: each pair's
+    output row does not depend on its place in a block. Ids at or past ``num_experts`` are
+    run by no block, as another rank's: vLLM's router and expert map give none (checking
+    would need the host to read them, which a captured graph cannot).
     """
     from volta_ct_wna16 import kernels
 
@@ -82,24 +79,6 @@ def route(
     experts = torch.empty(blocks, dtype=torch.int32, device=device)
     if num_pairs == 0:
         return Blocks(pairs, experts, 0, num_experts, block_m)
-    e_pow2, one_program = configs.route_one_tile(num_experts)
-    if num_pairs <= one_program:
-        kernels.moe_route_one_kernel[(1,)](
-            flat,
-            flat if expert_map is None else expert_map,
-            pairs,
-            experts,
-            num_pairs,
-            num_experts,
-            blocks,
-            block_m,
-            HAS_MAP=expert_map is not None,
-            E_POW2=e_pow2,
-            P_POW2=one_program,
-            SLOT_STEP=configs.ROUTE_ONE_SLOT_STEP,
-            num_warps=configs.ROUTE_ONE_WARPS,
-        )
-        return Blocks(pairs, experts, num_pairs, num_experts, block_m)
     counts = torch.zeros(num_experts, dtype=torch.int32, device=device)
     rank = torch.empty(num_pairs, dtype=torch.int32, device=device)
     local = torch.empty(num_pairs, dtype=torch.int32, device=device)

@@ -104,7 +104,7 @@ def experts_forward(
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
     On CUDA (and under the interpreter) a step is six launches (routing in two, gate/up, the
-    SiLU product, down into each token's fp32 row, the cast) and two memsets, with no host
+    SiLU product, down into each token's fp32 row, the cast) and up to three memsets, with no host
     synchronization, so a decode step can be captured in a CUDA graph
     (``launch`` overrides the device's MoE tile: the benchmark's sweep). On CPU each expert
     runs its tokens through the reference linear op (one synchronization for the counts).

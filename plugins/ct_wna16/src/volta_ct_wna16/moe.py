@@ -2,9 +2,9 @@
 
 After vLLM's router has picked ``topk_ids`` and ``topk_weights``,
 :func:`volta_ct_wna16.experts.experts_forward` runs the routed pairs through the fused kernel
-(``gate_up``, ``SiLU(gate) * up``, ``down``; two launches, no host synchronization, so vLLM
-can capture decode steps) and sums the weighted outputs in fp32; on CPU each expert's tokens
-go through the dense layers' reference op.
+(routing, ``gate_up``, ``SiLU(gate) * up``, ``down`` adding the weighted outputs into each
+token's fp32 row: six launches, no host synchronization, so vLLM can capture decode steps); on
+CPU each expert's tokens go through the dense layers' reference op.
 
 Weights are registered under upstream's parameter names (``w13_weight_packed``,
 ``w13_weight_scale``, ``w13_weight_zero_point``, ``w13_weight_shape`` and ``w2_*``) in the

@@ -220,6 +220,44 @@ def test_pair_read_activations_with_odd_rows(bits: int) -> None:
     assert_rel_close(out, x.double() @ dequantize(pw).t(), TOLERANCE, "strided view")
 
 
+@pytest.mark.parametrize("bits", [4, 8])
+def test_each_path_reads_its_own_zero_points(bits: int) -> None:
+    """The 1-token GEMV reads the uint8 zero points (``zeros8``), the dot tiles the fp16 ones:
+    with the other form poisoned each still matches float64, and the GEMV gives the same bits
+    from either form (the byte path converts exactly)."""
+    pw = packed(library_checkpoint(40, 384, WeightScheme(bits, False, 128), seed=11))
+    assert pw.zeros is not None
+    assert pw.zeros8 is not None
+    assert pw.zeros8.dtype == torch.uint8
+    assert torch.equal(pw.zeros8.to(pw.zeros.dtype), pw.zeros)
+    assert pw.nbytes(True) == pw.nbytes() - pw.zeros8.numel()
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(16, pw.k, generator=gen).to(torch.float16)
+    ref = x.double() @ dequantize(pw).t()
+    no_fp16 = replace(pw, zeros=torch.full_like(pw.zeros, float("nan")))
+    for gemv in (configs.SM70.gemv, configs.SM90.gemv):
+        assert configs.byte_zero_points(gemv)
+        out = poison_(torch.empty(1, pw.n, dtype=torch.float16))
+        wna16_linear(x[:1], no_fp16, launch=gemv, out=out)
+        assert_rel_close(out, ref[:1], TOLERANCE, f"GEMV on zeros8 {gemv}")
+        fp16_only = wna16_linear(x[:1], replace(pw, zeros8=None), launch=gemv)
+        assert torch.equal(out, fp16_only)
+    # The wide GEMV (fp16 zero points measured faster there) and the dot tiles read fp16.
+    assert configs.SM90.wide_gemv is not None
+    wrong_bytes = replace(pw, zeros8=torch.full_like(pw.zeros8, 200))
+    for launch, m in ((configs.SM90.wide_gemv[1], 1), (configs.SM90.decode, 16)):
+        launch = launch.scaled_for_bits(bits)
+        assert not configs.byte_zero_points(launch)
+        out = poison_(torch.empty(m, pw.n, dtype=torch.float16))
+        wna16_linear(x[:m], wrong_bytes, launch=launch, out=out)
+        assert_rel_close(out, ref[:m], TOLERANCE, f"fp16 zero points {launch}")
+
+
+def test_only_a_gemv_reads_byte_zero_points() -> None:
+    with pytest.raises(ValueError, match="only a 1-token GEMV"):
+        replace(configs.SM90.decode, byte_zeros=True)
+
+
 def splits_of(pw: PackedWeights, m: int) -> int:
     """How many input splits the table's launch for ``m`` tokens makes on this device."""
     probe = torch.empty(0, device=pw.qweight.device)

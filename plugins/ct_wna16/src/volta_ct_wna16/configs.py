@@ -39,7 +39,8 @@ class Launch:
     the software pipeline depth of the input loop (Triton pipelines on SM80+ only, so the SM70
     tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
     does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
-    partials the fused split-K reduction loads per round trip to L2.
+    partials the fused split-K reduction loads per round trip to L2. ``byte_zeros``: a 1-token
+    GEMV that reads asymmetric layers' zero points as uint8 (:func:`byte_zero_points`).
     """
 
     path: str
@@ -52,6 +53,11 @@ class Launch:
     group_m: int = 8
     num_stages: int = 1
     reduce_unroll: int = 2
+    byte_zeros: bool = False
+
+    def __post_init__(self) -> None:
+        if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
+            raise ValueError(f"only a 1-token GEMV reads uint8 zero points: {self}")
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -91,7 +97,17 @@ class Table:
 
 
 SM70 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=256, block_k=32, programs_per_sm=4, reduce_unroll=4),
+    # uint8 zero points: the GEMV is bandwidth-bound, more so on a V100 (900 GB/s for 80 SMs)
+    # than on the H100 where they gained (run 15, below); not measured on SM70.
+    gemv=Launch(
+        SPLITK,
+        block_m=1,
+        block_n=256,
+        block_k=32,
+        programs_per_sm=4,
+        reduce_unroll=4,
+        byte_zeros=True,
+    ),
     # 8 warps: on 4, the 8-bit tile (16 inputs) spilled 8 B at sm_70 once N, K and the strides
     # were compiled as multiples of 16, as the JIT specializes them for model shapes.
     small=Launch(SPLITK, block_m=4, block_n=64, block_k=32, num_warps=8, programs_per_sm=4),
@@ -123,6 +139,10 @@ SM90 = Table(
     # holds 20 warps instead of 10 to hide each word's load-to-FMA chain. On the narrow
     # shapes, 4 warps gained on a short input (5120x5120 11.9 -> 10.8 us) but lost on a long
     # one (5120x27648 asymmetric 32.4 -> 33.5). The narrow tile stays on 2 warps.
+    # Run 15 (`results/run15/`): asymmetric zero points as uint8 (one byte a group and output
+    # instead of two) took this tile's layers from 34.0 to 33.1 us (5120x27648), 12.7 to 12.2
+    # (5120x5120) and 14.3 to 13.7 (7168x5120); on the wide tile below they cost 0.2-0.8 us
+    # (27648x5120 32.4 -> 32.6-33.2), so it keeps fp16 ones.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -132,6 +152,7 @@ SM90 = Table(
         programs_per_sm=4,
         num_stages=3,
         reduce_unroll=8,
+        byte_zeros=True,
     ),
     wide_gemv=(
         8192,
@@ -251,6 +272,14 @@ def slot_dots(launch: Launch, bits: int) -> bool:
     return launch.path in (SPLITK, MOE) and launch.use_dot and launch.block_k // (32 // bits) >= 16
 
 
+def byte_zero_points(launch: Launch) -> bool:
+    """Whether ``launch`` reads zero points as uint8 (``PackedWeights.zeros8``) where the layer
+    has them: a 1-token GEMV whose table entry says so. The GEMV loads them where it uses them,
+    one per output and group, so their bytes count as the weights' do; the dot tiles copy
+    fp16 rows ahead instead (a 1-byte row is below what ``cp.async`` copies)."""
+    return launch.byte_zeros
+
+
 def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
     """How many input splits, and the input length of each (a multiple of ``block_k``).
 
@@ -363,18 +392,26 @@ _MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se", "K_PER_SPLIT")
 
 
 def splitk_config(
-    launch: Launch, bits: int, zp: bool, bias: bool, use_ws: bool, group_tile: bool
+    launch: Launch,
+    bits: int,
+    zp: bool,
+    bias: bool,
+    use_ws: bool,
+    group_tile: bool,
+    zp8: bool = False,
 ) -> KernelConfig:
-    """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll)."""
+    """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
+    ``zp8``: zero points as uint8 (:func:`byte_zero_points`)."""
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
         f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
     )
     return KernelConfig(
         name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
-        f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}",
+        f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}"
+        f"{'_z8' if zp8 else ''}",
         kernel=f"{KERNELS}:wna16_splitk_kernel",
-        signature=_SPLITK_SIG,
+        signature={**_SPLITK_SIG, "z_ptr": "*u8"} if zp8 else _SPLITK_SIG,
         constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
@@ -556,10 +593,13 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                     # Split (fused reduction) or unsplit, each with and without bias; the dot
                     # tiles also with scales per tile (a layer whose groups hold whole tiles).
                     group_tiles = (False, True) if launch.use_dot else (False,)
-                    for use_ws, bias, in_group in itertools.product(
-                        (True, False), (True, False), group_tiles
+                    # Zero points as uint8 where the launch takes them from a layer's
+                    # ``zeros8``, and as fp16 where it has none (a bare ``PackedWeights``).
+                    zp8s = (False, True) if zp and byte_zero_points(launch) else (False,)
+                    for use_ws, bias, in_group, zp8 in itertools.product(
+                        (True, False), (True, False), group_tiles, zp8s
                     ):
-                        yield splitk_config(launch, bits, zp, bias, use_ws, in_group)
+                        yield splitk_config(launch, bits, zp, bias, use_ws, in_group, zp8)
                 elif launch.path == GEMM:
                     for bias in (False, True):
                         yield KernelConfig(

@@ -37,6 +37,13 @@ class PackedWeights:
     0 to 255, exact there) or None when symmetric. Not uint8: a tile's row of 1-byte zero
     points is 2 bytes per thread, below what ``cp.async`` copies (4), so the dot tiles loaded
     it in every iteration and waited for it; 2-byte values are copied ahead with the scales.
+
+    ``zeros8``: the same zero points as uint8 ``[groups, n]`` (None when symmetric, and where
+    no 1-token GEMV reads them: stacked MoE experts). The 1-token GEMV loads zero points where
+    it uses them, one per output and group, and is bandwidth-bound on them as on the weights:
+    1 byte instead of 2 took an asymmetric 5120x27648 layer from 34.0 to 33.1 us on the H100
+    (run 15). Kept beside ``zeros`` (one more byte per group and output, 0.8% of a group-128
+    int4 layer) because the dot tiles need the 2-byte rows.
     """
 
     qweight: torch.Tensor
@@ -46,6 +53,7 @@ class PackedWeights:
     k: int
     bits: int
     group: int
+    zeros8: torch.Tensor | None = None
 
     @property
     def groups(self) -> int:
@@ -56,11 +64,20 @@ class PackedWeights:
         """Words along the input dimension (``ceil(k / pack)``)."""
         return self.qweight.shape[0]
 
-    def nbytes(self) -> int:
-        """Bytes a kernel reads for the weights: packed values, scales, zero points."""
+    def zero_points_for(self, byte_zero_points: bool) -> torch.Tensor | None:
+        """The zero points a launch reads: ``zeros8`` where it takes byte zero points
+        (:func:`volta_ct_wna16.configs.byte_zero_points`) and has them, else ``zeros``."""
+        if byte_zero_points and self.zeros8 is not None:
+            return self.zeros8
+        return self.zeros
+
+    def nbytes(self, byte_zero_points: bool = False) -> int:
+        """Bytes a kernel reads for the weights: packed values, scales, the zero points it
+        takes (see :meth:`zero_points_for`)."""
         total = self.qweight.numel() * 4 + self.scales.numel() * self.scales.element_size()
-        if self.zeros is not None:
-            total += self.zeros.numel() * self.zeros.element_size()
+        zeros = self.zero_points_for(byte_zero_points)
+        if zeros is not None:
+            total += zeros.numel() * zeros.element_size()
         return total
 
 
@@ -166,7 +183,7 @@ def prepare(
             f"weight_scale has {weight_scale.shape[1]} group(s) per row; input size {k} with "
             f"group size {group} makes {groups}",
         )
-    zeros = None
+    zeros = zeros8 = None
     if scheme.symmetric:
         if weight_zero_point is not None and weight_zero_point.numel():
             raise _fail(layer, "the checkpoint has weight_zero_point but the scheme is symmetric")
@@ -185,7 +202,9 @@ def prepare(
                 f"weight_zero_point is {weight_zero_point.dtype} {tuple(weight_zero_point.shape)}; "
                 f"expected torch.int32 ({zp_rows}, {groups}) (packed along the output dimension)",
             )
-        zeros = unpack_int32(weight_zero_point, bits, n, dim=0).to(act_dtype).t().contiguous()
+        stored = unpack_int32(weight_zero_point, bits, n, dim=0).t()
+        zeros = stored.to(act_dtype).contiguous()
+        zeros8 = stored.to(torch.uint8).contiguous()
     return PackedWeights(
         qweight=weight_packed.t().contiguous(),
         scales=weight_scale.to(act_dtype).t().contiguous(),
@@ -194,6 +213,7 @@ def prepare(
         k=k,
         bits=bits,
         group=group,
+        zeros8=zeros8,
     )
 
 

@@ -196,10 +196,13 @@ class WNA16LinearMethod(LinearMethodBase):
         del layer.ct_wna16_record
         layer.register_parameter("ct_qweight", torch.nn.Parameter(pw.qweight, requires_grad=False))
         layer.register_parameter("ct_scales", torch.nn.Parameter(pw.scales, requires_grad=False))
-        if pw.zeros is not None:
-            layer.register_parameter("ct_zeros", torch.nn.Parameter(pw.zeros, requires_grad=False))
-        else:
-            layer.ct_zeros = None
+        for attr in ("zeros", "zeros8"):
+            value = getattr(pw, attr)
+            if value is not None:
+                param = torch.nn.Parameter(value, requires_grad=False)
+                layer.register_parameter(f"ct_{attr}", param)
+            else:
+                setattr(layer, f"ct_{attr}", None)
         layer.ct_wna16_meta = (pw.k, pw.bits, pw.group)
 
     def apply(
@@ -207,7 +210,15 @@ class WNA16LinearMethod(LinearMethodBase):
     ) -> torch.Tensor:
         k, bits, group = layer.ct_wna16_meta
         return ops.linear_op(
-            x, layer.ct_qweight, layer.ct_scales, layer.ct_zeros, bias, k, bits, group
+            x,
+            layer.ct_qweight,
+            layer.ct_scales,
+            layer.ct_zeros,
+            layer.ct_zeros8,
+            bias,
+            k,
+            bits,
+            group,
         )
 
 

@@ -100,7 +100,9 @@ def wna16_linear(
     if launch is None:
         launch = configs.choose(m, pw.n, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
-    zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
+    zeros = pw.zero_points_for(configs.byte_zero_points(launch))
+    if zeros is None:
+        zeros = _empty(x.dtype, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
     if configs.slot_dots(launch, pw.bits):
         x2 = _pair_aligned(x2)
@@ -345,6 +347,7 @@ def linear_op(
     qweight: torch.Tensor,
     scales: torch.Tensor,
     zeros: torch.Tensor | None,
+    zeros8: torch.Tensor | None,
     bias: torch.Tensor | None,
     k: int,
     bits: int,
@@ -352,7 +355,7 @@ def linear_op(
 ) -> torch.Tensor:
     """One opaque operator for vLLM's ``torch.compile``: the kernels on CUDA (or under the
     interpreter), the dequantize-and-``F.linear`` reference on CPU."""
-    pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group)
+    pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group, zeros8)
     if x.is_cuda or interpreting():
         return wna16_linear(x, pw, bias)
     return reference_linear(x, pw, bias)
@@ -364,6 +367,7 @@ def _linear_op_fake(
     qweight: torch.Tensor,
     scales: torch.Tensor,
     zeros: torch.Tensor | None,
+    zeros8: torch.Tensor | None,
     bias: torch.Tensor | None,
     k: int,
     bits: int,

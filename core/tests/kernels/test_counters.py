@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
+from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
 
 
 def test_one_zeroed_buffer_per_stream_that_grows_and_keeps_the_old_one() -> None:
@@ -22,3 +22,14 @@ def test_one_zeroed_buffer_per_stream_that_grows_and_keeps_the_old_one() -> None
     assert arrival_counters(device) is grown
     assert first[3] == 1
     first[3] = 0
+
+
+def test_accumulators_are_a_separate_fp32_buffer() -> None:
+    device = torch.device("cpu")
+    counters = arrival_counters(device)
+    acc = zeroed_accumulators(device, 10)
+    assert acc.dtype == torch.float32
+    assert not acc.any()
+    assert acc.data_ptr() != counters.data_ptr()
+    assert zeroed_accumulators(device) is acc
+    assert arrival_counters(device) is counters

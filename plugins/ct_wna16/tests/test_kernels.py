@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters
+from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
 from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
 from volta_ct_wna16 import bench, configs
 from volta_ct_wna16.kernels import _slot_q16
@@ -258,6 +258,29 @@ def test_only_a_gemv_reads_byte_zero_points() -> None:
         replace(configs.SM90.decode, byte_zeros=True)
 
 
+@pytest.mark.parametrize("m", [3, 16, 20])
+def test_atomic_split_reduction(m: int) -> None:
+    """The splits add their partials into the zeroed fp32 accumulators: right against
+    float64 with a partial column and row block, twice (the second launch finds what the
+    first left), the accumulators and counters zero afterwards; the same launch with the tree
+    agrees."""
+    pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 128), seed=12))
+    device = pw.qweight.device
+    launch = replace(configs.SM90.decode, block_n=32, programs_per_sm=64)
+    assert launch.atomic
+    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1])[0] > 1
+    for seed in (0, 1):
+        check(pw, m, bias=True, launch=launch, seed=seed)
+        assert not arrival_counters(device).any()
+        assert not zeroed_accumulators(device).any()
+    check(pw, m, bias=True, launch=replace(launch, atomic=False))
+
+
+def test_only_split_k_launches_add_atomically() -> None:
+    with pytest.raises(ValueError, match="only a split-K launch"):
+        replace(configs.SM90.dequant, atomic=True)
+
+
 def splits_of(pw: PackedWeights, m: int) -> int:
     """How many input splits the table's launch for ``m`` tokens makes on this device."""
     probe = torch.empty(0, device=pw.qweight.device)
@@ -351,7 +374,8 @@ def test_gpu_every_m(scheme) -> None:
 @pytest.mark.parametrize(("n", "k"), [(5120, 5120), (27648, 5120), (4000, 13824)])
 def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
     """Decode at model sizes, replayed from one CUDA graph: every replay must find the
-    counters its previous replay left at zero."""
+    counters (and, where the splits add atomically, the 16-token tile, the fp32
+    accumulators) its previous replay left at zero."""
     for scheme in (WeightScheme(4, True, 128), WeightScheme(4, False, 128)):
         pw = packed(fresh_checkpoint(n, k, scheme, seed=n, device="cuda"), "cuda")
         for m in (1, 16):
@@ -370,15 +394,20 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
             with torch.cuda.graph(graph, stream=stream):
                 wna16_linear(x, pw, b, out=out)
             eager = out.clone()
+            capability, sm_count = device_facts(x)
+            launch = configs.choose(m, n, capability, pw.bits)
+            atomic = launch.atomic and configs.split_count(n, k, launch, sm_count)[0] > 1
             for replay in range(3):
                 poison_(out)
                 graph.replay()
                 torch.cuda.synchronize()
                 assert_rel_close(out, ref, TOLERANCE, f"{n}x{k} m={m} replay {replay}")
-                # The tree sums in a fixed order, whichever program arrives last.
-                assert torch.equal(out, eager), f"{n}x{k} m={m} replay {replay}"
+                if not atomic:
+                    # The tree sums in a fixed order, whichever program arrives last.
+                    assert torch.equal(out, eager), f"{n}x{k} m={m} replay {replay}"
             with torch.cuda.stream(stream):
                 assert not arrival_counters(out.device).any()
+                assert not zeroed_accumulators(out.device).any()
 
 
 @pytest.mark.gpu
@@ -398,3 +427,25 @@ def test_gpu_library_made_checkpoints() -> None:
         pw = packed(ckpt, "cuda")
         for m in (1, 5, 16, 300):
             check(pw, m, bias=True)
+
+
+@pytest.mark.gpu
+def test_gpu_small_for_sanitizer() -> None:
+    """Small launches of each decode reduction on CUDA, for compute-sanitizer memcheck and
+    racecheck runs: the 1-token GEMV on uint8 zero points with the tree, and the 16-token dot
+    tile with the tree and with atomic splits, each twice (the second finds what the first
+    reset)."""
+    ckpt = fresh_checkpoint(600, 1280, WeightScheme(4, False, 128), seed=3, device="cuda")
+    pw = packed(ckpt, "cuda")
+    decode = replace(configs.SM90.decode, block_n=64, programs_per_sm=8)
+    assert configs.split_count(pw.n, pw.k, decode, device_facts(pw.qweight)[1])[0] > 1
+    assert decode.atomic
+    for launch, m in (
+        (configs.SM90.gemv, 1),
+        (decode, 16),
+        (replace(decode, atomic=False), 16),
+    ):
+        for seed in (0, 1):
+            check(pw, m, bias=True, launch=launch, seed=seed)
+    assert not arrival_counters(pw.qweight.device).any()
+    assert not zeroed_accumulators(pw.qweight.device).any()

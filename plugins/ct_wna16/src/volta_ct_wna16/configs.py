@@ -41,6 +41,9 @@ class Launch:
     does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
     partials the fused split-K reduction loads per round trip to L2. ``byte_zeros``: a 1-token
     GEMV that reads asymmetric layers' zero points as uint8 (:func:`byte_zero_points`).
+    ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
+    (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels._accumulate_splits`) instead of
+    summing them through the reduction tree.
     """
 
     path: str
@@ -54,10 +57,13 @@ class Launch:
     num_stages: int = 1
     reduce_unroll: int = 2
     byte_zeros: bool = False
+    atomic: bool = False
 
     def __post_init__(self) -> None:
         if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
             raise ValueError(f"only a 1-token GEMV reads uint8 zero points: {self}")
+        if self.atomic and self.path != SPLITK:
+            raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -179,11 +185,32 @@ SM90 = Table(
     # copies and its weights subnormals scaled after the dot: kept. At M=16, 3 or 4 programs
     # per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
     # (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
+    # Run 15 (`results/run15/`): the splits add their partials atomically (`Launch.atomic`).
+    # Against the tree in one call (call 6, `probe_reduce.log`, best of two alternating runs)
+    # at 2-16 tokens: 5120x5120 12.1-15.0 against 14.6-18.2 us symmetric, 7168x5120 16.3-18.9
+    # against 18.6-22.2, 27648x5120 37.9-44.1 against 39.2-46.1, 5120x27648 38.0-45.1 against
+    # 40.9-48.1; at 32 tokens 9-13% faster on the 5120-input layers, even (83.6 / 83.1) on
+    # 5120x27648. The tail after the last split is one read of the summed tile instead of the
+    # tree's round trips, and no partial tiles are stored.
     small=Launch(
-        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
+        SPLITK,
+        block_m=16,
+        block_n=256,
+        block_k=128,
+        use_dot=True,
+        programs_per_sm=2,
+        num_stages=3,
+        atomic=True,
     ),
     decode=Launch(
-        SPLITK, block_m=16, block_n=256, block_k=128, use_dot=True, programs_per_sm=2, num_stages=3
+        SPLITK,
+        block_m=16,
+        block_n=256,
+        block_k=128,
+        use_dot=True,
+        programs_per_sm=2,
+        num_stages=3,
+        atomic=True,
     ),
     # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up
     # (`results/run9/decode_tile_m32_m64_m128.log`): at M=32 this tile against the GEMM
@@ -305,7 +332,13 @@ def group_tile(launch: Launch, group: int) -> bool:
 
 
 def splitk_constexprs(
-    launch: Launch, bits: int, zp: bool, bias: bool, use_ws: bool, group_tile: bool
+    launch: Launch,
+    bits: int,
+    zp: bool,
+    bias: bool,
+    use_ws: bool,
+    group_tile: bool,
+    atomic: bool = False,
 ) -> dict[str, int | bool]:
     """The ``tl.constexpr`` arguments of :func:`wna16_splitk_kernel` for one launch: the
     launcher and the gate both build them here, so the gate compiles what runs."""
@@ -322,6 +355,8 @@ def splitk_constexprs(
         "REDUCE_UNROLL": launch.reduce_unroll,
         "GROUP_TILE": group_tile,
         "SLOT_DOTS": slot_dots(launch, bits),
+        "ATOMIC": use_ws and atomic,
+        "THREADS": 32 * launch.num_warps,
     }
 
 
@@ -399,9 +434,11 @@ def splitk_config(
     use_ws: bool,
     group_tile: bool,
     zp8: bool = False,
+    atomic: bool = False,
 ) -> KernelConfig:
     """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
-    ``zp8``: zero points as uint8 (:func:`byte_zero_points`)."""
+    ``zp8``: zero points as uint8 (:func:`byte_zero_points`); ``atomic``: the splits added
+    atomically (``Launch.atomic``)."""
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
         f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
@@ -409,10 +446,10 @@ def splitk_config(
     return KernelConfig(
         name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
         f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}"
-        f"{'_z8' if zp8 else ''}",
+        f"{'_z8' if zp8 else ''}{'_at' if atomic else ''}",
         kernel=f"{KERNELS}:wna16_splitk_kernel",
         signature={**_SPLITK_SIG, "z_ptr": "*u8"} if zp8 else _SPLITK_SIG,
-        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile),
+        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile, atomic),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=_SPLITK_DIVISIBLE,
@@ -600,6 +637,10 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                         (True, False), (True, False), group_tiles, zp8s
                     ):
                         yield splitk_config(launch, bits, zp, bias, use_ws, in_group, zp8)
+                        if use_ws and launch.atomic:
+                            yield splitk_config(
+                                launch, bits, zp, bias, use_ws, in_group, zp8, atomic=True
+                            )
                 elif launch.path == GEMM:
                     for bias in (False, True):
                         yield KernelConfig(

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from volta_core.kernels.counters import arrival_counters
+from volta_core.kernels.counters import arrival_counters, zeroed_accumulators
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import Blocks
@@ -111,12 +111,18 @@ def wna16_linear(
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
         splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count)
         use_ws = splits > 1
+        atomic = use_ws and launch.atomic
         grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
-        if use_ws:
+        tiles = grid[0] * grid[2]
+        if atomic:
+            # fp32 accumulators the splits add into, zero before and after (one per output);
+            # one counter per output tile, then one per thread for the kernel's release adds.
+            ws = zeroed_accumulators(x.device, m * pw.n)
+            counters = arrival_counters(x.device, tiles + 32 * launch.num_warps)
+        elif use_ws:
             ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
             # One per output tile and one per group of reduce_unroll splits of each tile
             # (the kernel's two-level reduction tree).
-            tiles = grid[0] * grid[2]
             counters = arrival_counters(x.device, tiles * (1 + -(-splits // launch.reduce_unroll)))
         else:
             ws, counters = _empty(torch.float32, x.device), _empty(torch.int32, x.device)
@@ -144,6 +150,7 @@ def wna16_linear(
                 bias is not None,
                 use_ws,
                 configs.group_tile(launch, pw.group),
+                atomic,
             ),
             num_warps=launch.num_warps,
             num_stages=launch.num_stages,

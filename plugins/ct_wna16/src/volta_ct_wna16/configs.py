@@ -123,6 +123,38 @@ SM70 = Table(
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
 )
 
+# block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
+# num_stages 3 is what Triton used before the tables named it (its default on CUDA).
+# 2-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
+# dequantization): M=16 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648
+# 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it: the
+# 128-output tile with a reduction fan-in of 4 at 4 per SM was 4-7% faster at M=4
+# symmetric, but in run 9's benchmark 12-21% slower at M=4 asymmetric (5120x27648 68.7 us
+# against 56.9 in run 8), and 12-33% slower at M=16.
+# Run 12 (`results/run12/`), after the tile's activations and zero points became pipelined
+# copies and its weights subnormals scaled after the dot: kept. At M=16, 3 or 4 programs
+# per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
+# (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
+# Run 15 (`results/run15/`): the splits add their partials atomically (`Launch.atomic`).
+# Against the tree in one call (call 6, `probe_reduce.log`, best of two alternating runs)
+# at 2-16 tokens: 5120x5120 12.1-15.0 against 14.6-18.2 us symmetric, 7168x5120 16.3-18.9
+# against 18.6-22.2, 27648x5120 37.9-44.1 against 39.2-46.1, 5120x27648 38.0-45.1 against
+# 40.9-48.1; at 32 tokens 9-13% faster on the 5120-input layers, even (83.6 / 83.1) on
+# 5120x27648. The tail after the last split is one read of the summed tile instead of the
+# tree's round trips, and no partial tiles are stored.
+_SM90_DOT = Launch(
+    SPLITK,
+    block_m=16,
+    block_n=256,
+    block_k=128,
+    use_dot=True,
+    programs_per_sm=2,
+    num_stages=3,
+    atomic=True,
+)
+"""The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``)."""
+
+
 SM90 = Table(
     # The 1-token tile. Runs 3-5 (H100) chose 256 outputs x 1 warp at 8 programs per SM
     # below 8192 outputs and 512 x 2 warps from there on. Run 6's sweep (on an H200: the
@@ -173,45 +205,8 @@ SM90 = Table(
             reduce_unroll=16,
         ),
     ),
-    # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
-    # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
-    # 2-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
-    # dequantization): M=16 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648
-    # 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it: the
-    # 128-output tile with a reduction fan-in of 4 at 4 per SM was 4-7% faster at M=4
-    # symmetric, but in run 9's benchmark 12-21% slower at M=4 asymmetric (5120x27648 68.7 us
-    # against 56.9 in run 8), and 12-33% slower at M=16.
-    # Run 12 (`results/run12/`), after the tile's activations and zero points became pipelined
-    # copies and its weights subnormals scaled after the dot: kept. At M=16, 3 or 4 programs
-    # per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
-    # (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
-    # Run 15 (`results/run15/`): the splits add their partials atomically (`Launch.atomic`).
-    # Against the tree in one call (call 6, `probe_reduce.log`, best of two alternating runs)
-    # at 2-16 tokens: 5120x5120 12.1-15.0 against 14.6-18.2 us symmetric, 7168x5120 16.3-18.9
-    # against 18.6-22.2, 27648x5120 37.9-44.1 against 39.2-46.1, 5120x27648 38.0-45.1 against
-    # 40.9-48.1; at 32 tokens 9-13% faster on the 5120-input layers, even (83.6 / 83.1) on
-    # 5120x27648. The tail after the last split is one read of the summed tile instead of the
-    # tree's round trips, and no partial tiles are stored.
-    small=Launch(
-        SPLITK,
-        block_m=16,
-        block_n=256,
-        block_k=128,
-        use_dot=True,
-        programs_per_sm=2,
-        num_stages=3,
-        atomic=True,
-    ),
-    decode=Launch(
-        SPLITK,
-        block_m=16,
-        block_n=256,
-        block_k=128,
-        use_dot=True,
-        programs_per_sm=2,
-        num_stages=3,
-        atomic=True,
-    ),
+    small=_SM90_DOT,
+    decode=_SM90_DOT,
     # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up
     # (`results/run9/decode_tile_m32_m64_m128.log`): at M=32 this tile against the GEMM
     # 5120x5120 29.6 against 46.1 us, 7168x5120 37.6 / 45.4, 27648x5120 100.2 / 107.1,

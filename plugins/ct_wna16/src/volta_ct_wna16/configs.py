@@ -136,12 +136,12 @@ SM70 = Table(
 # per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
 # (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
 # Run 15 (`results/run15/`): the splits add their partials atomically (`Launch.atomic`).
-# Against the tree in one call (call 6, `probe_reduce.log`, best of two alternating runs)
-# at 2-16 tokens: 5120x5120 12.1-15.0 against 14.6-18.2 us symmetric, 7168x5120 16.3-18.9
-# against 18.6-22.2, 27648x5120 37.9-44.1 against 39.2-46.1, 5120x27648 38.0-45.1 against
-# 40.9-48.1; at 32 tokens 9-13% faster on the 5120-input layers, even (83.6 / 83.1) on
-# 5120x27648. The tail after the last split is one read of the summed tile instead of the
-# tree's round trips, and no partial tiles are stored.
+# Against the tree in one call (call 8, `probe_reduce.log`, best of two alternating runs,
+# symmetric) at 2-16 tokens: 5120x5120 11.6-14.2 against 14.6-18.4 us, 7168x5120 15.8-18.5
+# against 18.7-22.4, 27648x5120 37.5-43.6 against 39.4-46.2, 5120x27648 37.6-44.4 against
+# 41.0-48.8; at 32 tokens 22.4 / 29.7, 27.5 / 32.5, 71.1 / 76.9, 79.5 / 83.0. The tail after
+# the last split is one read of the summed tile instead of the tree's round trips, and no
+# partial tiles are stored.
 _SM90_DOT = Launch(
     SPLITK,
     block_m=16,
@@ -351,7 +351,6 @@ def splitk_constexprs(
         "GROUP_TILE": group_tile,
         "SLOT_DOTS": slot_dots(launch, bits),
         "ATOMIC": use_ws and atomic,
-        "THREADS": 32 * launch.num_warps,
     }
 
 

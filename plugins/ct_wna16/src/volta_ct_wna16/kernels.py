@@ -456,7 +456,6 @@ def wna16_splitk_kernel(
     GROUP_TILE: tl.constexpr,
     SLOT_DOTS: tl.constexpr,
     ATOMIC: tl.constexpr,
-    THREADS: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
 
@@ -474,8 +473,7 @@ def wna16_splitk_kernel(
     to ``ws_ptr[split]`` and the tile is reduced by :func:`_reduce_splits`, whose counters in
     ``cnt_ptr`` are zero before the launch and again after it, so the next launch on the
     stream (a CUDA graph replay included) needs no memset. With ``ATOMIC`` too, the splits
-    add their partials into one fp32 tile instead (:func:`_accumulate_splits`; ``THREADS``:
-    the program's threads, ``32 * num_warps``).
+    add their partials into one fp32 tile instead (:func:`_accumulate_splits`).
     """
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
@@ -548,9 +546,8 @@ def wna16_splitk_kernel(
     tile_ok = m_ok[:, None] & n_ok[None, :]
     if USE_WS and ATOMIC:
         _accumulate_splits(
-            res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS,
-            THREADS,
-        )  # fmt: skip
+            res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
+        )
     elif USE_WS:
         _reduce_splits(
             res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, M, N, stride_om,
@@ -628,7 +625,7 @@ def _reduce_splits(
 
 @triton.jit
 def _accumulate_splits(
-    res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS, THREADS
+    res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
 ):
     """Add this split's partial into the tile's fp32 accumulators and, if it completes the
     tile, write the output.
@@ -637,31 +634,22 @@ def _accumulate_splits(
     still run, so the tile's last arriver reads one sum in one round trip where the tree of
     :func:`_reduce_splits` reads several: that tail is most of a split that runs only a few
     input steps (a layer with few output tiles and a short input). The arrival is the serial
-    split-K pattern of the tree (barrier, one release-acquire increment at GPU scope), with
-    two differences, both from the H100 (run 15):
-
-    * the last arriver reads the sums by atomically adding zero, not by loads: loads past L1
-      (``.cg``, as the tree reads its partials) returned sums missing some splits' adds
-      (5120x5120 at 2 and 16 tokens: relative error 0.06-0.76, calls 3 and 4); read by atomics
-      they were right on every tile tried (call 5), and it writes zeros back after;
-    * before the barrier every thread makes one release add of 0 to a counter of its own
-      (``cnt_ptr[tiles + thread]``, left zero), so that each thread's own adds are released
-      to the last arriver, not only those of the thread that counts the split in (the memory
-      model's requirement; call 4 added it, without effect on the wrong sums then, and
-      whether the H100 needs it was not isolated).
-
+    split-K pattern of the tree (barrier, one release-acquire increment at GPU scope), but the
+    last arriver reads the sums by atomically adding zero, not by loads: loads past L1
+    (``.cg``, as the tree reads its partials) returned sums missing some splits' adds on the
+    H100 (5120x5120 at 2 and 16 tokens: relative error 0.06-0.76; run 15 calls 3 and 4, the
+    second with a release add by every thread before the barrier, which did not help and
+    is not needed: the barrier orders every thread's adds before the counting thread's
+    release); read by atomics they were right on every tile tried (calls 5 and 8).
     The last arriver writes zeros back to the accumulators and the counter, so the next
     launch finds them zero. The order of the adds is the order the splits reach L2, so the
     fp32 sum (and, rarely, the fp16 output's last bit) can differ between launches.
     ``ws_ptr`` is ``[M, N]`` fp32; ``cnt_ptr[tile]`` counts the tile's splits.
     """
     splits = tl.num_programs(1)
-    tiles = tl.num_programs(0) * tl.num_programs(2)
     tile = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
     acc_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
     tl.atomic_add(acc_ptrs, res, mask=tile_ok, sem="relaxed", scope="gpu")
-    lanes = tl.arange(0, THREADS)
-    tl.atomic_add(cnt_ptr + tiles + lanes, tl.zeros_like(lanes), sem="release", scope="gpu")
     tl.debug_barrier()
     counter = cnt_ptr + tile
     if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:

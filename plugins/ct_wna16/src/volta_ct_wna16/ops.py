@@ -115,10 +115,10 @@ def wna16_linear(
         grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
         tiles = grid[0] * grid[2]
         if atomic:
-            # fp32 accumulators the splits add into, zero before and after (one per output);
-            # one counter per output tile, then one per thread for the kernel's release adds.
+            # fp32 accumulators the splits add into, zero before and after (one per output),
+            # and one counter per output tile.
             ws = zeroed_accumulators(x.device, m * pw.n)
-            counters = arrival_counters(x.device, tiles + 32 * launch.num_warps)
+            counters = arrival_counters(x.device, tiles)
         elif use_ws:
             ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
             # One per output tile and one per group of reduce_unroll splits of each tile

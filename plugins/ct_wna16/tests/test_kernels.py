@@ -236,7 +236,7 @@ def test_each_path_reads_its_own_zero_points(bits: int) -> None:
     ref = x.double() @ dequantize(pw).t()
     no_fp16 = replace(pw, zeros=torch.full_like(pw.zeros, float("nan")))
     for gemv in (configs.SM70.gemv, configs.SM90.gemv):
-        assert configs.byte_zero_points(gemv)
+        assert gemv.byte_zeros
         out = poison_(torch.empty(1, pw.n, dtype=torch.float16))
         wna16_linear(x[:1], no_fp16, launch=gemv, out=out)
         assert_rel_close(out, ref[:1], TOLERANCE, f"GEMV on zeros8 {gemv}")
@@ -247,10 +247,26 @@ def test_each_path_reads_its_own_zero_points(bits: int) -> None:
     wrong_bytes = replace(pw, zeros8=torch.full_like(pw.zeros8, 200))
     for launch, m in ((configs.SM90.wide_gemv[1], 1), (configs.SM90.decode, 16)):
         launch = launch.scaled_for_bits(bits)
-        assert not configs.byte_zero_points(launch)
+        assert not launch.byte_zeros
         out = poison_(torch.empty(m, pw.n, dtype=torch.float16))
         wna16_linear(x[:m], wrong_bytes, launch=launch, out=out)
         assert_rel_close(out, ref[:m], TOLERANCE, f"fp16 zero points {launch}")
+
+
+def test_refuses_byte_zero_points_that_are_not_a_copy_of_the_zero_points() -> None:
+    pw = packed(library_checkpoint(40, 384, WeightScheme(4, False, 128), seed=11))
+    sym = packed(library_checkpoint(40, 384, WeightScheme(4, True, 128), seed=11))
+    assert pw.zeros8 is not None
+    x = torch.randn(1, pw.k).half()
+    out = poison_(torch.empty(1, pw.n, dtype=torch.float16))
+    for bad, what in (
+        (replace(pw, zeros8=pw.zeros8.half()), "torch.float16"),
+        (replace(pw, zeros8=pw.zeros8[:1]), r"\(1, 40\)"),
+        (replace(sym, zeros8=pw.zeros8), r"zero points none"),
+    ):
+        with pytest.raises(ValueError, match=f"zeros8 must be the uint8 copy.*{what}"):
+            wna16_linear(x, bad, out=out)
+    assert out.isnan().all()
 
 
 def test_only_a_gemv_reads_byte_zero_points() -> None:

@@ -94,7 +94,7 @@ def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
         gemm = max((n * k * 2 + io) / V100_BANDWIDTH, 2 * m * n * k / V100_TENSOR_FLOPS)
         return dequant + gemm, "dequant+cuBLAS"
-    memory = (pw.nbytes(configs.byte_zero_points(launch)) + io) / V100_BANDWIDTH
+    memory = (pw.nbytes(launch.byte_zeros) + io) / V100_BANDWIDTH
     compute = 2 * m * n * k / V100_FMA_FLOPS
     return max(memory, compute), "memory" if memory >= compute else "FMA"
 
@@ -130,7 +130,7 @@ def measure(
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
         launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
-        wbytes = pws[0].nbytes(configs.byte_zero_points(launch))
+        wbytes = pws[0].nbytes(launch.byte_zeros)
         rows.append(
             {
                 "n": n,
@@ -305,7 +305,7 @@ def sweep(
             row.update(
                 us=t * 1e6,
                 speedup=fp16 / t,
-                copy_fraction=pws[0].nbytes(configs.byte_zero_points(launch)) / t / copy_bw,
+                copy_fraction=pws[0].nbytes(launch.byte_zeros) / t / copy_bw,
                 correct=row["max_rel_error"] <= SWEEP_TOLERANCE,
             )
             rows.append(row)

@@ -40,7 +40,10 @@ class Launch:
     tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
     does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
     partials the fused split-K reduction loads per round trip to L2. ``byte_zeros``: a 1-token
-    GEMV that reads asymmetric layers' zero points as uint8 (:func:`byte_zero_points`).
+    GEMV that reads asymmetric layers' zero points as uint8 (``PackedWeights.zeros8``) where
+    the layer has them: the GEMV loads them where it uses them, one per output and group, so
+    their bytes count as the weights' do; the dot tiles copy fp16 rows ahead instead (a 1-byte
+    row is below what ``cp.async`` copies).
     ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
     (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels._accumulate_splits`) instead of
     summing them through the reduction tree.
@@ -294,14 +297,6 @@ def slot_dots(launch: Launch, bits: int) -> bool:
     return launch.path in (SPLITK, MOE) and launch.use_dot and launch.block_k // (32 // bits) >= 16
 
 
-def byte_zero_points(launch: Launch) -> bool:
-    """Whether ``launch`` reads zero points as uint8 (``PackedWeights.zeros8``) where the layer
-    has them: a 1-token GEMV whose table entry says so. The GEMV loads them where it uses them,
-    one per output and group, so their bytes count as the weights' do; the dot tiles copy
-    fp16 rows ahead instead (a 1-byte row is below what ``cp.async`` copies)."""
-    return launch.byte_zeros
-
-
 def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
     """How many input splits, and the input length of each (a multiple of ``block_k``).
 
@@ -431,7 +426,7 @@ def splitk_config(
     atomic: bool = False,
 ) -> KernelConfig:
     """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
-    ``zp8``: zero points as uint8 (:func:`byte_zero_points`); ``atomic``: the splits added
+    ``zp8``: zero points as uint8 (``Launch.byte_zeros``); ``atomic``: the splits added
     atomically (``Launch.atomic``)."""
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
@@ -626,7 +621,7 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                     group_tiles = (False, True) if launch.use_dot else (False,)
                     # Zero points as uint8 where the launch takes them from a layer's
                     # ``zeros8``, and as fp16 where it has none (a bare ``PackedWeights``).
-                    zp8s = (False, True) if zp and byte_zero_points(launch) else (False,)
+                    zp8s = (False, True) if zp and launch.byte_zeros else (False,)
                     for use_ws, bias, in_group, zp8 in itertools.product(
                         (True, False), (True, False), group_tiles, zp8s
                     ):

@@ -66,7 +66,7 @@ class PackedWeights:
 
     def zero_points_for(self, byte_zero_points: bool) -> torch.Tensor | None:
         """The zero points a launch reads: ``zeros8`` where it takes byte zero points
-        (:func:`volta_ct_wna16.configs.byte_zero_points`) and has them, else ``zeros``."""
+        (``Launch.byte_zeros``) and has them, else ``zeros``."""
         if byte_zero_points and self.zeros8 is not None:
             return self.zeros8
         return self.zeros

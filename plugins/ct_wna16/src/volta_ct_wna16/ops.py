@@ -53,6 +53,14 @@ def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> Non
         raise ValueError(
             f"bias must be {x.dtype} of shape ({pw.n},), got {bias.dtype} {tuple(bias.shape)}"
         )
+    if pw.zeros8 is not None and (
+        pw.zeros is None or pw.zeros8.dtype != torch.uint8 or pw.zeros8.shape != pw.zeros.shape
+    ):
+        zeros = "none" if pw.zeros is None else f"{tuple(pw.zeros.shape)}"
+        raise ValueError(
+            f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
+            f"{tuple(pw.zeros8.shape)}"
+        )
     if not interpreting() and not x.is_cuda:
         raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
 
@@ -100,7 +108,7 @@ def wna16_linear(
     if launch is None:
         launch = configs.choose(m, pw.n, capability, pw.bits)
     # Placeholders of the right pointer types for arguments a variant never reads.
-    zeros = pw.zero_points_for(configs.byte_zero_points(launch))
+    zeros = pw.zero_points_for(launch.byte_zeros)
     if zeros is None:
         zeros = _empty(x.dtype, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS

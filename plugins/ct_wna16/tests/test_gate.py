@@ -81,6 +81,38 @@ def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
     assert configs.choose(16, 5120, sm90, 4) == configs.SM90.decode
 
 
+@pytest.mark.parametrize(
+    ("n", "k", "splits"), [(5120, 5120, 10), (27648, 5120, 6), (5120, 27648, 13), (7168, 5120, 8)]
+)
+def test_the_dot_tile_takes_the_split_counts_run_16_found_fastest(n, k, splits) -> None:
+    """Run 16 call 2 timed every split count of the 2-16-token tile on the H100 (132 SMs);
+    these were the fastest or within 0.3 us of it (``results/run16/call2/probe_counts.log``),
+    and the programs-per-SM rule before them chose 14, 3, 14 and 10."""
+    sm90 = (9, 0)
+    for m in (2, 4, 16):
+        launch = configs.choose(m, n, sm90, 4)
+        assert launch.split_cost is not None
+        assert configs.split_count(n, k, launch, 132, m)[0] == splits
+
+
+def test_balanced_splits() -> None:
+    # 20 tiles of 216 steps: 13 splits (260 programs, 2 per SM) and not 14 (280: a wave more).
+    assert -(-216 // configs.balanced_splits(20, 216, 2, 1.5, 132)) == 13
+    # A lone tile is cut to single steps; one step is never cut.
+    assert configs.balanced_splits(1, 40, 2, 1.5, 132) == 1
+    assert configs.balanced_splits(50, 1, 2, 1.5, 132) == 1
+    # Twice the tiles (32 tokens on a 16-row tile): never more splits than for one row block.
+    for tiles, k_blocks in ((20, 40), (28, 40), (108, 40), (20, 216)):
+        one = -(-k_blocks // configs.balanced_splits(tiles, k_blocks, 2, 1.5, 132))
+        two = -(-k_blocks // configs.balanced_splits(2 * tiles, k_blocks, 2, 1.5, 132))
+        assert two <= one, (tiles, k_blocks)
+    # The m row blocks count: 17 tokens make two 16-row tiles.
+    launch = configs.SM90.decode
+    assert configs.split_count(5120, 5120, launch, 132, 17) == configs.split_count(
+        10240, 5120, launch, 132, 16
+    )
+
+
 def test_sm90_tiles_differ_from_sm70_tiles() -> None:
     sm90 = {c.name for c in volta_kernel_configs(Device((9, 0)))}
     assert sm90 != {c.name for c in SM70_CONFIGS}

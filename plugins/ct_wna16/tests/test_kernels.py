@@ -274,17 +274,18 @@ def test_only_a_gemv_reads_byte_zero_points() -> None:
         replace(configs.SM90.decode, byte_zeros=True)
 
 
-@pytest.mark.parametrize("m", [3, 16, 20])
+@pytest.mark.parametrize("m", [1, 3, 16, 20])
 def test_atomic_split_reduction(m: int) -> None:
     """The splits add their partials into the zeroed fp32 accumulators: right against
     float64 with a partial column and row block, twice (the second launch finds what the
     first left), the accumulators and counters zero afterwards; the same launch with the tree
-    agrees."""
+    agrees. One token runs the table's GEMV (on uint8 zero points), more the dot tile."""
     pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 128), seed=12))
     device = pw.qweight.device
-    launch = replace(configs.SM90.decode, block_n=32, programs_per_sm=64)
+    table = configs.SM90.gemv if m == 1 else configs.SM90.decode
+    launch = replace(table, block_n=32, programs_per_sm=64)
     assert launch.atomic
-    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1])[0] > 1
+    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1], m)[0] > 1
     for seed in (0, 1):
         check(pw, m, bias=True, launch=launch, seed=seed)
         assert not arrival_counters(device).any()
@@ -302,7 +303,7 @@ def splits_of(pw: PackedWeights, m: int) -> int:
     probe = torch.empty(0, device=pw.qweight.device)
     capability, sm_count = device_facts(probe)
     launch = configs.choose(m, pw.n, capability, pw.bits)
-    return configs.split_count(pw.n, pw.k, launch, sm_count)[0]
+    return configs.split_count(pw.n, pw.k, launch, sm_count, m)[0]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
@@ -412,7 +413,7 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
             eager = out.clone()
             capability, sm_count = device_facts(x)
             launch = configs.choose(m, n, capability, pw.bits)
-            atomic = launch.atomic and configs.split_count(n, k, launch, sm_count)[0] > 1
+            atomic = launch.atomic and configs.split_count(n, k, launch, sm_count, m)[0] > 1
             for replay in range(3):
                 poison_(out)
                 graph.replay()
@@ -448,16 +449,18 @@ def test_gpu_library_made_checkpoints() -> None:
 @pytest.mark.gpu
 def test_gpu_small_for_sanitizer() -> None:
     """Small launches of each decode reduction on CUDA, for compute-sanitizer memcheck and
-    racecheck runs: the 1-token GEMV on uint8 zero points with the tree, and the 16-token dot
-    tile with the tree and with atomic splits, each twice (the second finds what the first
+    racecheck runs: the 1-token GEMV on uint8 zero points and the 16-token dot tile, each
+    with atomic splits and with the tree, each twice (the second finds what the first
     reset)."""
     ckpt = fresh_checkpoint(600, 1280, WeightScheme(4, False, 128), seed=3, device="cuda")
     pw = packed(ckpt, "cuda")
     decode = replace(configs.SM90.decode, block_n=64, programs_per_sm=8)
-    assert configs.split_count(pw.n, pw.k, decode, device_facts(pw.qweight)[1])[0] > 1
+    assert configs.split_count(pw.n, pw.k, decode, device_facts(pw.qweight)[1], 16)[0] > 1
     assert decode.atomic
+    assert configs.SM90.gemv.atomic
     for launch, m in (
         (configs.SM90.gemv, 1),
+        (replace(configs.SM90.gemv, atomic=False), 1),
         (decode, 16),
         (replace(decode, atomic=False), 16),
     ):

@@ -47,6 +47,10 @@ class Launch:
     ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
     (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels._accumulate_splits`) instead of
     summing them through the reduction tree.
+    ``split_cost``: where set, the split count is the one the SMs finish soonest by
+    :func:`balanced_splits`, which counts a program's fixed cost as this many input steps and
+    takes ``programs_per_sm`` as the programs an SM runs at once; where None,
+    :func:`split_count` aims at ``programs_per_sm`` programs per SM.
     """
 
     path: str
@@ -61,6 +65,7 @@ class Launch:
     reduce_unroll: int = 2
     byte_zeros: bool = False
     atomic: bool = False
+    split_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
@@ -154,6 +159,7 @@ _SM90_DOT = Launch(
     programs_per_sm=2,
     num_stages=3,
     atomic=True,
+    split_cost=1.5,
 )
 """The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``)."""
 
@@ -184,6 +190,11 @@ SM90 = Table(
     # instead of two) took this tile's layers from 34.0 to 33.1 us (5120x27648), 12.7 to 12.2
     # (5120x5120) and 14.3 to 13.7 (7168x5120); on the wide tile below they cost 0.2-0.8 us
     # (27648x5120 32.4 -> 32.6-33.2), so it keeps fp16 ones.
+    # Run 16 (`results/run16/`): both GEMV tiles add their splits atomically, as the dot tile
+    # does since run 15. Call 1, against the tree in the same call (best of two alternating
+    # runs, symmetric / asymmetric): 5120x5120 11.7 / 12.1 -> 10.9 / 10.8 us, 7168x5120
+    # 12.8 / 13.8 -> 12.2 / 12.0, 5120x27648 32.1 / 32.7 -> 30.5 / 30.5, and on the wide tile
+    # 27648x5120 31.4 / 31.9 -> 29.6 / 31.7.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -194,6 +205,7 @@ SM90 = Table(
         num_stages=3,
         reduce_unroll=8,
         byte_zeros=True,
+        atomic=True,
     ),
     wide_gemv=(
         8192,
@@ -206,6 +218,7 @@ SM90 = Table(
             programs_per_sm=5,
             num_stages=3,
             reduce_unroll=16,
+            atomic=True,
         ),
     ),
     small=_SM90_DOT,
@@ -297,18 +310,51 @@ def slot_dots(launch: Launch, bits: int) -> bool:
     return launch.path in (SPLITK, MOE) and launch.use_dot and launch.block_k // (32 // bits) >= 16
 
 
-def split_count(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
-    """How many input splits, and the input length of each (a multiple of ``block_k``).
+def split_count(n: int, k: int, launch: Launch, sm_count: int, m: int = 1) -> tuple[int, int]:
+    """How many input splits, and the input length of each (a multiple of ``block_k``), for
+    ``m`` tokens.
 
-    Enough programs to keep every SM busy with ``programs_per_sm`` of them, but never a split
-    shorter than one tile.
+    With ``launch.split_cost``, the count :func:`balanced_splits` finds for the launch's
+    ``[m, n]`` output tiles. Otherwise enough programs to keep every SM busy with
+    ``programs_per_sm`` of them (output columns only), but never a split shorter than one
+    tile.
     """
     n_blocks = -(-n // launch.block_n)
     k_blocks = -(-k // launch.block_k)
-    want = max(1, -(-(launch.programs_per_sm * sm_count) // n_blocks))
-    splits = min(want, k_blocks)
-    per_split = -(-k_blocks // splits) * launch.block_k
+    if launch.split_cost is not None:
+        tiles = n_blocks * -(-m // launch.block_m)
+        resident = launch.programs_per_sm
+        steps = balanced_splits(tiles, k_blocks, resident, launch.split_cost, sm_count)
+    else:
+        want = max(1, -(-(launch.programs_per_sm * sm_count) // n_blocks))
+        steps = -(-k_blocks // min(want, k_blocks))
+    per_split = steps * launch.block_k
     return -(-k // per_split), per_split
+
+
+def balanced_splits(tiles: int, k_blocks: int, resident: int, cost: float, sm_count: int) -> int:
+    """The input steps per split that let the SMs finish ``tiles`` output tiles soonest.
+
+    Cutting each tile's ``k_blocks`` steps into ``s`` splits makes ``tiles * s`` programs of
+    ``ceil(k_blocks / s)`` steps. An SM runs about ``ceil(programs / sm_count)`` of them,
+    ``resident`` at a time, each paying a fixed cost of ``cost`` steps (its start, and the
+    atomic sum after its last step), and one with fewer than ``resident`` programs gains
+    nothing from it (a lone program waits on its own loads). So the time is taken as
+    ``max(ceil(programs / sm_count), resident) * (steps + cost)``; ties go to fewer splits.
+    Run 16's sweep of every split count on the H100 (``results/run16/``) ranked the counts
+    of the 2-16-token tile this way: the wave edge (280 programs, where 264 run at once) cost
+    2.7-4.4 us on 7168x5120 and 5120x27648.
+    """
+    best: tuple[float, int] | None = None
+    for steps in range(1, k_blocks + 1):
+        splits = -(-k_blocks // steps)
+        if -(-k_blocks // splits) != steps:
+            continue  # the same splits as fewer steps each
+        time = max(-(-tiles * splits // sm_count), resident) * (steps + cost)
+        if best is None or time < best[0] or (time == best[0] and steps > best[1]):
+            best = (time, steps)
+    assert best is not None
+    return best[1]
 
 
 def group_tile(launch: Launch, group: int) -> bool:

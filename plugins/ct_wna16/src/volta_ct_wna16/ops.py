@@ -117,7 +117,7 @@ def wna16_linear(
     if launch.path == configs.SPLITK:
         if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
-        splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count)
+        splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count, m)
         use_ws = splits > 1
         atomic = use_ws and launch.atomic
         grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))

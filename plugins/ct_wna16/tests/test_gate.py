@@ -82,14 +82,16 @@ def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
 
 
 @pytest.mark.parametrize(
-    ("n", "k", "splits"), [(5120, 5120, 10), (27648, 5120, 6), (5120, 27648, 13), (7168, 5120, 8)]
+    ("n", "k", "decode", "gemm"),
+    [(5120, 5120, 10, 8), (27648, 5120, 6, 3), (5120, 27648, 13, 8), (7168, 5120, 8, 3)],
 )
-def test_the_dot_tile_takes_the_split_counts_run_16_found_fastest(n, k, splits) -> None:
-    """Run 16 call 2 timed every split count of the 2-16-token tile on the H100 (132 SMs);
-    these were the fastest or within 0.3 us of it (``results/run16/call2/probe_counts.log``),
-    and the programs-per-SM rule before them chose 14, 3, 14 and 10."""
+def test_the_dot_tiles_take_the_split_counts_run_16_found_fastest(n, k, decode, gemm) -> None:
+    """Run 16 timed every split count on the H100 (132 SMs) and the balanced counts follow:
+    at 2-16 tokens (call 2, ``results/run16/call2/probe_counts.log``) and at 64 (call 4) they
+    were the fastest or within 1 us of it; the programs-per-SM rule before them chose 14, 3,
+    14 and 10, and 4, 1, 4 and 3."""
     sm90 = (9, 0)
-    for m in (2, 4, 16):
+    for m, splits in ((2, decode), (4, decode), (16, decode), (64, gemm)):
         launch = configs.choose(m, n, sm90, 4)
         assert launch.split_cost is not None
         assert configs.split_count(n, k, launch, 132, m)[0] == splits

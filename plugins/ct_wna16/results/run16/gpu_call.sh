@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run 16 device calls (see README.md here): GPU tests, compute-sanitizer memcheck and racecheck
-# on the small launches (side by side), then PROBE (a script of this folder, if set) and the
-# benchmark where BENCH=1. Carry plugins/ct_wna16/.fixtures (library-made checkpoints).
+# on the small launches (side by side), then PROBE (a script of this folder, if set, with
+# PROBE_ARGS) and the benchmark where BENCH=1. Carry plugins/ct_wna16/.fixtures (library-made
+# checkpoints). TESTS=none skips the tests and the sanitizer runs.
 #   CALL=call2 PROBE=probe_counts.py bash plugins/ct_wna16/results/run16/gpu_call.sh
 export PYTHONPATH=core/src:plugins/ct_wna16/src PYTHONUNBUFFERED=1
 D=$OUT/${CALL:?set CALL}
@@ -9,6 +10,7 @@ mkdir -p $D
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $D/device.txt
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda)" >> $D/device.txt
 T="python3 -m pytest -p volta_core.kernels.testing -m gpu -q -p no:cacheprovider --rootdir=plugins/ct_wna16"
+if [ "${TESTS:-}" != none ]; then
 files=$(for t in ${TESTS:-test_kernels.py}; do echo plugins/ct_wna16/tests/$t; done)
 TRITON_CACHE_DIR=/tmp/tc1 timeout 260 $T $files > $D/gpu_tests.log 2>&1 &
 for tool in memcheck racecheck; do
@@ -18,9 +20,10 @@ done
 wait
 for f in gpu_tests memcheck racecheck; do echo "$f: $(grep -E 'passed|failed|ERROR SUMMARY|RACECHECK SUMMARY' $D/$f.log | tail -2 | tr '\n' ' ')"; done
 grep -E "FAILED|Error" $D/gpu_tests.log | head -10
+fi
 if [ -n "${PROBE:-}" ]; then
   log=$D/${PROBE%.py}.log
-  TRITON_CACHE_DIR=/tmp/tc1 timeout ${PROBE_S:-300} python3 plugins/ct_wna16/results/run16/$PROBE > $log 2>&1
+  TRITON_CACHE_DIR=/tmp/tc1 timeout ${PROBE_S:-300} python3 plugins/ct_wna16/results/run16/$PROBE $PROBE_ARGS > $log 2>&1
   sed -n '/^== us/,$p' $log; tail -3 $log
 fi
 if [ "${BENCH:-0}" = 1 ]; then

@@ -240,6 +240,12 @@ SM90 = Table(
     # (asymmetric 206.1 / 235.9), 27648x5120 203.6 / 230.1, 7168x5120 67.2 / 64.3; at 256 the
     # dequantization won everywhere (56.6 / 80.3 on 5120x5120, 248.5 / 358.3 on 5120x27648).
     # 192, between the two, was not measured.
+    # Run 16 call 4 (`results/run16/call4/probe_counts.log`) timed every split count at 64
+    # tokens. The programs-per-SM rule's counts (4, 1, 4, 3 on 5120x5120, 27648x5120,
+    # 5120x27648, 7168x5120) took 29.0, 107.2, 123.6 and 36.1 us symmetric (asymmetric 30.5,
+    # 125.3, 130.2, 37.8); the balanced counts with 3 resident and a fixed cost of 3 steps
+    # (fitted to those timings: 8, 3, 8, 3) took 27.5, 101.8, 98.3, 36.1 (28.0, 105.6, 105.0,
+    # 37.8), within 1.2 us of the fastest count on all eight.
     gemm=Launch(
         SPLITK,
         block_m=64,
@@ -247,8 +253,9 @@ SM90 = Table(
         block_k=64,
         use_dot=True,
         num_warps=4,
-        programs_per_sm=2,
+        programs_per_sm=3,
         num_stages=3,
+        split_cost=3.0,
     ),
     dequant_from=192,
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),

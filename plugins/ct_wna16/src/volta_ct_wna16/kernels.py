@@ -469,7 +469,9 @@ def wna16_splitk_kernel(
     set by :func:`volta_ct_wna16.configs.slot_dots`, which the launcher also asks whether the
     activations need 4-byte aligned rows (:func:`_slot_pair_x`).
 
-    With ``USE_WS`` the grid's second axis is the split: every program stores its fp32 partial
+    The grid is ``(row blocks, output blocks, splits)``, row blocks first, so the programs
+    that read one weight tile for different rows run side by side and share its reads in L2.
+    With ``USE_WS`` the grid's third axis is the split: every program stores its fp32 partial
     to ``ws_ptr[split]`` and the tile is reduced by :func:`_reduce_splits`, whose counters in
     ``cnt_ptr`` are zero before the launch and again after it, so the next launch on the
     stream (a CUDA graph replay included) needs no memset. With ``ATOMIC`` too, the splits
@@ -477,9 +479,9 @@ def wna16_splitk_kernel(
     """
     PACK: tl.constexpr = 32 // BITS
     BKP: tl.constexpr = BLOCK_K // PACK
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    pid_m = tl.program_id(2)
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rkp = tl.arange(0, BKP)
@@ -589,10 +591,10 @@ def _reduce_splits(
 
     Counters: ``cnt_ptr[tile]`` per output tile, then ``cnt_ptr[tiles + tile * groups + g]``.
     """
-    splits = tl.num_programs(1)
-    split = tl.program_id(1)
-    tiles = tl.num_programs(0) * tl.num_programs(2)
-    tile = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+    splits = tl.num_programs(2)
+    split = tl.program_id(2)
+    tiles = tl.num_programs(0) * tl.num_programs(1)
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     size = M * N
     offs = rm[:, None] * N + rn[None, :]
     tl.store(ws_ptr + split * size + offs, res, mask=tile_ok)
@@ -646,8 +648,8 @@ def _accumulate_splits(
     fp32 sum (and, rarely, the fp16 output's last bit) can differ between launches.
     ``ws_ptr`` is ``[M, N]`` fp32; ``cnt_ptr[tile]`` counts the tile's splits.
     """
-    splits = tl.num_programs(1)
-    tile = tl.program_id(2) * tl.num_programs(0) + tl.program_id(0)
+    splits = tl.num_programs(2)
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
     acc_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
     tl.atomic_add(acc_ptrs, res, mask=tile_ok, sem="relaxed", scope="gpu")
     tl.debug_barrier()

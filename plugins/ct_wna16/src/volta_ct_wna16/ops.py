@@ -120,8 +120,10 @@ def wna16_linear(
         splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count, m)
         use_ws = splits > 1
         atomic = use_ws and launch.atomic
-        grid = (-(-pw.n // launch.block_n), splits, -(-m // launch.block_m))
-        tiles = grid[0] * grid[2]
+        # Row blocks first: the programs of one weight tile's row blocks start together, so
+        # the second reads the tile from L2 (last, they ran a wave later, from HBM again).
+        grid = (-(-m // launch.block_m), -(-pw.n // launch.block_n), splits)
+        tiles = grid[0] * grid[1]
         if atomic:
             # fp32 accumulators the splits add into, zero before and after (one per output),
             # and one counter per output tile.

@@ -59,7 +59,9 @@ def timed(x, pws, outs, launch) -> float:
     )
 
 
-def layer_lines(n: int, k: int, sym: bool, sms: int, ms: tuple[int, ...]) -> list[str]:
+def layer_lines(
+    n: int, k: int, sym: bool, sms: int, ms: tuple[int, ...], variants=variants
+) -> list[str]:
     pws = weights(n, k, sym, max(2, min(8, -(-(256 << 20) // (n * k // 2)))))
     dense = [dequantize_dense(p, torch.float16).t().contiguous() for p in pws[:2]]
     cap = torch.cuda.get_device_capability()

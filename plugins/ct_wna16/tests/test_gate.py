@@ -39,7 +39,7 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
         for n in (256, 5120, 8192, 27648):
             for k in (256, 5120, 27648):
                 for bits in (4, 8):
-                    launch = configs.choose(m, n, device.capability, bits)
+                    launch = configs.choose(m, n, device.capability, bits, k=k)
                     assert _config_for(launch, bits, names), (m, n, k, launch)
     for pairs in range(1, 4096, 7):
         for experts in (8, 64, 128, 256):
@@ -57,14 +57,23 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
             assert f"moe_place_e{e_pow2}_m{launch.block_m}" in names, (experts, launch)
 
 
-def test_sm90_gemv_tile_follows_the_output_count() -> None:
+def test_sm90_gemv_tile_follows_the_output_and_input_counts() -> None:
     sm90 = (9, 0)
     narrow, (wide_from, wide) = configs.SM90.gemv, configs.SM90.wide_gemv or (0, None)
+    short_to, short = configs.SM90.short_gemv or (0, None)
     assert configs.choose(1, 5120, sm90, 4) == narrow
     assert configs.choose(1, wide_from - 1, sm90, 4) == narrow
     assert configs.choose(1, wide_from, sm90, 4) == wide
     assert configs.choose(1, 27648, sm90, 8) == wide
     assert configs.choose(1, 27648, (7, 0), 4) == configs.SM70.gemv
+    # The short tile: narrow layers of at most short_to inputs (5120x5120, 7168x5120).
+    assert configs.choose(1, 5120, sm90, 4, k=5120) == short
+    assert configs.choose(1, 7168, sm90, 4, k=short_to) == short
+    assert configs.choose(1, 5120, sm90, 4, k=short_to + 1) == narrow
+    assert configs.choose(1, 5120, sm90, 4, k=27648) == narrow
+    assert configs.choose(1, wide_from, sm90, 4, k=5120) == wide
+    assert configs.choose(2, 5120, sm90, 4, k=5120) == configs.SM90.small
+    assert configs.choose(1, 5120, (7, 0), 4, k=5120) == configs.SM70.gemv
 
 
 def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:

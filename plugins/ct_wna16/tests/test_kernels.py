@@ -94,9 +94,11 @@ def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
     pw = packed(library_checkpoint(40, 384, scheme, seed=2))
     table = configs.SM90
     assert table.wide_gemv is not None
+    assert table.short_gemv is not None
     for launch, m in (
         (table.gemv, 1),
         (table.wide_gemv[1], 1),
+        (table.short_gemv[1], 1),
         (table.decode, 5),
         (table.decode, table.decode_max_m),
         (table.gemm, table.decode_max_m + 1),
@@ -235,7 +237,8 @@ def test_each_path_reads_its_own_zero_points(bits: int) -> None:
     x = torch.randn(16, pw.k, generator=gen).to(torch.float16)
     ref = x.double() @ dequantize(pw).t()
     no_fp16 = replace(pw, zeros=torch.full_like(pw.zeros, float("nan")))
-    for gemv in (configs.SM70.gemv, configs.SM90.gemv):
+    assert configs.SM90.short_gemv is not None
+    for gemv in (configs.SM70.gemv, configs.SM90.gemv, configs.SM90.short_gemv[1]):
         assert gemv.byte_zeros
         out = poison_(torch.empty(1, pw.n, dtype=torch.float16))
         wna16_linear(x[:1], no_fp16, launch=gemv, out=out)

@@ -88,7 +88,7 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
     """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
-    launch = configs.choose(m, n, (7, 0), pw.bits)
+    launch = configs.choose(m, n, (7, 0), pw.bits, k=k)
     io = m * k * 2 + m * n * 2
     if launch.path == configs.DEQUANT_MATMUL:
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
@@ -129,7 +129,7 @@ def measure(
             * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4)
+        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4, k=k)
         wbytes = pws[0].nbytes(launch.byte_zeros)
         rows.append(
             {
@@ -267,7 +267,7 @@ def sweep(
             ).median_ms
             * 1e-3
         )
-        table_launch = configs.choose(m, n, capability, 4)
+        table_launch = configs.choose(m, n, capability, 4, k=k)
         launches = [table_launch] + [c for c in sweep_candidates(m) if c != table_launch]
         for launch in launches:
             row: dict[str, Any] = {

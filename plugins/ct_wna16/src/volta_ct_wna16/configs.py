@@ -102,6 +102,9 @@ class Table:
     dequant: Launch
     wide_gemv: tuple[int, Launch] | None = None
     """1 token from this many outputs on: ``(outputs, launch)``."""
+    short_gemv: tuple[int, Launch] | None = None
+    """1 token below ``wide_gemv``'s outputs, with at most this many inputs: ``(inputs,
+    launch)``."""
     decode_max_m: int = DECODE_MAX_M
     """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
     moe: Launch = Launch(MOE, block_m=16, block_n=64, block_k=32, use_dot=True)
@@ -221,6 +224,27 @@ SM90 = Table(
             atomic=True,
         ),
     ),
+    # Run 16 call 7 (`results/run16/call7/probe_tiles.log`): on the narrow layers with 5120
+    # inputs the GEMV on 4 warps at 6 programs per SM took 5120x5120 9.9 / 10.0 us (symmetric
+    # / asymmetric) against 10.8 / 10.8 for the table's 2 warps at 4, and 7168x5120 11.6 /
+    # 11.7 against 12.2 / 12.2; on 5120x27648 29.1 / 31.3 against 29.7 / 29.3 (run 11 saw the
+    # same: 4 warps gained on a short input and lost on a long one). Between 5120 and 27648
+    # inputs it was not measured.
+    short_gemv=(
+        8192,
+        Launch(
+            SPLITK,
+            block_m=1,
+            block_n=512,
+            block_k=32,
+            num_warps=4,
+            programs_per_sm=6,
+            num_stages=3,
+            reduce_unroll=8,
+            byte_zeros=True,
+            atomic=True,
+        ),
+    ),
     small=_SM90_DOT,
     decode=_SM90_DOT,
     # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up
@@ -278,18 +302,27 @@ def table_for(capability: tuple[int, int]) -> Table:
 
 
 def choose(
-    m: int, n: int, capability: tuple[int, int], bits: int, table: Table | None = None
+    m: int,
+    n: int,
+    capability: tuple[int, int],
+    bits: int,
+    table: Table | None = None,
+    k: int | None = None,
 ) -> Launch:
-    """The launch for ``m`` tokens and ``n`` outputs on ``capability`` with ``bits``-bit weights.
+    """The launch for ``m`` tokens, ``n`` outputs and ``k`` inputs on ``capability`` with
+    ``bits``-bit weights.
 
-    One token: the wide tile from ``wide_gemv``'s outputs on, else the narrow one. The input
-    length acts through :func:`split_count` (a long input is cut into more splits).
+    One token: the wide tile from ``wide_gemv``'s outputs on, else the short one up to
+    ``short_gemv``'s inputs (``k`` None: not known, so not short), else the narrow one. The
+    input length also acts through :func:`split_count` (a long input is cut into more splits).
     """
     t = table or table_for(capability)
     if m <= 1:
         launch = t.gemv
         if t.wide_gemv is not None and n >= t.wide_gemv[0]:
             launch = t.wide_gemv[1]
+        elif t.short_gemv is not None and k is not None and k <= t.short_gemv[0]:
+            launch = t.short_gemv[1]
     elif m <= 4:
         launch = t.small
     elif m <= t.decode_max_m:
@@ -644,6 +677,7 @@ def _launches(table: Table) -> list[Launch]:
     for launch in (
         table.gemv,
         table.wide_gemv[1] if table.wide_gemv else None,
+        table.short_gemv[1] if table.short_gemv else None,
         table.small,
         table.decode,
         table.gemm,

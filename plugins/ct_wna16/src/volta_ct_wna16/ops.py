@@ -106,7 +106,7 @@ def wna16_linear(
         return out.reshape(*lead, pw.n)
     capability, sm_count = device_facts(x)
     if launch is None:
-        launch = configs.choose(m, pw.n, capability, pw.bits)
+        launch = configs.choose(m, pw.n, capability, pw.bits, k=pw.k)
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zero_points_for(launch.byte_zeros)
     if zeros is None:

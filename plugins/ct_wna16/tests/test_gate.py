@@ -41,6 +41,16 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
                 for bits in (4, 8):
                     launch = configs.choose(m, n, device.capability, bits, k=k)
                     assert _config_for(launch, bits, names), (m, n, k, launch)
+                    if configs.whole_tiles(n, k, launch, bits):
+                        # The unmasked build the launcher takes, split or not, both symmetries.
+                        for use_ws, zp in itertools.product((False, True), (False, True)):
+                            gt = configs.group_tile(launch, 128)
+                            atomic = use_ws and launch.atomic
+                            zp8 = zp and launch.byte_zeros
+                            cfg = configs.splitk_config(
+                                launch, bits, zp, False, use_ws, gt, zp8, atomic, whole=True
+                            )
+                            assert cfg.name in names, cfg.name
     for pairs in range(1, 4096, 7):
         for experts in (8, 64, 128, 256):
             launch = configs.choose_moe(pairs, experts, device.capability)

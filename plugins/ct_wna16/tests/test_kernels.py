@@ -296,6 +296,36 @@ def test_atomic_split_reduction(m: int) -> None:
     check(pw, m, bias=True, launch=replace(launch, atomic=False))
 
 
+@pytest.mark.parametrize("scheme", SM90_SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_whole_tiles_run_unmasked_and_match_float64(scheme) -> None:
+    """A layer whose outputs and inputs are multiples of every tile: each launch with an
+    unmasked build takes it (``WHOLE``), split and not, and matches float64; one output
+    fewer and every launch is masked again."""
+    bits = scheme.num_bits
+    pw = packed(library_checkpoint(512, 1024, scheme, seed=21))
+    assert configs.SM90.short_gemv is not None
+    assert configs.SM90.wide_gemv is not None
+    launches = [
+        (configs.SM90.gemv, 1),
+        (configs.SM90.short_gemv[1], 1),
+        (configs.SM90.wide_gemv[1], 1),
+        (configs.SM90.decode, 16),
+    ]
+    for launch, m in launches:
+        launch = launch.scaled_for_bits(bits)
+        assert configs.whole_tiles(pw.n, pw.k, launch, bits), launch
+        for split in (launch, replace(launch, programs_per_sm=1, split_cost=None)):
+            check(pw, m, bias=True, launch=split, seed=m)
+        assert not configs.whole_tiles(pw.n - 1, pw.k, launch, bits)
+        assert not configs.whole_tiles(pw.n, pw.k - 8, launch, bits)
+    # The interleaved dot tile (4-bit 64-input steps: 8 words a slot) has no unmasked build,
+    # nor has any SM70 launch.
+    assert not configs.slot_dots(configs.SM90.gemm, 4)
+    assert not configs.whole_tiles(pw.n, pw.k, configs.SM90.gemm, 4)
+    for launch in (configs.SM70.gemv, configs.SM70.small, configs.SM70.decode):
+        assert not configs.whole_tiles(pw.n, pw.k, launch.scaled_for_bits(bits), bits)
+
+
 def test_only_split_k_launches_add_atomically() -> None:
     with pytest.raises(ValueError, match="only a split-K launch"):
         replace(configs.SM90.dequant, atomic=True)
@@ -469,5 +499,16 @@ def test_gpu_small_for_sanitizer() -> None:
     ):
         for seed in (0, 1):
             check(pw, m, bias=True, launch=launch, seed=seed)
+    # Whole tiles (the unmasked builds), split: a 512 x 1280 layer.
+    whole = packed(
+        fresh_checkpoint(512, 1280, WeightScheme(4, False, 128), seed=4, device="cuda"), "cuda"
+    )
+    assert configs.SM90.short_gemv is not None
+    for launch, m in ((configs.SM90.short_gemv[1], 1), (decode, 16)):
+        assert configs.whole_tiles(whole.n, whole.k, launch, whole.bits)
+        assert (
+            configs.split_count(whole.n, whole.k, launch, device_facts(whole.qweight)[1], m)[0] > 1
+        )
+        check(whole, m, bias=True, launch=launch)
     assert not arrival_counters(pw.qweight.device).any()
     assert not zeroed_accumulators(pw.qweight.device).any()

@@ -47,6 +47,8 @@ class Launch:
     ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
     (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels._accumulate_splits`) instead of
     summing them through the reduction tree.
+    ``unmasked``: the launch also has a build without input and output masks, which it runs
+    where every tile lies inside the layer (:func:`whole_tiles`).
     ``split_cost``: where set, the split count is the one the SMs finish soonest by
     :func:`balanced_splits`, which counts a program's fixed cost as this many input steps and
     takes ``programs_per_sm`` as the programs an SM runs at once; where None,
@@ -65,6 +67,7 @@ class Launch:
     reduce_unroll: int = 2
     byte_zeros: bool = False
     atomic: bool = False
+    unmasked: bool = False
     split_cost: float | None = None
 
     def __post_init__(self) -> None:
@@ -162,6 +165,7 @@ _SM90_DOT = Launch(
     programs_per_sm=2,
     num_stages=3,
     atomic=True,
+    unmasked=True,
     split_cost=1.5,
 )
 """The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``)."""
@@ -209,6 +213,7 @@ SM90 = Table(
         reduce_unroll=8,
         byte_zeros=True,
         atomic=True,
+        unmasked=True,
     ),
     wide_gemv=(
         8192,
@@ -222,6 +227,7 @@ SM90 = Table(
             num_stages=3,
             reduce_unroll=16,
             atomic=True,
+            unmasked=True,
         ),
     ),
     # Run 16 call 7 (`results/run16/call7/probe_tiles.log`): on the narrow layers with 5120
@@ -243,6 +249,7 @@ SM90 = Table(
             reduce_unroll=8,
             byte_zeros=True,
             atomic=True,
+            unmasked=True,
         ),
     ),
     small=_SM90_DOT,
@@ -279,6 +286,7 @@ SM90 = Table(
         num_warps=4,
         programs_per_sm=3,
         num_stages=3,
+        unmasked=True,
         split_cost=3.0,
     ),
     dequant_from=192,
@@ -397,6 +405,28 @@ def balanced_splits(tiles: int, k_blocks: int, resident: int, cost: float, sm_co
     return best[1]
 
 
+def unmasked_build(launch: Launch, bits: int) -> bool:
+    """Whether ``launch`` has a build without input and output masks (the split-K kernel's
+    ``WHOLE``): an ``unmasked`` launch of the 1-token GEMV, an FMA tile or a slot-dot tile;
+    the interleaved dot tile (:func:`slot_dots` false) keeps its masks. The SM70 tables have
+    none: not measured on a V100, and the 8-bit GEMV's unspecialized unmasked build spilled
+    24 B at sm_70."""
+    return (
+        launch.unmasked
+        and launch.path == SPLITK
+        and (not launch.use_dot or slot_dots(launch, bits))
+    )
+
+
+def whole_tiles(n: int, k: int, launch: Launch, bits: int) -> bool:
+    """Whether ``launch`` runs its unmasked build on an ``n x k`` layer (the kernel's
+    ``WHOLE``): it has one (:func:`unmasked_build`) and every tile lies inside the layer, the
+    outputs a multiple of ``block_n`` and the inputs of ``block_k``. Splits start at multiples
+    of ``block_k`` (:func:`split_count`), so each split's tiles are then whole too. Model
+    layers are (every benchmark shape); a layer that is not runs masked."""
+    return unmasked_build(launch, bits) and n % launch.block_n == 0 and k % launch.block_k == 0
+
+
 def group_tile(launch: Launch, group: int) -> bool:
     """Whether every ``block_k`` tile of a layer with ``group`` inputs per scale lies inside one
     group, so a dot tile loads one row of scales and zero points instead of one per word row.
@@ -415,6 +445,7 @@ def splitk_constexprs(
     use_ws: bool,
     group_tile: bool,
     atomic: bool = False,
+    whole: bool = False,
 ) -> dict[str, int | bool]:
     """The ``tl.constexpr`` arguments of :func:`wna16_splitk_kernel` for one launch: the
     launcher and the gate both build them here, so the gate compiles what runs."""
@@ -432,6 +463,7 @@ def splitk_constexprs(
         "GROUP_TILE": group_tile,
         "SLOT_DOTS": slot_dots(launch, bits),
         "ATOMIC": use_ws and atomic,
+        "WHOLE": whole,
     }
 
 
@@ -510,10 +542,12 @@ def splitk_config(
     group_tile: bool,
     zp8: bool = False,
     atomic: bool = False,
+    whole: bool = False,
 ) -> KernelConfig:
     """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
     ``zp8``: zero points as uint8 (``Launch.byte_zeros``); ``atomic``: the splits added
-    atomically (``Launch.atomic``)."""
+    atomically (``Launch.atomic``); ``whole``: every tile inside the layer
+    (:func:`whole_tiles`)."""
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
         f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
@@ -521,10 +555,10 @@ def splitk_config(
     return KernelConfig(
         name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
         f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}"
-        f"{'_z8' if zp8 else ''}{'_at' if atomic else ''}",
+        f"{'_z8' if zp8 else ''}{'_at' if atomic else ''}{'_wh' if whole else ''}",
         kernel=f"{KERNELS}:wna16_splitk_kernel",
         signature={**_SPLITK_SIG, "z_ptr": "*u8"} if zp8 else _SPLITK_SIG,
-        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile, atomic),
+        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile, atomic, whole),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=_SPLITK_DIVISIBLE,
@@ -709,13 +743,17 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
                     # Zero points as uint8 where the launch takes them from a layer's
                     # ``zeros8``, and as fp16 where it has none (a bare ``PackedWeights``).
                     zp8s = (False, True) if zp and launch.byte_zeros else (False,)
-                    for use_ws, bias, in_group, zp8 in itertools.product(
-                        (True, False), (True, False), group_tiles, zp8s
+                    # Masked, and unmasked where the launch has that build (whole tiles).
+                    wholes = (False, True) if unmasked_build(launch, bits) else (False,)
+                    for use_ws, bias, in_group, zp8, whole in itertools.product(
+                        (True, False), (True, False), group_tiles, zp8s, wholes
                     ):
-                        yield splitk_config(launch, bits, zp, bias, use_ws, in_group, zp8)
+                        yield splitk_config(
+                            launch, bits, zp, bias, use_ws, in_group, zp8, whole=whole
+                        )
                         if use_ws and launch.atomic:
                             yield splitk_config(
-                                launch, bits, zp, bias, use_ws, in_group, zp8, atomic=True
+                                launch, bits, zp, bias, use_ws, in_group, zp8, True, whole
                             )
                 elif launch.path == GEMM:
                     for bias in (False, True):

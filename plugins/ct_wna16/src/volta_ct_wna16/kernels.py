@@ -130,34 +130,48 @@ def _load_words(
     HAS_ZP: tl.constexpr,
     BITS: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    WHOLE: tl.constexpr = False,
 ):
     """Words ``[BKP, BLOCK_N]`` from input element ``k0`` on, with their scales and zero points.
 
     With ``GROUP_TILE`` (the tile lies inside one group) scales and zero points are one row
     ``[1, BLOCK_N]``, loaded and converted once, instead of one row per word row: fewer loads
     and registers, most for the asymmetric zero points. Their values on word rows past the
-    input end do not matter: those words and activations are loaded as zero.
+    input end do not matter: those words and activations are loaded as zero. ``WHOLE``: the
+    tile lies inside the layer (:func:`volta_ct_wna16.configs.whole_tiles`), so no load is
+    masked.
     """
     rkp = tl.arange(0, BKP)
     kp = k0 // PACK + rkp
     ok = (kp[:, None] < KW) & n_ok[None, :]
     # Unsigned, so shifts are logical and need no sign handling.
-    t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.uint32, bitcast=True)
+    t = _load_in_layer(w_ptr + kp[:, None] * N + rn[None, :], ok, WHOLE).to(tl.uint32, bitcast=True)
     if GROUP_TILE:
         g1 = k0 // GROUP
-        s = tl.load(s_ptr + g1 * N + rn, mask=n_ok, other=0.0)[None, :]
+        s = _load_in_layer(s_ptr + g1 * N + rn, n_ok, WHOLE)[None, :]
         if HAS_ZP:
-            z = tl.load(z_ptr + g1 * N + rn, mask=n_ok, other=0).to(tl.float32)[None, :]
+            z = _load_in_layer(z_ptr + g1 * N + rn, n_ok, WHOLE).to(tl.float32)[None, :]
         else:
             z = tl.full([1, 1], 1 << (BITS - 1), tl.float32)
     else:
         g = (k0 + rkp * PACK) // GROUP
-        s = tl.load(s_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0.0)
+        s = _load_in_layer(s_ptr + g[:, None] * N + rn[None, :], ok, WHOLE)
         if HAS_ZP:
-            z = tl.load(z_ptr + g[:, None] * N + rn[None, :], mask=ok, other=0).to(tl.float32)
+            z = _load_in_layer(z_ptr + g[:, None] * N + rn[None, :], ok, WHOLE).to(tl.float32)
         else:
             z = tl.full([BKP, 1], 1 << (BITS - 1), tl.float32)
     return t, s, z
+
+
+@triton.jit
+def _load_in_layer(ptrs, ok, WHOLE: tl.constexpr):
+    """``ptrs`` loaded where ``ok`` (zero elsewhere), or all of them, unmasked, with ``WHOLE``:
+    a masked load costs compares and selects per copy (the SM90 16-token dot tile compiles to
+    1688 SASS instructions masked and 1496 unmasked), which a tile inside the layer does not
+    need."""
+    if WHOLE:
+        return tl.load(ptrs)
+    return tl.load(ptrs, mask=ok, other=0)
 
 
 #: Input elements per GEMV sub-tile: every group size (32, 64, 128, or the whole input) is a
@@ -196,10 +210,10 @@ def _slot_minus(w, live, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr
 
 
 @triton.jit
-def _x_tile(x_ptr, k0, k_end, PACK: tl.constexpr, SUBS: tl.constexpr):
+def _x_tile(x_ptr, k0, k_end, PACK: tl.constexpr, SUBS: tl.constexpr, WHOLE: tl.constexpr):
     """The ``32 * SUBS`` activations from ``k0`` (zero from ``k_end`` on) as ``[rows, PACK, SUBS]``:
     element ``[r, j, s]`` is input ``k0 + 32 * s + PACK * r + j``, so that :func:`_sub_tile`
-    takes the sub-tiles apart along the last axis."""
+    takes the sub-tiles apart along the last axis. ``WHOLE``: all before ``k_end``, unmasked."""
     ROWS: tl.constexpr = GEMV_SUB // PACK
     kk = (
         k0
@@ -207,7 +221,7 @@ def _x_tile(x_ptr, k0, k_end, PACK: tl.constexpr, SUBS: tl.constexpr):
         + tl.arange(0, PACK)[None, :, None]
         + tl.arange(0, SUBS)[None, None, :] * GEMV_SUB
     )
-    return tl.load(x_ptr + kk, mask=kk < k_end, other=0.0)
+    return _load_in_layer(x_ptr + kk, kk < k_end, WHOLE)
 
 
 @triton.jit
@@ -267,6 +281,7 @@ def _gemv_sub(
     GROUP,
     BITS: tl.constexpr,
     HAS_ZP: tl.constexpr,
+    WHOLE: tl.constexpr,
 ):
     """``s * sum_j x_j * (q_j - z)`` per word row of the 32 inputs from ``kb``: ``[rows, BLOCK_N]``.
 
@@ -280,14 +295,16 @@ def _gemv_sub(
     MASK: tl.constexpr = (1 << BITS) - 1
     rkp = tl.arange(0, ROWS)
     kp = kb // PACK + rkp
-    t = tl.load(w_ptr + kp[:, None] * N + rn[None, :], mask=(kp[:, None] < KW) & n_ok[None, :])
+    t = _load_in_layer(
+        w_ptr + kp[:, None] * N + rn[None, :], (kp[:, None] < KW) & n_ok[None, :], WHOLE
+    )
     # Unsigned: the shift is logical, so the copy needs no mask beyond each field's.
     t = t.to(tl.uint32, bitcast=True)
     hi = t >> high_shift(BITS)
     live = (N >= 0).to(tl.uint32)
     in_split = kb < k_end
     g = kb // GROUP
-    s = tl.load(s_ptr + g * N + rn, mask=n_ok & in_split, other=0.0).to(tl.float32)
+    s = _load_in_layer(s_ptr + g * N + rn, n_ok & in_split, WHOLE).to(tl.float32)
     if HAS_ZP:
         ZC: tl.constexpr = 0
     else:
@@ -306,13 +323,13 @@ def _gemv_sub(
     if HAS_ZP:
         # Loaded where it is used: held across the FMAs, the zero points made the 8-bit tile
         # spill at sm_70 (unspecialized sizes, with bias).
-        z = _zero_points(tl.load(z_ptr + g * N + rn, mask=n_ok & in_split, other=0))
+        z = _zero_points(_load_in_layer(z_ptr + g * N + rn, n_ok & in_split, WHOLE))
         part -= xsum[:, None] * z[None, :]
     return part * s[None, :]
 
 
 @triton.jit
-def _slot_pair_x(x_ptr, rm, m_ok, kk, k_end, stride_xm):
+def _slot_pair_x(x_ptr, rm, m_ok, kk, k_end, stride_xm, WHOLE: tl.constexpr):
     """The activations of two adjacent word slots, ``[rows, words]`` each: inputs ``kk`` and
     ``kk + 1`` (``kk`` even) of every word row, read as one 32-bit word each.
 
@@ -327,11 +344,11 @@ def _slot_pair_x(x_ptr, rm, m_ok, kk, k_end, stride_xm):
     second half is the launcher's zero padding.
     """
     x32 = x_ptr.to(tl.pointer_type(tl.uint32))
-    words = tl.load(
-        x32 + rm[:, None] * (stride_xm // 2) + kk[None, :] // 2,
-        mask=m_ok[:, None] & (kk[None, :] < k_end),
-        other=0,
-    )
+    ptrs = x32 + rm[:, None] * (stride_xm // 2) + kk[None, :] // 2
+    if WHOLE:
+        words = tl.load(ptrs, mask=m_ok[:, None], other=0)
+    else:
+        words = tl.load(ptrs, mask=m_ok[:, None] & (kk[None, :] < k_end), other=0)
     lo = (words & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True)
     hi = (words >> 16).to(tl.uint16).to(tl.float16, bitcast=True)
     return lo, hi
@@ -358,6 +375,7 @@ def _slot_dots(
     HAS_ZP: tl.constexpr,
     BKP: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    WHOLE: tl.constexpr = False,
 ):
     """``acc`` plus one ``BKP``-word tile from input ``k0`` on, as one dot per word slot.
 
@@ -370,13 +388,15 @@ def _slot_dots(
     PACK: tl.constexpr = 32 // BITS
     rkp = tl.arange(0, BKP)
     t, s, z = _load_words(
-        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE
-    )
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, GROUP_TILE,
+        WHOLE,
+    )  # fmt: skip
     IN_PLACE: tl.constexpr = in_place(HAS_ZP, GROUP_TILE)
     if GROUP_TILE:
         part = tl.zeros(acc.shape, dtype=tl.float32)
     for p in tl.static_range(PACK // 2):
-        x_lo, x_hi = _slot_pair_x(x_ptr, rows, m_ok, k0 + rkp * PACK + 2 * p, k_end, stride_xm)
+        kk = k0 + rkp * PACK + 2 * p
+        x_lo, x_hi = _slot_pair_x(x_ptr, rows, m_ok, kk, k_end, stride_xm, WHOLE)
         w_lo = _slot_q16(t, z, 2 * p, BITS, IN_PLACE, GROUP_TILE)
         w_hi = _slot_q16(t, z, 2 * p + 1, BITS, IN_PLACE, GROUP_TILE)
         if GROUP_TILE:
@@ -456,6 +476,7 @@ def wna16_splitk_kernel(
     GROUP_TILE: tl.constexpr,
     SLOT_DOTS: tl.constexpr,
     ATOMIC: tl.constexpr,
+    WHOLE: tl.constexpr,
 ):
     """One ``[BLOCK_M, BLOCK_N]`` output tile over one split of the input dimension.
 
@@ -467,7 +488,9 @@ def wna16_splitk_kernel(
     unrolled loads issue together, one L2 round trip per ``REDUCE_UNROLL`` partials (wide dot
     tiles need few, or they spill). ``SLOT_DOTS`` (with ``USE_DOT``): one dot per word slot,
     set by :func:`volta_ct_wna16.configs.slot_dots`, which the launcher also asks whether the
-    activations need 4-byte aligned rows (:func:`_slot_pair_x`).
+    activations need 4-byte aligned rows (:func:`_slot_pair_x`). ``WHOLE``: every tile lies
+    inside the layer (:func:`volta_ct_wna16.configs.whole_tiles`), so the 1-token GEMV and the
+    slot-dot tiles load weights, scales and activations without input or output masks.
 
     The grid is ``(row blocks, output blocks, splits)``, row blocks first, so the programs
     that read one weight tile for different rows run side by side and share its reads in L2.
@@ -499,7 +522,7 @@ def wna16_splitk_kernel(
         if SLOT_DOTS:
             acc = _slot_dots(
                 acc, x_ptr, rm, m_ok, w_ptr, s_ptr, z_ptr, k0, k_end, rn, n_ok, N, KW, GROUP,
-                stride_xm, BITS, HAS_ZP, BKP, GROUP_TILE,
+                stride_xm, BITS, HAS_ZP, BKP, GROUP_TILE, WHOLE,
             )  # fmt: skip
         elif USE_DOT:
             acc = _dequant_dot(
@@ -507,7 +530,7 @@ def wna16_splitk_kernel(
                 stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
             )  # fmt: skip
         elif BLOCK_M == 1:
-            xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB)
+            xt = _x_tile(x_ptr, k0, k_end, PACK, BLOCK_K // GEMV_SUB, WHOLE)
             for sub in tl.static_range(BLOCK_K // GEMV_SUB):
                 acc2 += _gemv_sub(
                     _sub_tile(xt, sub, BLOCK_K // GEMV_SUB),
@@ -523,11 +546,13 @@ def wna16_splitk_kernel(
                     GROUP,
                     BITS,
                     HAS_ZP,
+                    WHOLE,
                 )
         else:
             t, s, z = _load_words(
-                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, False
-            )
+                w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BKP, PACK, HAS_ZP, BITS, False,
+                WHOLE,
+            )  # fmt: skip
             c32 = z + 8388608.0
             part3 = tl.zeros([BLOCK_M, BKP, BLOCK_N], dtype=tl.float32)
             for j in tl.static_range(PACK):

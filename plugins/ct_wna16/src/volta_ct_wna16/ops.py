@@ -161,6 +161,7 @@ def wna16_linear(
                 use_ws,
                 configs.group_tile(launch, pw.group),
                 atomic,
+                configs.whole_tiles(pw.n, pw.k, launch, pw.bits),
             ),
             num_warps=launch.num_warps,
             num_stages=launch.num_stages,

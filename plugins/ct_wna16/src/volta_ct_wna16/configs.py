@@ -171,6 +171,23 @@ _SM90_DOT = Launch(
 """The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``)."""
 
 
+_SM90_GEMV = Launch(
+    SPLITK,
+    block_m=1,
+    block_n=512,
+    block_k=32,
+    num_warps=2,
+    programs_per_sm=4,
+    num_stages=3,
+    reduce_unroll=8,
+    byte_zeros=True,
+    atomic=True,
+    unmasked=True,
+)
+"""The SM90 1-token GEMV (the table's ``gemv``); its wide and short tiles differ from it in
+warps, programs per SM, fan-in and zero-point form only."""
+
+
 SM90 = Table(
     # The 1-token tile. Runs 3-5 (H100) chose 256 outputs x 1 warp at 8 programs per SM
     # below 8192 outputs and 512 x 2 warps from there on. Run 6's sweep (on an H200: the
@@ -202,33 +219,10 @@ SM90 = Table(
     # runs, symmetric / asymmetric): 5120x5120 11.7 / 12.1 -> 10.9 / 10.8 us, 7168x5120
     # 12.8 / 13.8 -> 12.2 / 12.0, 5120x27648 32.1 / 32.7 -> 30.5 / 30.5, and on the wide tile
     # 27648x5120 31.4 / 31.9 -> 29.6 / 31.7.
-    gemv=Launch(
-        SPLITK,
-        block_m=1,
-        block_n=512,
-        block_k=32,
-        num_warps=2,
-        programs_per_sm=4,
-        num_stages=3,
-        reduce_unroll=8,
-        byte_zeros=True,
-        atomic=True,
-        unmasked=True,
-    ),
+    gemv=_SM90_GEMV,
     wide_gemv=(
         8192,
-        Launch(
-            SPLITK,
-            block_m=1,
-            block_n=512,
-            block_k=32,
-            num_warps=4,
-            programs_per_sm=5,
-            num_stages=3,
-            reduce_unroll=16,
-            atomic=True,
-            unmasked=True,
-        ),
+        replace(_SM90_GEMV, num_warps=4, programs_per_sm=5, reduce_unroll=16, byte_zeros=False),
     ),
     # Run 16 call 7 (`results/run16/call7/probe_tiles.log`): on the narrow layers with 5120
     # inputs the GEMV on 4 warps at 6 programs per SM took 5120x5120 9.9 / 10.0 us (symmetric
@@ -236,22 +230,7 @@ SM90 = Table(
     # 11.7 against 12.2 / 12.2; on 5120x27648 29.1 / 31.3 against 29.7 / 29.3 (run 11 saw the
     # same: 4 warps gained on a short input and lost on a long one). Between 5120 and 27648
     # inputs it was not measured.
-    short_gemv=(
-        8192,
-        Launch(
-            SPLITK,
-            block_m=1,
-            block_n=512,
-            block_k=32,
-            num_warps=4,
-            programs_per_sm=6,
-            num_stages=3,
-            reduce_unroll=8,
-            byte_zeros=True,
-            atomic=True,
-            unmasked=True,
-        ),
-    ),
+    short_gemv=(8192, replace(_SM90_GEMV, num_warps=4, programs_per_sm=6)),
     small=_SM90_DOT,
     decode=_SM90_DOT,
     # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up

@@ -127,6 +127,15 @@ def test_balanced_splits() -> None:
         one = -(-k_blocks // configs.balanced_splits(tiles, k_blocks, 2, 1.5, 132))
         two = -(-k_blocks // configs.balanced_splits(2 * tiles, k_blocks, 2, 1.5, 132))
         assert two <= one, (tiles, k_blocks)
+    # Nothing to split is refused by name, not answered.
+    with pytest.raises(ValueError, match="k_blocks=0"):
+        configs.balanced_splits(20, 0, 2, 1.5, 132)
+    with pytest.raises(ValueError, match="split_cost"):
+        replace(configs.SM90.decode, split_cost=-1.0)
+    with pytest.raises(ValueError, match="split_cost"):
+        replace(configs.SM90.dequant, split_cost=1.0)
+    with pytest.raises(ValueError, match="unmasked build"):
+        replace(configs.SM90.dequant, unmasked=True)
     # The m row blocks count: 17 tokens make two 16-row tiles.
     launch = configs.SM90.decode
     assert configs.split_count(5120, 5120, launch, 132, 17) == configs.split_count(

@@ -13,6 +13,7 @@ the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are w
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -75,6 +76,10 @@ class Launch:
             raise ValueError(f"only a 1-token GEMV reads uint8 zero points: {self}")
         if self.atomic and self.path != SPLITK:
             raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
+        if self.unmasked and self.path != SPLITK:
+            raise ValueError(f"only a split-K launch has an unmasked build: {self}")
+        if self.split_cost is not None and (self.path != SPLITK or self.split_cost < 0):
+            raise ValueError(f"split_cost is a split-K launch's cost in steps, >= 0: {self}")
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -359,6 +364,7 @@ def split_count(n: int, k: int, launch: Launch, sm_count: int, m: int = 1) -> tu
     return -(-k // per_split), per_split
 
 
+@functools.cache
 def balanced_splits(tiles: int, k_blocks: int, resident: int, cost: float, sm_count: int) -> int:
     """The input steps per split that let the SMs finish ``tiles`` output tiles soonest.
 
@@ -370,17 +376,23 @@ def balanced_splits(tiles: int, k_blocks: int, resident: int, cost: float, sm_co
     ``max(ceil(programs / sm_count), resident) * (steps + cost)``; ties go to fewer splits.
     Run 16's sweep of every split count on the H100 (``results/run16/``) ranked the counts
     of the 2-16-token tile this way: the wave edge (280 programs, where 264 run at once) cost
-    2.7-4.4 us on 7168x5120 and 5120x27648.
+    2.7-4.4 us on 7168x5120 and 5120x27648. The search walks every step count (about 20-40
+    us in Python for a 27648-input layer), so its answers are cached: the launcher asks once
+    per layer shape and token count, not on every call.
     """
-    best: tuple[float, int] | None = None
+    if min(tiles, k_blocks, resident, sm_count) < 1:
+        raise ValueError(
+            f"balanced_splits needs at least one tile, input step, resident program and SM, "
+            f"got tiles={tiles}, k_blocks={k_blocks}, resident={resident}, sm_count={sm_count}"
+        )
+    best = (float("inf"), 0)
     for steps in range(1, k_blocks + 1):
         splits = -(-k_blocks // steps)
         if -(-k_blocks // splits) != steps:
             continue  # the same splits as fewer steps each
         time = max(-(-tiles * splits // sm_count), resident) * (steps + cost)
-        if best is None or time < best[0] or (time == best[0] and steps > best[1]):
+        if time < best[0] or (time == best[0] and steps > best[1]):
             best = (time, steps)
-    assert best is not None
     return best[1]
 
 

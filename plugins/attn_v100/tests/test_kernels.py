@@ -178,6 +178,28 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
     )
 
 
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
+    """The whole tiles' loop with each tile's scores taken one iteration ahead (``AHEAD``, in
+    halves): sequences of no whole tile, one, and several (16-key tiles under the interpreter),
+    partitions left empty, sinks and a soft cap; forced here, since the interpreter runs SM70
+    tiles."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
+    monkeypatch.setattr(ops, "scores_ahead", lambda kv_fp8, capability: True)
+    case = make_case(
+        [(1, 1), (1, 17), (1, 33), (1, 130), (0, 5)],
+        head_size=128,
+        kv_cache_dtype=kv_dtype,
+        sinks=True,
+        logits_soft_cap=2.5,
+        seed=13,
+    )
+    check(run(case, path="decode", num_splits=num_splits), case, f"ahead {num_splits} {kv_dtype}")
+
+
 def test_one_partition_writes_the_output_without_partials(monkeypatch) -> None:
     """With one partition the program normalises its own rows: the launch gets empty partial
     and counter tensors (a kernel that read or wrote them would fault or read nothing), and the

@@ -155,6 +155,13 @@ def is_sm70_class(capability: tuple[int, int]) -> bool:
     return capability < (8, 0)
 
 
+def scores_ahead(kv_fp8: bool, capability: tuple[int, int]) -> bool:
+    """Whether decode takes each whole tile's scores one iteration ahead (``AHEAD``,
+    :func:`volta_attn_v100.kernels.common.attend_ahead`); only where the tiles are taken in
+    halves (:func:`head_halves`)."""
+    return False
+
+
 def native_e5m2(capability: tuple[int, int]) -> bool:
     """Whether the device converts e5m2 to fp16 in hardware (``cvt`` from fp8 needs SM89)."""
     return capability >= (8, 9)

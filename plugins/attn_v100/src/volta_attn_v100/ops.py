@@ -33,6 +33,7 @@ from volta_attn_v100.configs import (
     head_pad,
     native_e5m2,
     prefill_tiles,
+    scores_ahead,
     split_policy_for,
     wide_combine,
 )
@@ -473,6 +474,7 @@ def _launch_decode(
         HALVES=head_halves(a.fp8, capability),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
+        AHEAD=scores_ahead(a.fp8, capability),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

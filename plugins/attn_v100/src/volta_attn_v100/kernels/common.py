@@ -154,6 +154,7 @@ def attend_tiles(
     NATIVE_FP8: tl.constexpr,
     HALVES: tl.constexpr,
     MASKS: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):
     """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence,
     masking the tiles ``MASKS`` names (see :func:`attend`).
@@ -167,7 +168,13 @@ def attend_tiles(
     """
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
-    if HALVES:
+    if AHEAD:
+        m_i, l_i, acc = attend_ahead(
+            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
+            page_size, q_abs, seq_len, tile_lo, tile_hi, qk_scale, v_scale, softcap, window,
+            HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8,
+        )  # fmt: skip
+    elif HALVES:
         HALF: tl.constexpr = HEAD_PAD // 2
         q_lo, q_hi = halves(q, HALF)
         acc_lo, acc_hi = halves(acc, HALF)
@@ -214,6 +221,91 @@ def attend_tiles(
 
 
 @triton.jit
+def half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF: tl.constexpr, KV_FP8, NATIVE_FP8):
+    """``q . k`` of one key tile whose rows start at ``row_off``, in head halves."""
+    offs_h = tl.arange(0, HALF)
+    k_ptrs = kv_ptr + row_off[:, None] + offs_h[None, :]
+    s = tl.dot(q_lo, tl.trans(load_kv_tile(k_ptrs, lo, KV_FP8, NATIVE_FP8)))
+    return tl.dot(q_hi, tl.trans(load_kv_tile(k_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)), s)
+
+
+@triton.jit
+def attend_ahead(
+    q,
+    m_i,
+    l_i,
+    acc,
+    kv_ptr,
+    bt_row_ptr,
+    kv_head_off,
+    stride_blk,
+    stride_slot,
+    page_size,
+    q_abs,
+    seq_len,
+    tile_lo,
+    tile_hi,
+    qk_scale,
+    v_scale,
+    softcap,
+    window,
+    HEAD_SIZE: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    KV_FP8: tl.constexpr,
+    NATIVE_FP8: tl.constexpr,
+):
+    """:func:`attend_tiles` over whole tiles in head halves, with each tile's scores taken one
+    iteration ahead: the loop body holds Q.K of the next tile beside the softmax and P.V of
+    this one, which do not depend on it, so a warp has tensor-core work to issue while its
+    exponentials and row reductions wait on each other."""
+    HALF: tl.constexpr = HEAD_PAD // 2
+    q_lo, q_hi = halves(q, HALF)
+    acc_lo, acc_hi = halves(acc, HALF)
+    offs_h = tl.arange(0, HALF)
+    lo_cols = (offs_h < HEAD_SIZE)[None, :]
+    hi_cols = (offs_h + HALF < HEAD_SIZE)[None, :]
+    # The first tile's scores, its loads masked off when the range is empty.
+    k_pos, row_off = tile_rows(
+        bt_row_ptr, tile_lo, tl.where(tile_lo < tile_hi, seq_len, 0), page_size, stride_blk,
+        stride_slot, kv_head_off, BLOCK_N, ALL_MASKED,
+    )  # fmt: skip
+    live = (tile_lo < tile_hi) & (k_pos < seq_len)
+    s = half_scores(
+        q_lo, q_hi, kv_ptr, row_off, live[:, None] & lo_cols, live[:, None] & hi_cols, HALF,
+        KV_FP8, NATIVE_FP8,
+    )  # fmt: skip
+    for tile in range(tile_lo, tile_hi - 1):
+        m_i, l_i, alpha, p = softmax_step(
+            s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
+        )
+        v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
+        k_pos, row_off = tile_rows(
+            bt_row_ptr, tile + 1, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
+            BLOCK_N, NO_MASKS,
+        )  # fmt: skip
+        s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8)
+        acc_lo = acc_lo * alpha[:, None] + tl.dot(
+            p, load_kv_tile(v_ptrs, lo_cols, KV_FP8, NATIVE_FP8)
+        )
+        acc_hi = acc_hi * alpha[:, None] + tl.dot(
+            p, load_kv_tile(v_ptrs + HALF, hi_cols, KV_FP8, NATIVE_FP8)
+        )
+    if tile_lo < tile_hi:
+        m_i, l_i, alpha, p = softmax_step(
+            s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
+        )
+        v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
+        acc_lo = acc_lo * alpha[:, None] + tl.dot(
+            p, load_kv_tile(v_ptrs, lo_cols, KV_FP8, NATIVE_FP8)
+        )
+        acc_hi = acc_hi * alpha[:, None] + tl.dot(
+            p, load_kv_tile(v_ptrs + HALF, hi_cols, KV_FP8, NATIVE_FP8)
+        )
+    return m_i, l_i, joined(acc_lo, acc_hi)
+
+
+@triton.jit
 def attend(
     q,
     m_i,
@@ -241,6 +333,7 @@ def attend(
     NATIVE_FP8: tl.constexpr,
     HALVES: tl.constexpr,
     ONE_LOOP: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):
     """The online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
 
@@ -278,7 +371,7 @@ def attend(
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             page_size, q_abs, seq_len, tile_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, NO_MASKS,
+            window, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, NO_MASKS, AHEAD,
         )  # fmt: skip
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,

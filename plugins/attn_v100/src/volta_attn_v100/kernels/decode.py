@@ -66,6 +66,7 @@ def paged_decode_kernel(
     HALVES: tl.constexpr,
     COMBINE_M: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -149,6 +150,7 @@ def paged_decode_kernel(
         NATIVE_FP8,
         HALVES,
         False,
+        AHEAD,
     )
 
     if num_splits == 1:
@@ -233,6 +235,7 @@ def combine_splits(
     row_valid,
     HEAD_PAD: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
+    AHEAD: tl.constexpr = False,
 ):
     """Running max, sum and output of the rows over all partitions' partials.
 

@@ -180,7 +180,8 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("num_splits", [1, 4])
-def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_scores_one_tile_ahead(monkeypatch, ahead, num_splits, kv_dtype) -> None:
     """The whole tiles' loop with each tile's scores taken one iteration ahead (``AHEAD``, in
     halves): sequences of no whole tile, one, and several (16-key tiles under the interpreter),
     partitions left empty, sinks and a soft cap; forced here, since the interpreter runs SM70
@@ -188,7 +189,7 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
-    monkeypatch.setattr(ops, "scores_ahead", lambda kv_fp8, capability: True)
+    monkeypatch.setattr(ops, "scores_ahead", lambda kv_fp8, capability: ahead)
     case = make_case(
         [(1, 1), (1, 17), (1, 33), (1, 130), (0, 5)],
         head_size=128,
@@ -197,7 +198,11 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
         logits_soft_cap=2.5,
         seed=13,
     )
-    check(run(case, path="decode", num_splits=num_splits), case, f"ahead {num_splits} {kv_dtype}")
+    check(
+        run(case, path="decode", num_splits=num_splits),
+        case,
+        f"ahead {ahead}, {num_splits} {kv_dtype}",
+    )
 
 
 def test_one_partition_writes_the_output_without_partials(monkeypatch) -> None:

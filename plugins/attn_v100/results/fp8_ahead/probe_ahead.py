@@ -1,4 +1,4 @@
-"""Probe (H100, one call): decode with each whole tile's scores taken one iteration ahead.
+"""Probe (H100, first call): decode with each whole tile's scores taken one iteration ahead.
 
 The fp8 decode loop (sm_90: 128 keys, 4 warps, 255 registers, 2 programs per SM) reads at
 78-83% of copy bandwidth where fp16 reaches 99-100%; Nsight Compute had its pace set by each

@@ -10,8 +10,13 @@ from __future__ import annotations
 import pytest
 
 from volta_attn_v100 import plugin
-from volta_core import V100
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
+from volta_core import V100, Device
+from volta_core.kernels.gate import (
+    assert_gate_passes,
+    check_kernel_config,
+    compiled,
+    gate_variants,
+)
 
 V100_CONFIGS = list(plugin.volta_kernel_configs(V100))
 
@@ -67,3 +72,15 @@ def test_prefill_tile_follows_the_query_length_on_sm90_only() -> None:
         if c.kernel.endswith("paged_prefill_kernel") and c.constexprs["HEAD_SIZE"] == 128
     }
     assert listed == {(n, kv) for n in (64, 128) for kv in ("*fp16", "*u8")}
+
+
+@pytest.mark.parametrize(
+    "config",
+    [c for c in plugin.volta_kernel_configs(Device((9, 0))) if c.constexprs.get("AHEAD")],
+    ids=lambda c: c.name,
+)
+def test_scores_ahead_configs_compile_for_sm90(config) -> None:
+    """The H100's decode configurations with scores ahead (fp8 in halves only) compile."""
+    assert config.constexprs["KV_FP8"]
+    assert config.constexprs["HALVES"]
+    assert compiled(check_kernel_config(config, capability=90))

@@ -180,8 +180,7 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("num_splits", [1, 4])
-@pytest.mark.parametrize("ahead", [1, 2])
-def test_scores_one_tile_ahead(monkeypatch, ahead, num_splits, kv_dtype) -> None:
+def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
     """The whole tiles' loop with each tile's scores taken one iteration ahead (``AHEAD``, in
     halves): sequences of no whole tile, one, and several (16-key tiles under the interpreter),
     partitions left empty, sinks and a soft cap; forced here, since the interpreter runs SM70
@@ -189,7 +188,7 @@ def test_scores_one_tile_ahead(monkeypatch, ahead, num_splits, kv_dtype) -> None
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
-    monkeypatch.setattr(ops, "scores_ahead", lambda kv_fp8, capability: ahead)
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
     case = make_case(
         [(1, 1), (1, 17), (1, 33), (1, 130), (0, 5)],
         head_size=128,
@@ -201,7 +200,7 @@ def test_scores_one_tile_ahead(monkeypatch, ahead, num_splits, kv_dtype) -> None
     check(
         run(case, path="decode", num_splits=num_splits),
         case,
-        f"ahead {ahead}, {num_splits} {kv_dtype}",
+        f"ahead {num_splits} {kv_dtype}",
     )
 
 
@@ -366,6 +365,37 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
     for feature in (None, "sliding_window", "sinks"):
         case = gpu_case(lens, kv_dtype, seed=11, feature=feature)
         check(run(case, path="prefill"), case, f"long prefill {kv_dtype} {feature}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
+@pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
+def test_gpu_fp8_decode_with_scores_ahead(monkeypatch, head_size, feature) -> None:
+    """fp8 decode with the whole tiles' scores one iteration ahead (SM80+, taken only where a
+    partition holds thousands of keys): forced here for short partitions too, with 16 and 32
+    rows (8 query tokens), partitions that hold no whole tile, and each feature."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    lens = [(1, 1), (1, 777), (0, 4), (8, 1500), (4, 1500), (1, 4096)]
+    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature)
+    check(run(case, path="decode"), case, f"gpu ahead d{head_size} {feature}")
+    check(run(case, path="decode", num_splits=1), case, f"gpu ahead d{head_size} {feature} 1")
+
+
+@pytest.mark.gpu
+def test_gpu_scores_ahead_for_sanitizer(monkeypatch) -> None:
+    """A small fp8 decode with scores ahead (forced), split and not, for compute-sanitizer."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    case = make_case(
+        [(1, 300), (2, 33)], head_size=128, kv_cache_dtype="fp8_e5m2", sinks=True, device="cuda"
+    )
+    for num_splits in (1, 3):
+        check(
+            run(case, path="decode", num_splits=num_splits), case, f"sanitizer ahead {num_splits}"
+        )
 
 
 @pytest.mark.gpu

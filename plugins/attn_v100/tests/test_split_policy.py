@@ -11,11 +11,13 @@ from __future__ import annotations
 import pytest
 
 from volta_attn_v100.configs import (
+    AHEAD_MIN_KEYS,
     DEFAULT_SPLIT_POLICY,
     TWO_PER_SM_SPLIT_POLICY,
     SplitPolicy,
     decode_combine,
     last_wave_fill,
+    scores_ahead,
     split_policy_for,
     wide_combine,
 )
@@ -104,3 +106,14 @@ def test_a_partition_too_large_for_a_narrow_step_stays_alone() -> None:
     h100 = (9, 0)
     assert decode_combine(32, 8, 4, 256, h100, wide=True) == decode_combine(32, 8, 4, 256, h100)
     assert decode_combine(32, 8, 4, 256, h100)[1] == 1
+
+
+def test_scores_go_ahead_for_long_fp8_partitions_on_sm80_and_later() -> None:
+    """Scores one tile ahead where fp8 tiles are taken in halves and a partition holds at least
+    AHEAD_MIN_KEYS keys (at the longest sequence); the launcher asks with the step's longest
+    sequence over its partitions."""
+    h100 = (9, 0)
+    assert scores_ahead(True, h100, AHEAD_MIN_KEYS)
+    assert not scores_ahead(True, h100, AHEAD_MIN_KEYS - 1)
+    assert not scores_ahead(False, h100, 1 << 20)  # fp16
+    assert not scores_ahead(True, (7, 0), 1 << 20)  # SM70: whole tiles, FMA dots

@@ -155,11 +155,29 @@ def is_sm70_class(capability: tuple[int, int]) -> bool:
     return capability < (8, 0)
 
 
-def scores_ahead(kv_fp8: bool, capability: tuple[int, int]) -> bool:
+#: Keys a decode partition must hold (at the longest sequence) for its whole tiles' scores to
+#: be taken one iteration ahead (:func:`scores_ahead`).
+AHEAD_MIN_KEYS = 4096
+
+
+def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: int) -> bool:
     """Whether decode takes each whole tile's scores one iteration ahead (``AHEAD``,
-    :func:`volta_attn_v100.kernels.common.attend_ahead`); only where the tiles are taken in
-    halves (:func:`head_halves`)."""
-    return False
+    :func:`volta_attn_v100.kernels.common.attend_ahead`): where the tiles are taken in halves
+    (:func:`head_halves`, fp8 on SM80+) and a partition holds at least
+    :data:`AHEAD_MIN_KEYS` keys.
+
+    The fp8 loop's pace is set by each iteration's dependent chain at two programs per SM;
+    with the next tile's Q.K beside this tile's softmax and P.V, two H100 calls
+    (``results/fp8_ahead/``, 32/8 heads, x fp16 time) gave 64 x 8K 0.610 -> 0.597 and 0.611 ->
+    0.597, 32 x 16K 0.606 -> 0.596 and 0.602 -> 0.593, 128 x 8K 0.609 -> 0.596 and 0.608 ->
+    0.597, 64 x 4K 0.621 -> 0.614 and 0.618 -> 0.610, 16 x 8K (4K keys a partition) 0.620 ->
+    0.612 twice. The first tile's keys are then loaded before the loop, outside its software
+    pipeline, which cost short partitions more than the loop gained: 128 x 2K 0.636 -> 0.648
+    and 0.634 -> 0.646, 1 x 8K (256 keys a partition) 0.862 -> 0.885. A form with every load
+    in the pipeline (one more iteration, the first scoring nothing) was slower everywhere.
+    fp16 in halves with scores ahead was within 3% of its shipped loop on every shape, and 9%
+    slower at 32 x 16K: fp16 keeps its loop."""
+    return head_halves(kv_fp8, capability) and keys_per_partition >= AHEAD_MIN_KEYS
 
 
 def native_e5m2(capability: tuple[int, int]) -> bool:
@@ -466,10 +484,11 @@ def decode_kernel_config(
     tiles: Tiles,
     capability: tuple[int, int],
     combine: tuple[int, int],
+    ahead: bool = False,
 ) -> KernelConfig:
-    """The decode kernel's launch configuration for these tiles and ``(COMBINE_M,
-    SPLIT_CHUNK)`` (shipped ones, or the benchmark sweep's variants, which are compiled for
-    sm_90 in the tests before a GPU runs them)."""
+    """The decode kernel's launch configuration for these tiles, ``(COMBINE_M,
+    SPLIT_CHUNK)`` and ``AHEAD`` (shipped ones, or the benchmark sweep's variants, which are
+    compiled for sm_90 in the tests before a GPU runs them)."""
     fp8 = kv_dtype != "float16"
     return KernelConfig(
         name=name,
@@ -483,6 +502,7 @@ def decode_kernel_config(
             **_attention_constexprs(head_size, tiles, fp8, capability),
             "COMBINE_M": combine[0],
             "SPLIT_CHUNK": combine[1],
+            "AHEAD": ahead,
         },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
@@ -500,15 +520,21 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
         for kv_dtype in kv_dtypes:
             kv_sig = dict(_DECODE_SIGNATURE_HEAD, kv_ptr=KV_POINTER_TYPES[kv_dtype])
             fp8 = kv_dtype != "float16"
-            for block_m, rows, chunk in decode_launches(head_size, capability, fp8):
+            # The launcher's choice for the shortest partition and for the longest.
+            aheads = sorted({scores_ahead(fp8, capability, k) for k in (1, 1 << 30)})
+            for (block_m, rows, chunk), ahead in itertools.product(
+                decode_launches(head_size, capability, fp8), aheads
+            ):
                 configs.append(
                     decode_kernel_config(
-                        f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}",
+                        f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}"
+                        f"{'_ahead' if ahead else ''}",
                         head_size,
                         kv_dtype,
                         decode_tiles(head_size, block_m, capability, fp8),
                         capability,
                         (rows, chunk),
+                        ahead,
                     )
                 )
             choices = prefill_tile_choices(head_size, capability)

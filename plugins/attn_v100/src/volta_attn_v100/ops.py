@@ -474,7 +474,7 @@ def _launch_decode(
         HALVES=head_halves(a.fp8, capability),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
-        AHEAD=scores_ahead(a.fp8, capability),
+        AHEAD=scores_ahead(a.fp8, capability, -(-max_seq_len // num_splits)),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

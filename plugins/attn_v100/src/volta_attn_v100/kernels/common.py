@@ -104,9 +104,11 @@ def load_mask(k_pos, seq_len, cols, MASKS: tl.constexpr):
 
 
 @triton.jit
-def tile_scores(s, k_pos, masked, seq_len, q_abs, qk_scale, softcap, window):
-    """The raw scores ``s = q . k`` of one tile in base-2 units, scaled, soft-capped and (when
-    ``masked``) masked to ``-inf``; see :func:`attend` for the scale folding and the masks."""
+def softmax_step(s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap, window):
+    """One tile of the online softmax from the raw scores ``s = q . k``: the new running max
+    and sum, the factor ``alpha`` that rescales the output so far, and the fp16 probabilities
+    (V scale applied) for P.V. See :func:`attend` for the scale folding and masks; ``masked``
+    (a constant, or the same for the whole program) says whether this tile needs them."""
     s = s * (qk_scale * LOG2E)
     if softcap > 0:
         # softcap * tanh(x / softcap) in base-2 units: the cap scales by LOG2E too.
@@ -117,27 +119,11 @@ def tile_scores(s, k_pos, masked, seq_len, q_abs, qk_scale, softcap, window):
         if window > 0:
             keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
         s = tl.where(keep, s, float("-inf"))
-    return s
-
-
-@triton.jit
-def softmax_update(s, m_i, l_i, v_scale):
-    """One tile of the online softmax from its :func:`tile_scores`: the new running max and
-    sum, the factor ``alpha`` that rescales the output so far, and the fp16 probabilities (V
-    scale applied) for P.V. A tile of ``-inf`` scores changes nothing (``alpha`` 1, ``p`` 0)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     return m_new, l_i, alpha, (p * v_scale).to(tl.float16)
-
-
-@triton.jit
-def softmax_step(s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap, window):
-    """:func:`tile_scores` then :func:`softmax_update`; ``masked`` (a constant, or the same for
-    the whole program) says whether this tile needs the masks."""
-    s = tile_scores(s, k_pos, masked, seq_len, q_abs, qk_scale, softcap, window)
-    return softmax_update(s, m_i, l_i, v_scale)
 
 
 @triton.jit
@@ -178,17 +164,11 @@ def attend_tiles(
     live at a time. For fp8 KV on SM80+ the converted e5m2 tiles feed the dot from registers:
     whole, the 128-key sm_90 tile took 255 registers and spilled about 130 B, and fp8 decode
     read at 66-77% of copy bandwidth on the H100; in halves it spilled 28-36 B and read at
-    78-83%.
+    78-83%. ``AHEAD`` (whole tiles in halves only): :func:`attend_ahead`.
     """
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
-    if AHEAD == 2:
-        m_i, l_i, acc = attend_ahead_pipelined(
-            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            page_size, q_abs, seq_len, tile_lo, tile_hi, qk_scale, v_scale, softcap, window,
-            HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8,
-        )  # fmt: skip
-    elif AHEAD:
+    if AHEAD:
         m_i, l_i, acc = attend_ahead(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             page_size, q_abs, seq_len, tile_lo, tile_hi, qk_scale, v_scale, softcap, window,
@@ -326,66 +306,6 @@ def attend_ahead(
 
 
 @triton.jit
-def attend_ahead_pipelined(
-    q,
-    m_i,
-    l_i,
-    acc,
-    kv_ptr,
-    bt_row_ptr,
-    kv_head_off,
-    stride_blk,
-    stride_slot,
-    page_size,
-    q_abs,
-    seq_len,
-    tile_lo,
-    tile_hi,
-    qk_scale,
-    v_scale,
-    softcap,
-    window,
-    HEAD_SIZE: tl.constexpr,
-    HEAD_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    KV_FP8: tl.constexpr,
-    NATIVE_FP8: tl.constexpr,
-):
-    """:func:`attend_ahead` with every load inside the software-pipelined loop: one iteration
-    more than there are tiles, the first with scores of ``-inf`` (nothing to add) and the last
-    scoring the last tile again (its keys from L2, the scores dropped)."""
-    HALF: tl.constexpr = HEAD_PAD // 2
-    q_lo, q_hi = halves(q, HALF)
-    acc_lo, acc_hi = halves(acc, HALF)
-    offs_h = tl.arange(0, HALF)
-    lo_cols = (offs_h < HEAD_SIZE)[None, :]
-    hi_cols = (offs_h + HALF < HEAD_SIZE)[None, :]
-    s = tl.full([q.shape[0], BLOCK_N], float("-inf"), tl.float32)
-    v_off = tl.zeros([BLOCK_N], tl.int64)
-    end = tl.where(tile_lo < tile_hi, tile_hi + 1, tile_lo)
-    for tile in range(tile_lo, end):
-        k_pos, row_off = tile_rows(
-            bt_row_ptr, tl.minimum(tile, tile_hi - 1), seq_len, page_size, stride_blk,
-            stride_slot, kv_head_off, BLOCK_N, NO_MASKS,
-        )  # fmt: skip
-        v_off = tl.where(tile == tile_lo, row_off, v_off)
-        m_i, l_i, alpha, p = softmax_update(s, m_i, l_i, v_scale)
-        s = tile_scores(
-            half_scores(q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8),
-            k_pos, False, seq_len, q_abs, qk_scale, softcap, window,
-        )  # fmt: skip
-        v_ptrs = kv_ptr + v_off[:, None] + HEAD_SIZE + offs_h[None, :]
-        acc_lo = acc_lo * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs, lo_cols, KV_FP8, NATIVE_FP8)
-        )
-        acc_hi = acc_hi * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs + HALF, hi_cols, KV_FP8, NATIVE_FP8)
-        )
-        v_off = row_off
-    return m_i, l_i, joined(acc_lo, acc_hi)
-
-
-@triton.jit
 def attend(
     q,
     m_i,
@@ -430,6 +350,9 @@ def attend(
     ``seq_len``) and there is no window; whole tiles skip the masks (rows that are padding
     compute values nobody stores). ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to
     the scaled scores.
+
+    ``AHEAD``: the whole tiles' loop takes each tile's scores one iteration ahead
+    (:func:`attend_ahead`; not with ``ONE_LOOP``).
 
     ``ONE_LOOP``: whole and masked tiles in one loop, the masks behind a branch the whole
     program takes alike (prefill). As two loops, the masked one (for a prefill program the

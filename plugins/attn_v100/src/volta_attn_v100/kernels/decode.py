@@ -66,7 +66,7 @@ def paged_decode_kernel(
     HALVES: tl.constexpr,
     COMBINE_M: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
-    AHEAD: tl.constexpr = False,
+    AHEAD: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -86,6 +86,9 @@ def paged_decode_kernel(
     (``query_len_pad x heads_per_prog``): ``BLOCK_M`` is at least 16 for ``tl.dot``, but a
     32/8-head decode owns 4 rows, so the combine loads only those rows' partials and takes
     ``SPLIT_CHUNK`` partitions per L2 round trip (:func:`combine_splits`).
+
+    ``AHEAD``: the whole tiles' scores one iteration ahead
+    (:func:`volta_attn_v100.configs.scores_ahead` says where).
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -235,7 +238,6 @@ def combine_splits(
     row_valid,
     HEAD_PAD: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
-    AHEAD: tl.constexpr = False,
 ):
     """Running max, sum and output of the rows over all partitions' partials.
 

@@ -162,7 +162,7 @@ AHEAD_MIN_KEYS = 4096
 
 def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: int) -> bool:
     """Whether decode takes each whole tile's scores one iteration ahead (``AHEAD``,
-    :func:`volta_attn_v100.kernels.common.attend_ahead`): where the tiles are taken in halves
+    :func:`volta_attn_v100.kernels.common.attend_tiles`): where the tiles are taken in halves
     (:func:`head_halves`, fp8 on SM80+) and a partition holds at least
     :data:`AHEAD_MIN_KEYS` keys.
 

@@ -164,42 +164,73 @@ def attend_tiles(
     live at a time. For fp8 KV on SM80+ the converted e5m2 tiles feed the dot from registers:
     whole, the 128-key sm_90 tile took 255 registers and spilled about 130 B, and fp8 decode
     read at 66-77% of copy bandwidth on the H100; in halves it spilled 28-36 B and read at
-    78-83%. ``AHEAD`` (whole tiles in halves only): :func:`attend_ahead`.
+    78-83%. ``AHEAD`` (whole tiles in halves only, ``NO_MASKS``): each tile's scores are taken one
+    iteration ahead (:func:`volta_attn_v100.configs.scores_ahead` says where).
     """
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
-    if AHEAD:
-        m_i, l_i, acc = attend_ahead(
-            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            page_size, q_abs, seq_len, tile_lo, tile_hi, qk_scale, v_scale, softcap, window,
-            HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8,
-        )  # fmt: skip
-    elif HALVES:
+    if HALVES:
         HALF: tl.constexpr = HEAD_PAD // 2
         q_lo, q_hi = halves(q, HALF)
         acc_lo, acc_hi = halves(acc, HALF)
         offs_h = tl.arange(0, HALF)
         lo_cols = (offs_h < HEAD_SIZE)[None, :]
         hi_cols = (offs_h + HALF < HEAD_SIZE)[None, :]
-        for tile in range(tile_lo, tile_hi):
-            masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
+        if AHEAD:
+            # The first tile's scores before the loop, its loads masked off when the range is
+            # empty; then each iteration scores the next tile beside this one's softmax and
+            # P.V, which do not depend on it, so a warp has tensor-core work to issue while
+            # its exponentials and row reductions wait on each other.
             k_pos, row_off = tile_rows(
-                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
-                BLOCK_N, MASKS,
+                bt_row_ptr, tile_lo, tl.where(tile_lo < tile_hi, seq_len, 0), page_size,
+                stride_blk, stride_slot, kv_head_off, BLOCK_N, ALL_MASKED,
             )  # fmt: skip
-            lo = load_mask(k_pos, seq_len, lo_cols, MASKS)
-            hi = load_mask(k_pos, seq_len, hi_cols, MASKS)
-            k_ptrs = kv_ptr + row_off[:, None] + offs_h[None, :]
-            s = tl.dot(q_lo, tl.trans(load_kv_tile(k_ptrs, lo, KV_FP8, NATIVE_FP8)))
-            s = tl.dot(q_hi, tl.trans(load_kv_tile(k_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)), s)
-            m_i, l_i, alpha, p = softmax_step(
-                s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap, window
-            )
-            v_ptrs = k_ptrs + HEAD_SIZE
-            v_lo = load_kv_tile(v_ptrs, lo, KV_FP8, NATIVE_FP8)
-            acc_lo = acc_lo * alpha[:, None] + tl.dot(p, v_lo)
-            v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)
-            acc_hi = acc_hi * alpha[:, None] + tl.dot(p, v_hi)
+            live = (tile_lo < tile_hi) & (k_pos < seq_len)
+            s = half_scores(
+                q_lo, q_hi, kv_ptr, row_off, live[:, None] & lo_cols, live[:, None] & hi_cols,
+                HALF, KV_FP8, NATIVE_FP8,
+            )  # fmt: skip
+            for tile in range(tile_lo, tile_hi - 1):
+                m_i, l_i, alpha, p = softmax_step(
+                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
+                )
+                v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
+                k_pos, row_off = tile_rows(
+                    bt_row_ptr, tile + 1, seq_len, page_size, stride_blk, stride_slot,
+                    kv_head_off, BLOCK_N, NO_MASKS,
+                )  # fmt: skip
+                s = half_scores(
+                    q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                )
+                acc_lo, acc_hi = half_values(
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                )
+            if tile_lo < tile_hi:
+                m_i, l_i, alpha, p = softmax_step(
+                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
+                )
+                v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
+                acc_lo, acc_hi = half_values(
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                )
+        else:
+            for tile in range(tile_lo, tile_hi):
+                masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
+                k_pos, row_off = tile_rows(
+                    bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
+                    BLOCK_N, MASKS,
+                )  # fmt: skip
+                lo = load_mask(k_pos, seq_len, lo_cols, MASKS)
+                hi = load_mask(k_pos, seq_len, hi_cols, MASKS)
+                s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF, KV_FP8, NATIVE_FP8)
+                m_i, l_i, alpha, p = softmax_step(
+                    s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap,
+                    window,
+                )  # fmt: skip
+                v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
+                acc_lo, acc_hi = half_values(
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF, KV_FP8, NATIVE_FP8
+                )
         acc = joined(acc_lo, acc_hi)
     else:
         for tile in range(tile_lo, tile_hi):
@@ -230,79 +261,12 @@ def half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF: tl.constexpr, KV_FP8,
 
 
 @triton.jit
-def attend_ahead(
-    q,
-    m_i,
-    l_i,
-    acc,
-    kv_ptr,
-    bt_row_ptr,
-    kv_head_off,
-    stride_blk,
-    stride_slot,
-    page_size,
-    q_abs,
-    seq_len,
-    tile_lo,
-    tile_hi,
-    qk_scale,
-    v_scale,
-    softcap,
-    window,
-    HEAD_SIZE: tl.constexpr,
-    HEAD_PAD: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    KV_FP8: tl.constexpr,
-    NATIVE_FP8: tl.constexpr,
-):
-    """:func:`attend_tiles` over whole tiles in head halves, with each tile's scores taken one
-    iteration ahead: the loop body holds Q.K of the next tile beside the softmax and P.V of
-    this one, which do not depend on it, so a warp has tensor-core work to issue while its
-    exponentials and row reductions wait on each other."""
-    HALF: tl.constexpr = HEAD_PAD // 2
-    q_lo, q_hi = halves(q, HALF)
-    acc_lo, acc_hi = halves(acc, HALF)
-    offs_h = tl.arange(0, HALF)
-    lo_cols = (offs_h < HEAD_SIZE)[None, :]
-    hi_cols = (offs_h + HALF < HEAD_SIZE)[None, :]
-    # The first tile's scores, its loads masked off when the range is empty.
-    k_pos, row_off = tile_rows(
-        bt_row_ptr, tile_lo, tl.where(tile_lo < tile_hi, seq_len, 0), page_size, stride_blk,
-        stride_slot, kv_head_off, BLOCK_N, ALL_MASKED,
-    )  # fmt: skip
-    live = (tile_lo < tile_hi) & (k_pos < seq_len)
-    s = half_scores(
-        q_lo, q_hi, kv_ptr, row_off, live[:, None] & lo_cols, live[:, None] & hi_cols, HALF,
-        KV_FP8, NATIVE_FP8,
-    )  # fmt: skip
-    for tile in range(tile_lo, tile_hi - 1):
-        m_i, l_i, alpha, p = softmax_step(
-            s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
-        )
-        v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
-        k_pos, row_off = tile_rows(
-            bt_row_ptr, tile + 1, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
-            BLOCK_N, NO_MASKS,
-        )  # fmt: skip
-        s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8)
-        acc_lo = acc_lo * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs, lo_cols, KV_FP8, NATIVE_FP8)
-        )
-        acc_hi = acc_hi * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs + HALF, hi_cols, KV_FP8, NATIVE_FP8)
-        )
-    if tile_lo < tile_hi:
-        m_i, l_i, alpha, p = softmax_step(
-            s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
-        )
-        v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
-        acc_lo = acc_lo * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs, lo_cols, KV_FP8, NATIVE_FP8)
-        )
-        acc_hi = acc_hi * alpha[:, None] + tl.dot(
-            p, load_kv_tile(v_ptrs + HALF, hi_cols, KV_FP8, NATIVE_FP8)
-        )
-    return m_i, l_i, joined(acc_lo, acc_hi)
+def half_values(acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF: tl.constexpr, KV_FP8, NATIVE_FP8):
+    """The output halves rescaled by ``alpha`` plus ``p . v`` of one key tile, ``v_ptrs`` its
+    low half's V pointers, one half at a time."""
+    acc_lo = acc_lo * alpha[:, None] + tl.dot(p, load_kv_tile(v_ptrs, lo, KV_FP8, NATIVE_FP8))
+    v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)
+    return acc_lo, acc_hi * alpha[:, None] + tl.dot(p, v_hi)
 
 
 @triton.jit
@@ -352,7 +316,7 @@ def attend(
     the scaled scores.
 
     ``AHEAD``: the whole tiles' loop takes each tile's scores one iteration ahead
-    (:func:`attend_ahead`; not with ``ONE_LOOP``).
+    (:func:`attend_tiles`; not with ``ONE_LOOP``).
 
     ``ONE_LOOP``: whole and masked tiles in one loop, the masks behind a branch the whole
     program takes alike (prefill). As two loops, the masked one (for a prefill program the

@@ -8,14 +8,19 @@ the H100 measured fastest (README, "Split policy").
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from volta_attn_v100.configs import (
     AHEAD_MIN_KEYS,
+    AHEAD_STAGES,
     DEFAULT_SPLIT_POLICY,
     TWO_PER_SM_SPLIT_POLICY,
     SplitPolicy,
+    ahead_tiles,
     decode_combine,
+    decode_tiles,
     last_wave_fill,
     scores_ahead,
     split_policy_for,
@@ -117,3 +122,16 @@ def test_scores_go_ahead_for_long_fp8_partitions_on_sm80_and_later() -> None:
     assert not scores_ahead(True, h100, AHEAD_MIN_KEYS - 1)
     assert not scores_ahead(False, h100, 1 << 20)  # fp16
     assert not scores_ahead(True, (7, 0), 1 << 20)  # SM70: whole tiles, FMA dots
+
+
+def test_scores_ahead_runs_three_stages_on_heads_up_to_128() -> None:
+    """A launch with scores ahead takes its tile on AHEAD_STAGES stages where heads pad to 128
+    or less (measured there); 256 and 512 keep the tile as it is."""
+    h100 = (9, 0)
+    for head_size in (64, 96, 128):
+        tiles = decode_tiles(head_size, 16, h100, kv_fp8=True)
+        assert tiles.num_stages != AHEAD_STAGES
+        assert ahead_tiles(tiles, head_size) == replace(tiles, num_stages=AHEAD_STAGES)
+    for head_size in (256, 512):
+        tiles = decode_tiles(head_size, 16, h100, kv_fp8=True)
+        assert ahead_tiles(tiles, head_size) == tiles

@@ -292,18 +292,20 @@ SWEEP_PREFILL_LENS = (512, 2048)
 @contextmanager
 def _launcher_tiles(decode: Tiles | None = None, prefill: Tiles | None = None) -> Iterator[None]:
     """The launcher's tile lookups answer ``decode`` / ``prefill`` (None: the shipped tiles)
-    for the duration of the block."""
+    for the duration of the block; a given decode tile is launched as given, with scores ahead
+    too (not moved to :data:`~volta_attn_v100.configs.AHEAD_STAGES` stages)."""
     from volta_attn_v100 import ops
 
-    shipped = (ops.decode_tiles, ops.prefill_tiles)
+    shipped = (ops.decode_tiles, ops.prefill_tiles, ops.ahead_tiles)
     if decode is not None:
         ops.decode_tiles = lambda *args: decode
+        ops.ahead_tiles = lambda tiles, head_size: tiles
     if prefill is not None:
         ops.prefill_tiles = lambda *args: prefill
     try:
         yield
     finally:
-        ops.decode_tiles, ops.prefill_tiles = shipped
+        ops.decode_tiles, ops.prefill_tiles, ops.ahead_tiles = shipped
 
 
 @contextmanager

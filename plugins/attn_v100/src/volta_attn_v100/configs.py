@@ -12,7 +12,7 @@ tensor cores: larger tiles and two stages of software pipelining.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from volta_core.types import KernelConfig
 
@@ -178,6 +178,26 @@ def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: 
     fp16 in halves with scores ahead was within 3% of its shipped loop on every shape, and 9%
     slower at 32 x 16K: fp16 keeps its loop."""
     return head_halves(kv_fp8, capability) and keys_per_partition >= AHEAD_MIN_KEYS
+
+
+#: Software-pipeline stages of a decode launch with scores ahead (:func:`ahead_tiles`).
+AHEAD_STAGES = 3
+
+
+def ahead_tiles(tiles: Tiles, head_size: int) -> Tiles:
+    """The decode tiles of a launch with scores ahead (:func:`scores_ahead`): the same tile on
+    :data:`AHEAD_STAGES` stages for heads up to 128 (padded).
+
+    Without scores ahead, 3 stages made the 128-key fp8 tile 6-9% slower (2 stayed); with
+    them, one H100 call (``results/fp8_ahead/probe_stages.log``, head size 128, 32/8 heads, x
+    fp16 time) gave 64 x 4K 0.610 -> 0.587, 64 x 8K 0.594 -> 0.568, 16 x 8K 0.612 -> 0.588,
+    32 x 16K 0.595 -> 0.572, and 128 x 2K (no scores ahead there) 0.633 either way. Heads of
+    256 and 512 keep 2 stages: at sm_90 their 3-stage builds spilled 100-2108 B (2 stages
+    with scores ahead: 60-2084 B), and they were not timed on 3.
+    """
+    if head_pad(head_size) > 128:
+        return tiles
+    return replace(tiles, num_stages=AHEAD_STAGES)
 
 
 def native_e5m2(capability: tuple[int, int]) -> bool:
@@ -525,13 +545,14 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
             for (block_m, rows, chunk), ahead in itertools.product(
                 decode_launches(head_size, capability, fp8), aheads
             ):
+                tiles = decode_tiles(head_size, block_m, capability, fp8)
                 configs.append(
                     decode_kernel_config(
                         f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}"
                         f"{'_ahead' if ahead else ''}",
                         head_size,
                         kv_dtype,
-                        decode_tiles(head_size, block_m, capability, fp8),
+                        ahead_tiles(tiles, head_size) if ahead else tiles,
                         capability,
                         (rows, chunk),
                         ahead,

@@ -25,6 +25,7 @@ from volta_attn_v100.configs import (
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
     SplitPolicy,
+    ahead_tiles,
     aligned_strides_required,
     decode_block_m,
     decode_combine,
@@ -417,6 +418,9 @@ def _launch_decode(
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     wide = wide_combine(a.fp8, capability, num_seqs * kv_programs * num_splits, _num_sms(device))
+    ahead = scores_ahead(a.fp8, capability, -(-max_seq_len // num_splits))
+    if ahead:
+        tiles = ahead_tiles(tiles, head_size)
     combine_m, split_chunk = decode_combine(
         tiles.block_m, q_pad, a.group_pad, head_size, capability, wide
     )
@@ -474,7 +478,7 @@ def _launch_decode(
         HALVES=head_halves(a.fp8, capability),
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
-        AHEAD=scores_ahead(a.fp8, capability, -(-max_seq_len // num_splits)),
+        AHEAD=ahead,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -263,7 +263,11 @@ def half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF: tl.constexpr, KV_FP8,
 @triton.jit
 def half_values(acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF: tl.constexpr, KV_FP8, NATIVE_FP8):
     """The output halves rescaled by ``alpha`` plus ``p . v`` of one key tile, ``v_ptrs`` its
-    low half's V pointers, one half at a time."""
+    low half's V pointers, one half at a time.
+
+    It takes pointers, not the tile's row offsets: the ahead loop forms them before it loads
+    the next tile's block-table entries, and formed here after them instead, its sm_90 build
+    took 1347 SASS instructions an iteration instead of 1200."""
     acc_lo = acc_lo * alpha[:, None] + tl.dot(p, load_kv_tile(v_ptrs, lo, KV_FP8, NATIVE_FP8))
     v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)
     return acc_lo, acc_hi * alpha[:, None] + tl.dot(p, v_hi)

@@ -204,6 +204,39 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
     )
 
 
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("ahead", [False, True])
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_kv_heads_paired_in_one_program(monkeypatch, num_splits, ahead, kv_dtype) -> None:
+    """Two KV heads per program (``KV_PER_PROG``), their tiles walked as one stream with each
+    row masked to its own head: per-head scales, sinks and a soft cap, one and two query
+    tokens (4 heads a KV head, 8 KV heads: 16 rows for a pair), sequences of no whole tile,
+    one and several, split and not, with and without scores ahead, and a sliding window
+    (masked tiles only); forced here, since the interpreter runs SM70 tiles."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    lens = [(1, 1), (1, 17), (2, 33), (1, 130), (0, 5)]
+    for feature in ({"sinks": True, "logits_soft_cap": 2.5}, {"sliding_window": 20}):
+        case = make_case(
+            lens,
+            head_size=64,
+            num_heads=32,
+            num_kv_heads=8,
+            kv_cache_dtype=kv_dtype,
+            scales="head",
+            seed=17,
+            **feature,
+        )
+        check(
+            run(case, path="decode", num_splits=num_splits),
+            case,
+            f"paired {num_splits} {ahead} {kv_dtype} {sorted(feature)}",
+        )
+
+
 def test_one_partition_writes_the_output_without_partials(monkeypatch) -> None:
     """With one partition the program normalises its own rows: the launch gets empty partial
     and counter tensors (a kernel that read or wrote them would fault or read nothing), and the
@@ -395,6 +428,52 @@ def test_gpu_scores_ahead_for_sanitizer(monkeypatch) -> None:
     for num_splits in (1, 3):
         check(
             run(case, path="decode", num_splits=num_splits), case, f"sanitizer ahead {num_splits}"
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_size", [64, 80, 96, 128])
+@pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
+@pytest.mark.parametrize("ahead", [False, True])
+def test_gpu_fp8_decode_with_kv_heads_paired(monkeypatch, head_size, feature, ahead) -> None:
+    """fp8 decode with two KV heads per program (taken on SM80+ for large batches of 2-4K
+    keys, heads up to 128): forced here for any length, with and without scores ahead, split
+    and not, one and two query tokens, partitions that hold no whole tile, and each feature."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
+    lens = [(1, 1), (1, 777), (0, 4), (2, 1500), (1, 1500), (1, 4096)]
+    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature)
+    for num_splits in (None, 1, 3):
+        check(
+            run(case, path="decode", num_splits=num_splits),
+            case,
+            f"gpu paired d{head_size} {feature} ahead {ahead} splits {num_splits}",
+        )
+
+
+@pytest.mark.gpu
+def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
+    """A small fp8 decode with two KV heads per program (forced), with scores ahead, split and
+    not, for compute-sanitizer."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    case = make_case(
+        [(1, 300), (2, 33)],
+        head_size=128,
+        num_heads=8,
+        num_kv_heads=4,
+        kv_cache_dtype="fp8_e5m2",
+        scales="head",
+        sinks=True,
+        device="cuda",
+    )
+    for num_splits in (1, 3):
+        check(
+            run(case, path="decode", num_splits=num_splits), case, f"sanitizer paired {num_splits}"
         )
 
 

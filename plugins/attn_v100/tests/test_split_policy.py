@@ -135,3 +135,22 @@ def test_scores_ahead_runs_three_stages_on_heads_up_to_128() -> None:
     for head_size in (256, 512):
         tiles = decode_tiles(head_size, 16, h100, kv_fp8=True)
         assert ahead_tiles(tiles, head_size) == tiles
+
+
+def test_kv_heads_paired_where_short_unsplit_fp8_partitions_reach_scores_ahead() -> None:
+    """Two KV heads per program for a large fp8 batch of 2-4K keys (SM80+, heads up to 128,
+    rows that fit twice, an even KV head count, half the programs still filling the SMs);
+    one head otherwise."""
+    from volta_attn_v100.configs import kv_heads_per_program
+
+    h100, sms = (9, 0), 132
+    # 128 x 2K, 32/8 heads: 1024 one-head programs, 4 rows a KV head in 16.
+    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 1024, 2048, sms) == 2
+    assert kv_heads_per_program(False, h100, 128, 8, 4, 16, 1024, 2048, sms) == 1  # fp16
+    assert kv_heads_per_program(True, (7, 0), 128, 8, 4, 16, 1024, 2048, sms) == 1  # SM70
+    assert kv_heads_per_program(True, h100, 256, 8, 4, 16, 1024, 2048, sms) == 1  # head 256
+    assert kv_heads_per_program(True, h100, 128, 7, 4, 16, 1024, 2048, sms) == 1  # odd heads
+    assert kv_heads_per_program(True, h100, 128, 8, 16, 16, 1024, 2048, sms) == 1  # rows
+    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 512, 2048, sms) == 1  # too few
+    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 1024, 4096, sms) == 1  # long
+    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 2048, 1024, sms) == 1  # short

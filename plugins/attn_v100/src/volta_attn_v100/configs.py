@@ -200,6 +200,60 @@ def ahead_tiles(tiles: Tiles, head_size: int) -> Tiles:
     return replace(tiles, num_stages=AHEAD_STAGES)
 
 
+#: KV heads a decode program walks as one stream where :func:`kv_heads_per_program` pairs them.
+PAIRED_KV_HEADS = 2
+
+
+def can_pair_kv_heads(
+    kv_fp8: bool, capability: tuple[int, int], head_size: int, rows_per_kv_head: int, block_m: int
+) -> bool:
+    """Whether a decode launch of these tiles may walk :data:`PAIRED_KV_HEADS` KV heads per
+    program (:func:`kv_heads_per_program`): fp8 in halves (SM80+), heads up to 128 (padded),
+    and both heads' rows in ``block_m``."""
+    return (
+        head_halves(kv_fp8, capability)
+        and head_pad(head_size) <= 128
+        and rows_per_kv_head * PAIRED_KV_HEADS <= block_m
+    )
+
+
+def kv_heads_per_program(
+    kv_fp8: bool,
+    capability: tuple[int, int],
+    head_size: int,
+    num_kv_heads: int,
+    rows_per_kv_head: int,
+    block_m: int,
+    unsplit_programs: int,
+    keys_per_partition: int,
+    num_sms: int,
+) -> int:
+    """KV heads per decode program: :data:`PAIRED_KV_HEADS` where pairing them turns partitions
+    too short for scores ahead into streams long enough (:func:`scores_ahead`), else 1.
+
+    That is an fp8 cache on SM80+ with heads up to 128 (padded), an even number of KV heads
+    whose rows (``rows_per_kv_head``: query tokens x padded head group, the whole group in one
+    program) fit ``block_m`` twice, a batch large enough to run unsplit even paired
+    (``unsplit_programs`` one-head programs, half as many paired, fill the
+    :data:`TWO_PER_SM_SPLIT_POLICY` slots), and partitions shorter than
+    :data:`AHEAD_MIN_KEYS` that reach it doubled. A paired program reads both heads' tiles in
+    turn on one software pipeline, every row masked to its own head's tiles, so a batch of many
+    short sequences runs half as many programs, each twice as long, as a batch of half as many
+    sequences twice as long does.
+    """
+    pair = PAIRED_KV_HEADS
+    slots = TWO_PER_SM_SPLIT_POLICY.programs_per_sm * num_sms
+    if (
+        not can_pair_kv_heads(kv_fp8, capability, head_size, rows_per_kv_head, block_m)
+        or num_kv_heads % pair
+        or unsplit_programs // pair < slots
+        or keys_per_partition >= AHEAD_MIN_KEYS
+        or not scores_ahead(kv_fp8, capability, keys_per_partition * pair)
+    ):
+        return 1
+    return pair
+
+
 def native_e5m2(capability: tuple[int, int]) -> bool:
     """Whether the device converts e5m2 to fp16 in hardware (``cvt`` from fp8 needs SM89)."""
     return capability >= (8, 9)
@@ -310,6 +364,25 @@ def decode_launches(
             combine = decode_combine(block_m, q_pad, group_pad, head_size, capability, wide)
             if (block_m, *combine) not in found:
                 found.append((block_m, *combine))
+    return sorted(found)
+
+
+def paired_decode_launches(
+    head_size: int, capability: tuple[int, int], kv_fp8: bool
+) -> list[tuple[int, int, int]]:
+    """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` of a decode launch that pairs KV heads
+    (:func:`kv_heads_per_program`; always with scores ahead), for the gate to compile."""
+    found: list[tuple[int, int, int]] = []
+    for q_pad, group_pad in itertools.product(
+        (1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())), (1 << i for i in range(8))
+    ):
+        block_m = decode_block_m(head_size, q_pad, group_pad, capability)
+        if can_pair_kv_heads(kv_fp8, capability, head_size, q_pad * group_pad, block_m):
+            rows, chunk = decode_combine(
+                block_m, q_pad, group_pad * PAIRED_KV_HEADS, head_size, capability
+            )
+            if (block_m, rows, chunk) not in found:
+                found.append((block_m, rows, chunk))
     return sorted(found)
 
 
@@ -505,10 +578,11 @@ def decode_kernel_config(
     capability: tuple[int, int],
     combine: tuple[int, int],
     ahead: bool = False,
+    kv_per_prog: int = 1,
 ) -> KernelConfig:
     """The decode kernel's launch configuration for these tiles, ``(COMBINE_M,
-    SPLIT_CHUNK)`` and ``AHEAD`` (shipped ones, or the benchmark sweep's variants, which are
-    compiled for sm_90 in the tests before a GPU runs them)."""
+    SPLIT_CHUNK)``, ``AHEAD`` and ``KV_PER_PROG`` (shipped ones, or the benchmark sweep's
+    variants, which are compiled for sm_90 in the tests before a GPU runs them)."""
     fp8 = kv_dtype != "float16"
     return KernelConfig(
         name=name,
@@ -523,6 +597,7 @@ def decode_kernel_config(
             "COMBINE_M": combine[0],
             "SPLIT_CHUNK": combine[1],
             "AHEAD": ahead,
+            "KV_PER_PROG": kv_per_prog,
         },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
@@ -556,6 +631,20 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         capability,
                         (rows, chunk),
                         ahead,
+                    )
+                )
+            for block_m, rows, chunk in paired_decode_launches(head_size, capability, fp8):
+                tiles = ahead_tiles(decode_tiles(head_size, block_m, capability, fp8), head_size)
+                configs.append(
+                    decode_kernel_config(
+                        f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}_paired",
+                        head_size,
+                        kv_dtype,
+                        tiles,
+                        capability,
+                        (rows, chunk),
+                        True,
+                        PAIRED_KV_HEADS,
                     )
                 )
             choices = prefill_tile_choices(head_size, capability)

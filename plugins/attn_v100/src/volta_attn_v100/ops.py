@@ -32,6 +32,7 @@ from volta_attn_v100.configs import (
     decode_tiles,
     head_halves,
     head_pad,
+    kv_heads_per_program,
     native_e5m2,
     prefill_tiles,
     scores_ahead,
@@ -406,6 +407,21 @@ def _launch_decode(
     heads_per_prog = min(a.group_pad, tiles.block_m // q_pad)
     head_chunks = math.ceil(a.group / heads_per_prog)
     kv_programs = num_kv_heads * head_chunks
+    kv_per_prog = 1
+    if head_chunks == 1:
+        kv_per_prog = kv_heads_per_program(
+            a.fp8,
+            capability,
+            head_size,
+            num_kv_heads,
+            q_pad * a.group_pad,
+            tiles.block_m,
+            num_seqs * kv_programs,
+            max_seq_len if num_splits is None else -(-max_seq_len // num_splits),
+            _num_sms(device),
+        )
+        heads_per_prog *= kv_per_prog
+        kv_programs //= kv_per_prog
     if num_splits is None:
         num_splits = default_num_splits(
             num_seqs,
@@ -418,11 +434,11 @@ def _launch_decode(
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     wide = wide_combine(a.fp8, capability, num_seqs * kv_programs * num_splits, _num_sms(device))
-    ahead = scores_ahead(a.fp8, capability, -(-max_seq_len // num_splits))
+    ahead = scores_ahead(a.fp8, capability, kv_per_prog * -(-max_seq_len // num_splits))
     if ahead:
         tiles = ahead_tiles(tiles, head_size)
     combine_m, split_chunk = decode_combine(
-        tiles.block_m, q_pad, a.group_pad, head_size, capability, wide
+        tiles.block_m, q_pad, a.group_pad * kv_per_prog, head_size, capability, wide
     )
     pad = head_pad(head_size)
     if num_splits > 1:
@@ -479,6 +495,7 @@ def _launch_decode(
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
         AHEAD=ahead,
+        KV_PER_PROG=kv_per_prog,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -104,11 +104,28 @@ def load_mask(k_pos, seq_len, cols, MASKS: tl.constexpr):
 
 
 @triton.jit
-def softmax_step(s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap, window):
+def softmax_step(
+    s,
+    m_i,
+    l_i,
+    k_pos,
+    masked,
+    seq_len,
+    q_abs,
+    qk_scale,
+    v_scale,
+    softcap,
+    window,
+    row_kv,
+    head,
+    KV_PER_PROG: tl.constexpr,
+):
     """One tile of the online softmax from the raw scores ``s = q . k``: the new running max
     and sum, the factor ``alpha`` that rescales the output so far, and the fp16 probabilities
     (V scale applied) for P.V. See :func:`attend` for the scale folding and masks; ``masked``
-    (a constant, or the same for the whole program) says whether this tile needs them."""
+    (a constant, or the same for the whole program) says whether this tile needs them. With
+    ``KV_PER_PROG > 1`` the tile belongs to the program's KV head ``head``, and only the rows
+    whose ``row_kv`` is that head see it (the others score ``-inf``: ``p = 0``, ``alpha = 1``)."""
     s = s * (qk_scale * LOG2E)
     if softcap > 0:
         # softcap * tanh(x / softcap) in base-2 units: the cap scales by LOG2E too.
@@ -119,6 +136,8 @@ def softmax_step(s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, 
         if window > 0:
             keep = keep & ((q_abs[:, None] - k_pos[None, :]) < window)
         s = tl.where(keep, s, float("-inf"))
+    if KV_PER_PROG > 1:
+        s = tl.where(row_kv[:, None] == head, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.exp2(m_i - m_new)
     p = tl.exp2(s - m_new[:, None])
@@ -147,6 +166,8 @@ def attend_tiles(
     v_scale,
     softcap,
     window,
+    row_kv,
+    stride_kvh,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -155,9 +176,16 @@ def attend_tiles(
     HALVES: tl.constexpr,
     MASKS: tl.constexpr,
     AHEAD: tl.constexpr = False,
+    KV_PER_PROG: tl.constexpr = 1,
 ):
     """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence,
     masking the tiles ``MASKS`` names (see :func:`attend`).
+
+    The loops walk ``KV_PER_PROG`` KV heads' tiles as one stream, the heads of each key tile
+    in turn: step ``it`` is key tile ``it // KV_PER_PROG`` of head ``it % KV_PER_PROG``
+    (``kv_head_off`` is head 0's offset, the next ones ``stride_kvh`` apart), so each software
+    pipeline runs across the heads with no refill between them (:func:`softmax_step` keeps
+    every row to its own head's tiles). With one head per program this is the plain loop.
 
     ``HALVES``: the head dimension in two halves, Q.K as two dots accumulated into one score
     tile and P.V into two output halves, so only half of each K and V tile is converted and
@@ -167,6 +195,7 @@ def attend_tiles(
     78-83%. ``AHEAD`` (whole tiles in halves only, ``NO_MASKS``): each tile's scores are taken one
     iteration ahead (:func:`volta_attn_v100.configs.scores_ahead` says where).
     """
+    P: tl.constexpr = KV_PER_PROG
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
     if HALVES:
@@ -190,14 +219,15 @@ def attend_tiles(
                 q_lo, q_hi, kv_ptr, row_off, live[:, None] & lo_cols, live[:, None] & hi_cols,
                 HALF, KV_FP8, NATIVE_FP8,
             )  # fmt: skip
-            for tile in range(tile_lo, tile_hi - 1):
+            for it in range(tile_lo * P, tile_hi * P - 1):
                 m_i, l_i, alpha, p = softmax_step(
-                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
-                )
+                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap,
+                    window, row_kv, it % P, P,
+                )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 k_pos, row_off = tile_rows(
-                    bt_row_ptr, tile + 1, seq_len, page_size, stride_blk, stride_slot,
-                    kv_head_off, BLOCK_N, NO_MASKS,
+                    bt_row_ptr, (it + 1) // P, seq_len, page_size, stride_blk, stride_slot,
+                    kv_head_off + (it + 1) % P * stride_kvh, BLOCK_N, NO_MASKS,
                 )  # fmt: skip
                 s = half_scores(
                     q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
@@ -207,25 +237,27 @@ def attend_tiles(
                 )
             if tile_lo < tile_hi:
                 m_i, l_i, alpha, p = softmax_step(
-                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap, window
-                )
+                    s, m_i, l_i, k_pos, False, seq_len, q_abs, qk_scale, v_scale, softcap,
+                    window, row_kv, P - 1, P,
+                )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 acc_lo, acc_hi = half_values(
                     acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
                 )
         else:
-            for tile in range(tile_lo, tile_hi):
+            for it in range(tile_lo * P, tile_hi * P):
+                tile = it // P
                 masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
                 k_pos, row_off = tile_rows(
-                    bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
-                    BLOCK_N, MASKS,
+                    bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot,
+                    kv_head_off + it % P * stride_kvh, BLOCK_N, MASKS,
                 )  # fmt: skip
                 lo = load_mask(k_pos, seq_len, lo_cols, MASKS)
                 hi = load_mask(k_pos, seq_len, hi_cols, MASKS)
                 s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF, KV_FP8, NATIVE_FP8)
                 m_i, l_i, alpha, p = softmax_step(
                     s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap,
-                    window,
+                    window, row_kv, it % P, P,
                 )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 acc_lo, acc_hi = half_values(
@@ -233,18 +265,19 @@ def attend_tiles(
                 )
         acc = joined(acc_lo, acc_hi)
     else:
-        for tile in range(tile_lo, tile_hi):
+        for it in range(tile_lo * P, tile_hi * P):
+            tile = it // P
             masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
             k_pos, row_off = tile_rows(
-                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot, kv_head_off,
-                BLOCK_N, MASKS,
+                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot,
+                kv_head_off + it % P * stride_kvh, BLOCK_N, MASKS,
             )  # fmt: skip
             k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
             kv_mask = load_mask(k_pos, seq_len, d_mask[None, :], MASKS)
             k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
             m_i, l_i, alpha, p = softmax_step(
                 tl.dot(q, tl.trans(k)), m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale,
-                v_scale, softcap, window,
+                v_scale, softcap, window, row_kv, it % P, P,
             )  # fmt: skip
             v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, NATIVE_FP8)
             acc = acc * alpha[:, None] + tl.dot(p, v)
@@ -294,6 +327,8 @@ def attend(
     v_scale,
     softcap,
     window,
+    row_kv,
+    stride_kvh,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -302,6 +337,7 @@ def attend(
     HALVES: tl.constexpr,
     ONE_LOOP: tl.constexpr,
     AHEAD: tl.constexpr = False,
+    KV_PER_PROG: tl.constexpr = 1,
 ):
     """The online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
 
@@ -322,6 +358,12 @@ def attend(
     ``AHEAD``: the whole tiles' loop takes each tile's scores one iteration ahead
     (:func:`attend_tiles`; not with ``ONE_LOOP``).
 
+    ``KV_PER_PROG``: the program's rows belong to that many consecutive KV heads, row ``r``
+    to head ``row_kv[r]`` (0 for the first, whose offset is ``kv_head_off``; the next ones
+    ``stride_kvh`` further each); every loop then walks those heads' tiles as one stream
+    (:func:`attend_tiles`). ``qk_scale`` and ``v_scale`` may be per-row columns
+    (``[BLOCK_M, 1]``: per-head scales of several heads).
+
     ``ONE_LOOP``: whole and masked tiles in one loop, the masks behind a branch the whole
     program takes alike (prefill). As two loops, the masked one (for a prefill program the
     diagonal, usually one tile) refilled the load pipeline from empty, the block table and
@@ -335,19 +377,22 @@ def attend(
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             page_size, q_abs, seq_len, tile_lo, tile_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, MASKED_FROM,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            MASKED_FROM, False, KV_PER_PROG,
         )  # fmt: skip
     else:
         whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             page_size, q_abs, seq_len, tile_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, NO_MASKS, AHEAD,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            NO_MASKS, AHEAD, KV_PER_PROG,
         )  # fmt: skip
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             page_size, q_abs, seq_len, whole_hi, tile_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES, ALL_MASKED,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            ALL_MASKED, False, KV_PER_PROG,
         )  # fmt: skip
     return m_i, l_i, acc
 

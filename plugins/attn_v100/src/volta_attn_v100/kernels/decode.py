@@ -67,6 +67,7 @@ def paged_decode_kernel(
     COMBINE_M: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
     AHEAD: tl.constexpr,
+    KV_PER_PROG: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -89,27 +90,41 @@ def paged_decode_kernel(
 
     ``AHEAD``: the whole tiles' scores one iteration ahead
     (:func:`volta_attn_v100.configs.scores_ahead` says where).
+
+    ``KV_PER_PROG > 1`` (with ``head_chunks == 1``): program ``pid_h`` owns KV heads
+    ``pid_h * KV_PER_PROG ..`` and all their query heads, ``heads_per_prog`` of them at least,
+    and walks their tiles as one stream (:func:`volta_attn_v100.kernels.common.attend_tiles`;
+    :func:`volta_attn_v100.configs.kv_heads_per_program` says where).
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
     split = tl.program_id(2)
     kv_head = pid_h // head_chunks
     chunk = pid_h % head_chunks
+    # The query heads a program's rows are drawn from, and its first KV head.
+    group_rows = group * KV_PER_PROG
+    kv_first = kv_head * KV_PER_PROG
 
     q_begin = tl.load(q_start_ptr + seq)
     q_len = tl.load(q_start_ptr + seq + 1) - q_begin
     seq_len = tl.load(seq_lens_ptr + seq)
 
     t, token, q_head, row_valid = program_rows(
-        BLOCK_M, chunk, kv_head, heads_per_prog, group, q_begin, q_len
+        BLOCK_M, chunk, kv_head, heads_per_prog, group_rows, q_begin, q_len
     )
+    row_kv = (q_head - kv_first * group) // group
     q_abs = tl.where(row_valid, seq_len - q_len + t, -1)
 
     offs_d = tl.arange(0, HEAD_PAD)
     q_ptrs = q_ptr + token[:, None].to(tl.int64) * stride_qt + q_head[:, None] * stride_qh
     q = tl.load(q_ptrs + offs_d[None, :], mask=row_valid[:, None] & (offs_d[None, :] < HEAD_SIZE))
 
-    if KV_FP8:
+    if KV_FP8 and KV_PER_PROG > 1:
+        # Each row's own head's scales, as columns that scale its scores and probabilities.
+        scale_off = (kv_first + row_kv) * scale_stride
+        k_scale = tl.load(k_scale_ptr + scale_off, mask=row_valid, other=1.0)[:, None]
+        v_scale = tl.load(v_scale_ptr + scale_off, mask=row_valid, other=1.0)[:, None]
+    elif KV_FP8:
         k_scale = tl.load(k_scale_ptr + kv_head * scale_stride)
         v_scale = tl.load(v_scale_ptr + kv_head * scale_stride)
     else:
@@ -133,7 +148,7 @@ def paged_decode_kernel(
         acc,
         kv_ptr,
         bt_ptr + seq.to(tl.int64) * stride_bt,
-        kv_head * stride_kvh,
+        kv_first * stride_kvh,
         stride_blk,
         stride_slot,
         page_size,
@@ -146,6 +161,8 @@ def paged_decode_kernel(
         v_scale,
         softcap,
         window,
+        row_kv,
+        stride_kvh,
         HEAD_SIZE,
         HEAD_PAD,
         BLOCK_N,
@@ -154,6 +171,7 @@ def paged_decode_kernel(
         HALVES,
         False,
         AHEAD,
+        KV_PER_PROG,
     )
 
     if num_splits == 1:
@@ -174,10 +192,10 @@ def paged_decode_kernel(
         counter = counter_ptr + seq * tl.num_programs(1) + pid_h
         if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == num_splits - 1:
             t_c, token_c, q_head_c, valid_c = program_rows(
-                COMBINE_M, chunk, kv_head, heads_per_prog, group, q_begin, q_len
+                COMBINE_M, chunk, kv_head, heads_per_prog, group_rows, q_begin, q_len
             )
             # Partials of row 0 first: 64-bit once, the rows' offsets from it in 32 bits.
-            head0 = kv_head * group + chunk * heads_per_prog
+            head0 = kv_head * group_rows + chunk * heads_per_prog
             first = (q_begin.to(tl.int64) * num_q_heads + head0) * num_splits
             rel = (t_c * num_q_heads + q_head_c - head0) * num_splits
             m_c, l_c, acc_c = combine_splits(

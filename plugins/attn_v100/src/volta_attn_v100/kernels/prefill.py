@@ -146,6 +146,8 @@ def paged_prefill_kernel(
         v_scale,
         softcap,
         window,
+        0,
+        stride_kvh,
         HEAD_SIZE,
         HEAD_PAD,
         BLOCK_N,

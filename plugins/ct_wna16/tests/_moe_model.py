@@ -130,7 +130,7 @@ def main(model: str) -> None:
     from e2e_reports import ENGINE_ARGS
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, skip_tokenizer_init=True, dtype="float16", **ENGINE_ARGS)
+    llm = LLM(model=model, skip_tokenizer_init=True, **ENGINE_ARGS)
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, logprobs=LOGPROBS, detokenize=False, ignore_eos=True
     )

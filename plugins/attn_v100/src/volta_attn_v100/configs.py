@@ -200,21 +200,19 @@ def ahead_tiles(tiles: Tiles, head_size: int) -> Tiles:
     return replace(tiles, num_stages=AHEAD_STAGES)
 
 
-#: KV heads a decode program walks as one stream where :func:`kv_heads_per_program` pairs them.
-PAIRED_KV_HEADS = 2
+#: KV heads one fp8 decode program may walk, most first (:func:`kv_heads_per_program`).
+KV_HEADS_PER_PROGRAM: tuple[int, ...] = (4, 2)
+
+#: Least fill of the resident-program waves (:func:`last_wave_fill`) a grid of programs that
+#: walk several KV heads must make, unsplit: 256 programs on the H100's 264 slots (0.97) ran
+#: 128 x 2K fp8 in 0.576x of the fp16 time against 0.633x one head a program.
+PAIRED_MIN_FILL = 0.9
 
 
-def can_pair_kv_heads(
-    kv_fp8: bool, capability: tuple[int, int], head_size: int, rows_per_kv_head: int, block_m: int
-) -> bool:
-    """Whether a decode launch of these tiles may walk :data:`PAIRED_KV_HEADS` KV heads per
-    program (:func:`kv_heads_per_program`): fp8 in halves (SM80+), heads up to 128 (padded),
-    and both heads' rows in ``block_m``."""
-    return (
-        head_halves(kv_fp8, capability)
-        and head_pad(head_size) <= 128
-        and rows_per_kv_head * PAIRED_KV_HEADS <= block_m
-    )
+def can_pair_kv_heads(kv_fp8: bool, capability: tuple[int, int], head_size: int) -> bool:
+    """Whether a decode launch may walk several KV heads per program: fp8 in halves (SM80+,
+    :func:`head_halves`) and heads up to 128 (padded)."""
+    return head_halves(kv_fp8, capability) and head_pad(head_size) <= 128
 
 
 def kv_heads_per_program(
@@ -228,30 +226,39 @@ def kv_heads_per_program(
     keys_per_partition: int,
     num_sms: int,
 ) -> int:
-    """KV heads per decode program: :data:`PAIRED_KV_HEADS` where pairing them turns partitions
-    too short for scores ahead into streams long enough (:func:`scores_ahead`), else 1.
+    """KV heads per decode program: the most of :data:`KV_HEADS_PER_PROGRAM` whose grid still
+    fills the GPU unsplit, else 1. A program walking ``P`` heads reads their tiles in turn on
+    one software pipeline, every row masked to its own head's tiles, so the batch runs ``P``
+    times fewer programs, each ``P`` times longer: fewer program starts and pipeline drains,
+    which is what an fp8 cache read in halves is short of. H100, fp8 time over fp16 time with
+    1, 2 and 4 heads a program (``results/kv_heads4/``): 32/8 heads 128 x 2K 0.634, 0.600,
+    0.574; 128 x 4K 0.596, 0.580, 0.577 (0.565 as shipped); 64 x 4K 0.586, 0.573 (0.750 with
+    four: 128 programs fill half a wave); 64/8 heads 128 x 2K 0.635, 0.599.
 
-    That is an fp8 cache on SM80+ with heads up to 128 (padded), an even number of KV heads
-    whose rows (``rows_per_kv_head``: query tokens x padded head group, the whole group in one
-    program) fit ``block_m`` twice, a batch large enough to run unsplit even paired
-    (``unsplit_programs`` one-head programs, half as many paired, fill the
-    :data:`TWO_PER_SM_SPLIT_POLICY` slots), and partitions shorter than
-    :data:`AHEAD_MIN_KEYS` that reach it doubled. A paired program reads both heads' tiles in
-    turn on one software pipeline, every row masked to its own head's tiles, so a batch of many
-    short sequences runs half as many programs, each twice as long, as a batch of half as many
-    sequences twice as long does.
+    Taken where :func:`can_pair_kv_heads`; ``P`` divides the KV heads; the ``P`` heads' rows
+    (``rows_per_kv_head``: query tokens x padded head group, the whole group in one program)
+    fit the ``block_m`` rows of the one-head launch (64/8 heads in 32-row programs of four
+    heads ran 128 x 2K in 0.75x of fp16); the ``unsplit_programs // P`` programs fill the
+    :data:`TWO_PER_SM_SPLIT_POLICY` slots' waves to :data:`PAIRED_MIN_FILL` (the launcher then
+    runs them unsplit: the split policy would split a grid of fewer programs than slots again,
+    0.634x at 128 x 2K); partitions of at most :data:`AHEAD_MIN_KEYS` keys (the range
+    measured) that reach scores ahead ``P`` times over (:func:`scores_ahead`).
+
+    Like the split policy this reads the longest sequence only: a batch whose lengths are far
+    apart runs its longest sequence's heads in ``num_kv_heads / P`` programs.
     """
-    pair = PAIRED_KV_HEADS
     slots = TWO_PER_SM_SPLIT_POLICY.programs_per_sm * num_sms
-    if (
-        not can_pair_kv_heads(kv_fp8, capability, head_size, rows_per_kv_head, block_m)
-        or num_kv_heads % pair
-        or unsplit_programs // pair < slots
-        or keys_per_partition >= AHEAD_MIN_KEYS
-        or not scores_ahead(kv_fp8, capability, keys_per_partition * pair)
-    ):
+    if not can_pair_kv_heads(kv_fp8, capability, head_size) or keys_per_partition > AHEAD_MIN_KEYS:
         return 1
-    return pair
+    for kv_per_prog in KV_HEADS_PER_PROGRAM:
+        if (
+            num_kv_heads % kv_per_prog == 0
+            and rows_per_kv_head * kv_per_prog <= block_m
+            and last_wave_fill(max(1, unsplit_programs // kv_per_prog), slots) >= PAIRED_MIN_FILL
+            and scores_ahead(kv_fp8, capability, keys_per_partition * kv_per_prog)
+        ):
+            return kv_per_prog
+    return 1
 
 
 def native_e5m2(capability: tuple[int, int]) -> bool:
@@ -349,24 +356,25 @@ def decode_combine(
 
 
 def decode_launches(
-    head_size: int, capability: tuple[int, int], kv_fp8: bool = False, paired: bool = False
+    head_size: int, capability: tuple[int, int], kv_fp8: bool = False, kv_per_prog: int = 1
 ) -> list[tuple[int, int, int]]:
     """Every ``(BLOCK_M, COMBINE_M, SPLIT_CHUNK)`` the decode launcher can pick for a head size
     and KV dtype (all query-length and head-group pads, wide combine or not), for the gate to
-    compile; with ``paired``, those of launches that pair KV heads (:func:`can_pair_kv_heads`:
-    the combine covers both heads' rows)."""
+    compile; with ``kv_per_prog`` over 1, those of launches walking that many KV heads per
+    program (:func:`kv_heads_per_program`: every head's rows in the one-head row count, the
+    combine covering them)."""
     found: list[tuple[int, int, int]] = []
     q_pads = [1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())]
     # The launcher's choice for the smallest grid and for one too large for any GPU.
     wides = {wide_combine(kv_fp8, capability, n, 1) for n in (1, 1 << 30)}
+    if kv_per_prog > 1 and not can_pair_kv_heads(kv_fp8, capability, head_size):
+        return found
     for q_pad, wide in itertools.product(q_pads, sorted(wides)):
         for group_pad in (1 << i for i in range(8)):
             block_m = decode_block_m(head_size, q_pad, group_pad, capability)
-            rows = group_pad
-            if paired:
-                if not can_pair_kv_heads(kv_fp8, capability, head_size, q_pad * group_pad, block_m):
-                    continue
-                rows *= PAIRED_KV_HEADS
+            if q_pad * group_pad * kv_per_prog > block_m:
+                continue
+            rows = group_pad * kv_per_prog
             combine = decode_combine(block_m, q_pad, rows, head_size, capability, wide)
             if (block_m, *combine) not in found:
                 found.append((block_m, *combine))
@@ -620,20 +628,23 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         ahead,
                     )
                 )
-            for block_m, rows, chunk in decode_launches(head_size, capability, fp8, True):
-                tiles = ahead_tiles(decode_tiles(head_size, block_m, capability, fp8), head_size)
-                configs.append(
-                    decode_kernel_config(
-                        f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}_paired",
-                        head_size,
-                        kv_dtype,
-                        tiles,
-                        capability,
-                        (rows, chunk),
-                        True,
-                        PAIRED_KV_HEADS,
+            for kv_per_prog in KV_HEADS_PER_PROGRAM:
+                launches = decode_launches(head_size, capability, fp8, kv_per_prog)
+                for block_m, rows, chunk in launches:
+                    tiles = decode_tiles(head_size, block_m, capability, fp8)
+                    configs.append(
+                        decode_kernel_config(
+                            f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}"
+                            f"_kv{kv_per_prog}",
+                            head_size,
+                            kv_dtype,
+                            ahead_tiles(tiles, head_size),
+                            capability,
+                            (rows, chunk),
+                            True,
+                            kv_per_prog,
+                        )
                     )
-                )
             choices = prefill_tile_choices(head_size, capability)
             for tiles in choices:
                 # Named by head size and dtype alone where one tile serves every query length.

@@ -474,7 +474,9 @@ def test_gpu_fp8_decode_with_kv_heads_paired(
 @pytest.mark.gpu
 def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
     """A small fp8 decode with four KV heads per program (forced), with scores ahead, split and
-    not, for compute-sanitizer."""
+    not, for compute-sanitizer: 16 rows a program, so the split launch's combine covers 16
+    rows (racecheck found replicas of a row's normaliser one bit apart there, see
+    ``combine_splits``)."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 4)

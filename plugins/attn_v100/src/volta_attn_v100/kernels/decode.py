@@ -293,7 +293,11 @@ def combine_splits(
         m_new = tl.maximum(m, tl.max(m_s, 1))
         alpha = tl.exp2(m - m_new)
         w = tl.exp2(m_s - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(l_s * w, 1)
+        # The products are rounded before the sum (the select keeps ptxas from fusing each into
+        # the sum's first add): fused, a thread holding two partitions' sums computes
+        # fma(l0, w0, l1 w1) and its replica fma(l1, w1, l0 w0), one bit apart, and both
+        # write the row's normaliser to one shared address (racecheck WAW, 16-row combines).
+        l_sum = l_sum * alpha + tl.sum(tl.where(ok, l_s * w, 0.0), 1)
         acc = acc * alpha[:, None] + tl.sum(acc_s * w[:, :, None], 1)
         m = m_new
     return m, l_sum, acc

@@ -29,6 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _shares_a_fixture(item):

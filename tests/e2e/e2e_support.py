@@ -21,7 +21,6 @@ requires_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not ins
 #: The test-only general plugin (``tests/plugins/cpu_attention``) and the variable it reads.
 CPU_ATTENTION_PLUGIN = "volta_test_cpu_attention"
 CPU_ATTENTION_ENV = "VOLTA_TEST_CPU_ATTENTION"
-VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
 
 
 def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
@@ -36,9 +35,11 @@ def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
     """
     if importlib.util.find_spec("volta_attn_v100") is None:
         pytest.skip("an fp8 KV engine on the CPU build needs vllm-volta-attn-v100 installed")
+    from volta_attn_v100.backend import VoltaAttentionBackend as backend
+
     return {
         "VLLM_PLUGINS": f"{vllm_plugins},{CPU_ATTENTION_PLUGIN}",
-        CPU_ATTENTION_ENV: VOLTA_BACKEND,
+        CPU_ATTENTION_ENV: f"{backend.__module__}.{backend.__qualname__}",
         "TRITON_INTERPRET": "1",
     }
 

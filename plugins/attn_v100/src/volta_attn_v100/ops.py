@@ -420,8 +420,6 @@ def _launch_decode(
             max_seq_len if num_splits is None else -(-max_seq_len // num_splits),
             _num_sms(device),
         )
-        if q_pad * a.group_pad * kv_per_prog > tiles.block_m or num_kv_heads % kv_per_prog:
-            _fail(f"{kv_per_prog} KV heads per decode program do not fit this launch")
         heads_per_prog *= kv_per_prog
         kv_programs //= kv_per_prog
         if kv_per_prog > 1 and num_splits is None:

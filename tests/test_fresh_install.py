@@ -1,7 +1,10 @@
-"""`pip install ./core ./plugins/reasoning` in a fresh virtual environment gives a working tool.
+"""`pip install ./core ./plugins/<name>` in a fresh virtual environment gives a working tool, for
+every plugin alone with the core and for all of them together.
 
 Installs real wheels built from this checkout (not editable) into a new venv, so packaging
-mistakes (missing package data, entry points, dependencies) fail here.
+mistakes (missing package data, entry points, dependencies) fail here. One venv holds the core;
+each test leaves exactly the plugins it names installed beside it (the others uninstalled), so
+a plugin that only works next to another one fails its own test.
 """
 
 from __future__ import annotations
@@ -9,43 +12,101 @@ from __future__ import annotations
 import json
 import subprocess
 import venv
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+
+#: What each plugin, installed alone with the core, must show: its declarations in
+#: ``vllm-volta plugins --json`` and, for a plugin that takes part in plans, the arguments of a
+#: ``vllm-volta plan`` and a line of it that only that plugin can write (the reasoning parser
+#: runs inside vLLM only: its declaration is what the tool can show).
+ALONE = {
+    "attn_v100": (
+        {"attention backend": ["VOLTA_ATTN_V100"]},
+        ["gemma-4-dual-head"],
+        "full_attention, head size 512, 32/16 heads -> VOLTA_ATTN_V100",
+    ),
+    "ct_wna16": (
+        {"quant method": ["ct-wna16"]},
+        ["qwen3.5-27b-w4a16"],
+        "ct-wna16 (plugin ct_wna16): W4A16 g128 sym",
+    ),
+    "fp8kv": (
+        {},
+        ["qwen3-8b-fp8-kv-per-head", "--kv-cache-dtype", "fp8_e5m2"],
+        "fp8kv: accept: e5m2 KV cache on sm_70",
+    ),
+    "reasoning": ({"reasoning parser": ["qwen3-volta"]}, None, None),
+}
+
+
+def _distribution(plugin: str) -> tuple[str, str]:
+    """The plugin's distribution name and version, as this checkout's editable install in the
+    development environment reports them (the same pyproject.toml the wheel is built from)."""
+    (ep,) = entry_points(group="vllm_volta.plugins", name=plugin)
+    return ep.dist.name, ep.dist.version
 
 
 @pytest.fixture(scope="module")
 def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = tmp_path_factory.mktemp("fresh") / "venv"
     venv.create(env, with_pip=True)
-    pip = [str(env / "bin" / "python"), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, str(ROOT / "core"), str(ROOT / "plugins" / "reasoning")], check=True)
+    subprocess.run([*_pip(env), "install", "-q", str(ROOT / "core")], check=True)
     return env
 
 
-def test_plugins_lists_the_reasoning_plugin_with_its_version(fresh_env: Path) -> None:
-    done = subprocess.run(
-        [str(fresh_env / "bin" / "vllm-volta"), "plugins", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
+def _pip(env: Path) -> list[str]:
+    return [str(env / "bin" / "python"), "-m", "pip"]
+
+
+def _only(env: Path, *plugins: str) -> None:
+    """Leave exactly ``plugins`` installed beside the core."""
+    others = [_distribution(p)[0] for p in PLUGINS if p not in plugins]
+    if others:
+        subprocess.run([*_pip(env), "uninstall", "-q", "-y", *others], check=True)
+    wanted = [str(ROOT / "plugins" / p) for p in plugins]
+    subprocess.run([*_pip(env), "install", "-q", *wanted], check=True)
+
+
+def _tool(env: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(env / "bin" / "vllm-volta"), *args], capture_output=True, text=True, check=False
     )
-    records = json.loads(done.stdout)
+
+
+def test_every_plugin_has_an_alone_check() -> None:
+    assert sorted(ALONE) == PLUGINS
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_each_plugin_works_alone_with_the_core(fresh_env: Path, plugin: str) -> None:
+    _only(fresh_env, plugin)
+    provides, plan_args, plan_line = ALONE[plugin]
+
+    listed = _tool(fresh_env, "plugins", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stderr == ""
+    records = json.loads(listed.stdout)
     assert [(r["name"], r["distribution"], r["version"], r["status"]) for r in records] == [
-        ("reasoning", "vllm-volta-reasoning", "0.1.0", "loaded")
+        (plugin, *_distribution(plugin), "loaded")
     ]
-    assert records[0]["provides"] == {"reasoning parser": ["qwen3-volta"]}
-    assert done.stderr == ""
+    assert records[0]["provides"] == provides
+
+    if plan_args is not None:
+        plan = _tool(fresh_env, "plan", *plan_args)
+        assert plan_line in plan.stdout, plan.stdout + plan.stderr
 
 
-def test_plan_runs_on_every_bundled_example(fresh_env: Path) -> None:
-    tool = str(fresh_env / "bin" / "vllm-volta")
-    names = subprocess.run([tool, "examples"], capture_output=True, text=True, check=True)
+def test_plan_runs_on_every_bundled_example_with_every_plugin(fresh_env: Path) -> None:
+    _only(fresh_env, *PLUGINS)
+    names = _tool(fresh_env, "examples")
     examples = names.stdout.split()
     assert len(examples) >= 5
     for example in examples:
-        done = subprocess.run([tool, "plan", example], capture_output=True, text=True)
+        done = _tool(fresh_env, "plan", example)
         assert done.returncode == 0, done.stdout + done.stderr
         assert "problems: none" in done.stdout

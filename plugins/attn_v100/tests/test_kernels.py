@@ -99,6 +99,17 @@ def test_sliding_window_shorter_and_longer_than_context(path, kv_dtype, window) 
     )
 
 
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_window_with_speculative_queries(num_splits) -> None:
+    """Decode where a window's start cuts a tile, speculative queries' diagonal cuts the last
+    ones and whole tiles lie between (one partition, or three). A decode loop that took the
+    masked tiles on both sides of the whole ones in one loop passed the other window tests
+    when it skipped the gap wrongly; this one failed (``results/masked_one_stage/``)."""
+    lens = [(5, 200), (3, 77), (1, 64)]
+    case = make_case(lens, head_size=64, sliding_window=50, sinks=True, seed=11)
+    check(run(case, path="decode", num_splits=num_splits), case, f"window, {num_splits} splits")
+
+
 @pytest.mark.parametrize("q_len", [2, 5, 8])
 @pytest.mark.parametrize(("num_heads", "num_kv_heads"), [(4, 2), (8, 1), (16, 1)])
 def test_speculative_verification_queries(q_len, num_heads, num_kv_heads) -> None:

@@ -16,12 +16,14 @@ from volta_attn_v100.configs import (
     AHEAD_MIN_KEYS,
     AHEAD_STAGES,
     DEFAULT_SPLIT_POLICY,
+    ONE_STAGE_TAIL_MAX_KEYS,
     TWO_PER_SM_SPLIT_POLICY,
     SplitPolicy,
     ahead_tiles,
     decode_combine,
     decode_tiles,
     last_wave_fill,
+    one_stage_tail,
     scores_ahead,
     split_policy_for,
     wide_combine,
@@ -122,6 +124,20 @@ def test_scores_go_ahead_for_long_fp8_partitions_on_sm80_and_later() -> None:
     assert not scores_ahead(True, h100, AHEAD_MIN_KEYS - 1)
     assert not scores_ahead(False, h100, 1 << 20)  # fp16
     assert not scores_ahead(True, (7, 0), 1 << 20)  # SM70: whole tiles, FMA dots
+
+
+def test_masked_tiles_run_on_one_stage_in_short_partitions_of_split_launches() -> None:
+    """On SM80+, one stage for the masked tiles where a split launch's partitions hold at most
+    ONE_STAGE_TAIL_MAX_KEYS keys (1 x 8K: 32 partitions of 256; 16 x 8K: 3 of 2731); unsplit
+    launches, long partitions (32 x 16K: 2 of 8192) and SM70 keep the two loops."""
+    h100 = (9, 0)
+    assert one_stage_tail(h100, 32, 256)
+    assert one_stage_tail(h100, 3, 2731)
+    assert one_stage_tail(h100, 2, ONE_STAGE_TAIL_MAX_KEYS)
+    assert not one_stage_tail(h100, 2, ONE_STAGE_TAIL_MAX_KEYS + 1)
+    assert not one_stage_tail(h100, 2, 8192)
+    assert not one_stage_tail(h100, 1, 64)
+    assert not one_stage_tail((7, 0), 32, 256)
 
 
 def test_scores_ahead_runs_three_stages_on_heads_up_to_128() -> None:

@@ -180,6 +180,36 @@ def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: 
     return head_halves(kv_fp8, capability) and keys_per_partition >= AHEAD_MIN_KEYS
 
 
+#: Keys a decode partition may hold at most (at the longest sequence) for its masked tiles to
+#: run on one stage (:func:`one_stage_tail`).
+ONE_STAGE_TAIL_MAX_KEYS = 4096
+
+
+def one_stage_tail(capability: tuple[int, int], num_splits: int, keys_per_partition: int) -> bool:
+    """Whether a decode launch runs its masked tiles in one loop of one stage, after the whole
+    tiles' pipelined loop (``ONE_STAGE_TAIL``, :func:`volta_attn_v100.kernels.common.attend`):
+    on SM80+, split launches whose partitions hold at most :data:`ONE_STAGE_TAIL_MAX_KEYS`
+    keys.
+
+    A masked-tile loop on the software pipeline costs its prologue and drain after the whole
+    tiles' even where it runs no tile: 1.4 us of a 19.4 us 1 x 8K fp16 decode in a copy of the
+    loop (``results/decode_generality/``, H100). In the shipped kernel, one stage for every
+    split launch took 1 x 8K fp16 from 57.4/54.5% to 59.7/56.2% of copy (32/8, 64/8 heads) and
+    every batch-1 shape 1-11% faster, but 32 x 16K fp16 (two partitions of 8192 keys) 14-15%
+    slower, not traced (``results/masked_one_stage/split_only/``); unsplit launches, which
+    fill the GPU with programs, need the registers more (118 -> 150 at sm_90, 15-18% slower,
+    ``results/masked_one_stage/``). Where the partitions hold exactly 4096 keys, the fp8
+    launch with scores ahead took 2-6% less time with one stage at head size 128 and 3.5% more
+    at 512 (16 x 8K; ``results/constexpr_tail/h200/``, an H200). SM70 keeps the two loops:
+    there every loop has one stage anyway, and the one-stage form of head size 64 spilled
+    4-8 B at sm_70."""
+    return (
+        not is_sm70_class(capability)
+        and num_splits > 1
+        and keys_per_partition <= ONE_STAGE_TAIL_MAX_KEYS
+    )
+
+
 #: Software-pipeline stages of a decode launch with scores ahead (:func:`ahead_tiles`).
 AHEAD_STAGES = 3
 
@@ -500,7 +530,6 @@ _DECODE_SIGNATURE_TAIL = {
             "heads_per_prog",
             "head_chunks",
             "num_q_heads",
-            "page_size",
             "num_splits",
             "scale_stride",
             "stride_qt",
@@ -528,7 +557,6 @@ _PREFILL_SIGNATURE_TAIL = {
             "heads_per_prog",
             "head_chunks",
             "num_seqs",
-            "page_size",
             "scale_stride",
             "stride_qt",
             "stride_qh",
@@ -544,9 +572,21 @@ _PREFILL_SIGNATURE_TAIL = {
 #: Integer arguments that are multiples of 16 at every launch with a declared head size and
 #: block size (head sizes 64..256 and blocks of 16k make every stride one); the JIT
 #: specializes them, and the gate compiles them so (:class:`KernelConfig.divisible_by_16`).
-_KV_STRIDES = ("page_size", "stride_blk", "stride_kvh", "stride_slot")
+_KV_STRIDES = ("stride_blk", "stride_kvh", "stride_slot")
 ATTENTION_DIVISIBLE = (*_KV_STRIDES, "stride_qt", "stride_qh", "stride_ot", "stride_oh")
-_CACHE_WRITE_DIVISIBLE = (*_KV_STRIDES, "stride_kt", "stride_kh", "stride_vt", "stride_vh")
+_CACHE_WRITE_DIVISIBLE = (
+    "page_size",
+    *_KV_STRIDES,
+    "stride_kt",
+    "stride_kh",
+    "stride_vt",
+    "stride_vh",
+)
+
+#: The block size (KV page) the gate compiles the attention kernels for, which take it as a
+#: constant (``PAGE_SIZE``): vLLM's default. Every multiple of 16 is declared; a launch with
+#: another compiles its own build, which differs only in the constant of a division.
+GATE_PAGE_SIZE = 16
 
 
 def _attention_constexprs(
@@ -562,6 +602,7 @@ def _attention_constexprs(
         "KV_FP8": fp8,
         "NATIVE_FP8": fp8 and native_e5m2(capability),
         "HALVES": head_halves(fp8, capability),
+        "PAGE_SIZE": GATE_PAGE_SIZE,
     }
 
 
@@ -574,10 +615,12 @@ def decode_kernel_config(
     combine: tuple[int, int],
     ahead: bool = False,
     kv_per_prog: int = 1,
+    tail: bool = False,
 ) -> KernelConfig:
     """The decode kernel's launch configuration for these tiles, ``(COMBINE_M,
-    SPLIT_CHUNK)``, ``AHEAD`` and ``KV_PER_PROG`` (shipped ones, or the benchmark sweep's
-    variants, which are compiled for sm_90 in the tests before a GPU runs them)."""
+    SPLIT_CHUNK)``, ``AHEAD``, ``KV_PER_PROG`` and ``ONE_STAGE_TAIL`` (shipped ones, or the
+    benchmark sweep's variants, which are compiled for sm_90 in the tests before a GPU runs
+    them)."""
     fp8 = kv_dtype != "float16"
     return KernelConfig(
         name=name,
@@ -593,6 +636,7 @@ def decode_kernel_config(
             "SPLIT_CHUNK": combine[1],
             "AHEAD": ahead,
             "KV_PER_PROG": kv_per_prog,
+            "ONE_STAGE_TAIL": tail,
         },
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
@@ -612,30 +656,33 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
             fp8 = kv_dtype != "float16"
             # The launcher's choice for the shortest partition and for the longest.
             aheads = sorted({scores_ahead(fp8, capability, k) for k in (1, 1 << 30)})
-            for (block_m, rows, chunk), ahead in itertools.product(
-                decode_launches(head_size, capability, fp8), aheads
+            # The masked-tile loop's forms: unsplit, and split in short partitions.
+            tails = sorted({one_stage_tail(capability, s, 1) for s in (1, 2)})
+            for (block_m, rows, chunk), ahead, tail in itertools.product(
+                decode_launches(head_size, capability, fp8), aheads, tails
             ):
                 tiles = decode_tiles(head_size, block_m, capability, fp8)
                 configs.append(
                     decode_kernel_config(
                         f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}"
-                        f"{'_ahead' if ahead else ''}",
+                        f"{'_ahead' if ahead else ''}{'_tail1' if tail else ''}",
                         head_size,
                         kv_dtype,
                         ahead_tiles(tiles, head_size) if ahead else tiles,
                         capability,
                         (rows, chunk),
                         ahead,
+                        tail=tail,
                     )
                 )
-            for kv_per_prog in KV_HEADS_PER_PROGRAM:
+            for kv_per_prog, tail in itertools.product(KV_HEADS_PER_PROGRAM, tails):
                 launches = decode_launches(head_size, capability, fp8, kv_per_prog)
                 for block_m, rows, chunk in launches:
                     tiles = decode_tiles(head_size, block_m, capability, fp8)
                     configs.append(
                         decode_kernel_config(
                             f"decode_d{head_size}_m{block_m}_c{rows}x{chunk}_{kv_dtype}"
-                            f"_kv{kv_per_prog}",
+                            f"_kv{kv_per_prog}{'_tail1' if tail else ''}",
                             head_size,
                             kv_dtype,
                             ahead_tiles(tiles, head_size),
@@ -643,6 +690,7 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                             (rows, chunk),
                             True,
                             kv_per_prog,
+                            tail,
                         )
                     )
             choices = prefill_tile_choices(head_size, capability)

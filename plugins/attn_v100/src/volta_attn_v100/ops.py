@@ -34,6 +34,7 @@ from volta_attn_v100.configs import (
     head_pad,
     kv_heads_per_program,
     native_e5m2,
+    one_stage_tail,
     prefill_tiles,
     scores_ahead,
     split_policy_for,
@@ -191,7 +192,6 @@ def check_inputs(
         _fail(f"block size {block_size} is not a multiple of 16")
     if aligned_strides_required(head_size, _capability(query.device)):
         values = {
-            "page_size": (block_size, "block size"),
             "stride_qt": (query.stride(0), "query token stride"),
             "stride_qh": (query.stride(1), "query head stride"),
             "stride_ot": (out.stride(0), "output token stride"),
@@ -437,7 +437,9 @@ def _launch_decode(
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     wide = wide_combine(a.fp8, capability, num_seqs * kv_programs * num_splits, _num_sms(device))
-    ahead = scores_ahead(a.fp8, capability, kv_per_prog * -(-max_seq_len // num_splits))
+    # Keys one program walks: its partition of the longest sequence, for each of its KV heads.
+    walked = kv_per_prog * -(-max_seq_len // num_splits)
+    ahead = scores_ahead(a.fp8, capability, walked)
     if ahead:
         tiles = ahead_tiles(tiles, head_size)
     combine_m, split_chunk = decode_combine(
@@ -477,7 +479,6 @@ def _launch_decode(
         heads_per_prog,
         head_chunks,
         num_heads,
-        a.kv.shape[2],
         num_splits,
         a.scales.stride,
         a.query.stride(0),
@@ -499,6 +500,8 @@ def _launch_decode(
         SPLIT_CHUNK=split_chunk,
         AHEAD=ahead,
         KV_PER_PROG=kv_per_prog,
+        PAGE_SIZE=a.kv.shape[2],
+        ONE_STAGE_TAIL=one_stage_tail(capability, num_splits, walked),
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )
@@ -534,7 +537,6 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         heads_per_prog,
         head_chunks,
         num_seqs,
-        a.kv.shape[2],
         a.scales.stride,
         a.query.stride(0),
         a.query.stride(1),
@@ -551,6 +553,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
         HALVES=head_halves(a.fp8, capability),
+        PAGE_SIZE=a.kv.shape[2],
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -69,7 +69,7 @@ def tile_rows(
     bt_row_ptr,
     tile,
     seq_len,
-    page_size,
+    PAGE_SIZE: tl.constexpr,
     stride_blk,
     stride_slot,
     kv_head_off,
@@ -87,12 +87,12 @@ def tile_rows(
     """
     k_pos = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if MASKS == ALL_MASKED:
-        page = tl.load(bt_row_ptr + k_pos // page_size, mask=k_pos < seq_len, other=0)
+        page = tl.load(bt_row_ptr + k_pos // PAGE_SIZE, mask=k_pos < seq_len, other=0)
         src = k_pos
     else:
         src = tl.minimum(k_pos, seq_len - 1) if MASKS == MASKED_FROM else k_pos
-        page = tl.load(bt_row_ptr + src // page_size)
-    row_off = page.to(tl.int64) * stride_blk + (src % page_size) * stride_slot + kv_head_off
+        page = tl.load(bt_row_ptr + src // PAGE_SIZE)
+    row_off = page.to(tl.int64) * stride_blk + (src % PAGE_SIZE) * stride_slot + kv_head_off
     return k_pos, row_off
 
 
@@ -156,7 +156,7 @@ def attend_tiles(
     kv_head_off,
     stride_blk,
     stride_slot,
-    page_size,
+    PAGE_SIZE: tl.constexpr,
     q_abs,
     seq_len,
     tile_lo,
@@ -177,9 +177,17 @@ def attend_tiles(
     MASKS: tl.constexpr,
     AHEAD: tl.constexpr = False,
     KV_PER_PROG: tl.constexpr = 1,
+    PIPELINED: tl.constexpr = True,
+    gap_from=0,
+    gap=0,
 ):
     """Run the online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence,
     masking the tiles ``MASKS`` names (see :func:`attend`).
+
+    ``PIPELINED``: the loop runs on the launch's software pipeline (``num_stages``); False
+    gives it one stage, each tile loaded where it is used (decode's masked tiles, one to four a
+    sequence: see :func:`attend`), and steps over the ``gap`` tiles from ``gap_from`` on, so
+    one loop takes the masked tiles on both sides of the whole ones.
 
     The loops walk ``KV_PER_PROG`` KV heads' tiles as one stream, the heads of each key tile
     in turn: step ``it`` is key tile ``it // KV_PER_PROG`` of head ``it % KV_PER_PROG``
@@ -196,6 +204,7 @@ def attend_tiles(
     iteration ahead (:func:`volta_attn_v100.configs.scores_ahead` says where).
     """
     P: tl.constexpr = KV_PER_PROG
+    STAGES: tl.constexpr = None if PIPELINED else 1
     offs_d = tl.arange(0, HEAD_PAD)
     d_mask = offs_d < HEAD_SIZE
     if HALVES:
@@ -211,7 +220,7 @@ def attend_tiles(
             # P.V, which do not depend on it, so a warp has tensor-core work to issue while
             # its exponentials and row reductions wait on each other.
             k_pos, row_off = tile_rows(
-                bt_row_ptr, tile_lo, tl.where(tile_lo < tile_hi, seq_len, 0), page_size,
+                bt_row_ptr, tile_lo, tl.where(tile_lo < tile_hi, seq_len, 0), PAGE_SIZE,
                 stride_blk, stride_slot, kv_head_off, BLOCK_N, ALL_MASKED,
             )  # fmt: skip
             live = (tile_lo < tile_hi) & (k_pos < seq_len)
@@ -226,7 +235,7 @@ def attend_tiles(
                 )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 k_pos, row_off = tile_rows(
-                    bt_row_ptr, (it + 1) // P, seq_len, page_size, stride_blk, stride_slot,
+                    bt_row_ptr, (it + 1) // P, seq_len, PAGE_SIZE, stride_blk, stride_slot,
                     kv_head_off + (it + 1) % P * stride_kvh, BLOCK_N, NO_MASKS,
                 )  # fmt: skip
                 s = half_scores(
@@ -245,11 +254,13 @@ def attend_tiles(
                     acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
                 )
         else:
-            for it in range(tile_lo * P, tile_hi * P):
+            for it in tl.range(tile_lo * P, tile_hi * P, num_stages=STAGES):
                 tile = it // P
+                if not PIPELINED:
+                    tile += tl.where(tile >= gap_from, gap, 0)
                 masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
                 k_pos, row_off = tile_rows(
-                    bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot,
+                    bt_row_ptr, tile, seq_len, PAGE_SIZE, stride_blk, stride_slot,
                     kv_head_off + it % P * stride_kvh, BLOCK_N, MASKS,
                 )  # fmt: skip
                 lo = load_mask(k_pos, seq_len, lo_cols, MASKS)
@@ -265,11 +276,13 @@ def attend_tiles(
                 )
         acc = joined(acc_lo, acc_hi)
     else:
-        for it in range(tile_lo * P, tile_hi * P):
+        for it in tl.range(tile_lo * P, tile_hi * P, num_stages=STAGES):
             tile = it // P
+            if not PIPELINED:
+                tile += tl.where(tile >= gap_from, gap, 0)
             masked = tile >= mask_from if MASKS == MASKED_FROM else MASKS == ALL_MASKED
             k_pos, row_off = tile_rows(
-                bt_row_ptr, tile, seq_len, page_size, stride_blk, stride_slot,
+                bt_row_ptr, tile, seq_len, PAGE_SIZE, stride_blk, stride_slot,
                 kv_head_off + it % P * stride_kvh, BLOCK_N, MASKS,
             )  # fmt: skip
             k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
@@ -317,7 +330,7 @@ def attend(
     kv_head_off,
     stride_blk,
     stride_slot,
-    page_size,
+    PAGE_SIZE: tl.constexpr,
     q_abs,
     lowest_q_abs,
     seq_len,
@@ -338,6 +351,7 @@ def attend(
     ONE_LOOP: tl.constexpr,
     AHEAD: tl.constexpr = False,
     KV_PER_PROG: tl.constexpr = 1,
+    ONE_STAGE_TAIL: tl.constexpr = False,
 ):
     """The online softmax of ``q`` over key tiles ``[tile_lo, tile_hi)`` of one sequence.
 
@@ -351,9 +365,10 @@ def attend(
     sliding window ``q_abs - k_pos < window`` (vLLM's ``sliding_window`` convention). A tile
     is whole when its last key is at or below ``lowest_q_abs`` (the smallest query position
     among the program's rows: causal masking cuts nothing in it, and every key is below
-    ``seq_len``) and there is no window; whole tiles skip the masks (rows that are padding
-    compute values nobody stores). ``softcap > 0`` applies ``softcap * tanh(s / softcap)`` to
-    the scaled scores.
+    ``seq_len``) and, with a window, its first key is inside every row's window (only with
+    ``ONE_STAGE_TAIL``; otherwise a window masks every tile); whole tiles skip the masks
+    (rows that are padding compute values nobody stores). ``softcap > 0`` applies
+    ``softcap * tanh(s / softcap)`` to the scaled scores.
 
     ``AHEAD``: the whole tiles' loop takes each tile's scores one iteration ahead
     (:func:`attend_tiles`; not with ``ONE_LOOP``).
@@ -368,31 +383,60 @@ def attend(
     program takes alike (prefill). As two loops, the masked one (for a prefill program the
     diagonal, usually one tile) refilled the load pipeline from empty, the block table and
     then the keys, after the whole tiles: 32 x 512 prefill took 0.466 ms with two loops and
-    0.425 with one (H100). Otherwise two loops, whole tiles then masked ones (decode, where
-    only the last partition has a masked tile): with the branch in its loop, bandwidth-bound
-    fp8 decode lost 5% (64 x 8K 438 -> 462 us).
+    0.425 with one (H100). Otherwise (decode) the whole tiles run in their own loop, on the
+    launch's software pipeline, and the masked ones after it: with the branch in the whole
+    tiles' loop, bandwidth-bound fp8 decode lost 5% (64 x 8K 438 -> 462 us). By default the
+    masked tiles' loop is pipelined too. ``ONE_STAGE_TAIL``
+    (:func:`volta_attn_v100.configs.one_stage_tail` says where) runs them in one loop of one
+    stage instead: those below the whole range (with a window, the tiles its start cuts) and
+    those above it (the sequence's last tile, the speculative queries' diagonal). A masked
+    loop on the pipeline cost 1 x 8K fp16 decode 1.4 us even where it ran no tile, its
+    prologue and drain after the whole tiles' (`results/decode_generality/`, H100: 19.4 ->
+    18.0 us at 32/8 heads in a copy of this loop); with one stage it costs nothing there. A
+    tile is then whole, window or not, when every key in it is inside the window of the
+    highest query, ``seq_len - 1``, hence of all the rows.
     """
-    whole_hi = tl.where(window > 0, tile_lo, (lowest_q_abs + 1) // BLOCK_N)
+    whole_hi = (lowest_q_abs + 1) // BLOCK_N
     if ONE_LOOP:
+        whole_hi = tl.where(window > 0, tile_lo, whole_hi)
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            page_size, q_abs, seq_len, tile_lo, tile_hi, whole_hi, qk_scale, v_scale, softcap,
+            PAGE_SIZE, q_abs, seq_len, tile_lo, tile_hi, whole_hi, qk_scale, v_scale, softcap,
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
             MASKED_FROM, False, KV_PER_PROG,
         )  # fmt: skip
-    else:
+    elif not ONE_STAGE_TAIL:
+        whole_hi = tl.where(window > 0, tile_lo, whole_hi)
         whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            page_size, q_abs, seq_len, tile_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
+            PAGE_SIZE, q_abs, seq_len, tile_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
             NO_MASKS, AHEAD, KV_PER_PROG,
         )  # fmt: skip
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            page_size, q_abs, seq_len, whole_hi, tile_hi, whole_hi, qk_scale, v_scale, softcap,
+            PAGE_SIZE, q_abs, seq_len, whole_hi, tile_hi, whole_hi, qk_scale, v_scale, softcap,
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
             ALL_MASKED, False, KV_PER_PROG,
+        )  # fmt: skip
+    else:
+        whole_lo = tl.where(window > 0, tl.cdiv(tl.maximum(seq_len - window, 0), BLOCK_N), 0)
+        whole_lo = tl.minimum(tl.maximum(whole_lo, tile_lo), tile_hi)
+        whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), whole_lo)
+        m_i, l_i, acc = attend_tiles(
+            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
+            PAGE_SIZE, q_abs, seq_len, whole_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            NO_MASKS, AHEAD, KV_PER_PROG,
+        )  # fmt: skip
+        # The masked tiles: [tile_lo, whole_lo), then past the gap [whole_hi, tile_hi).
+        masked_hi = tile_hi - (whole_hi - whole_lo)
+        m_i, l_i, acc = attend_tiles(
+            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
+            PAGE_SIZE, q_abs, seq_len, tile_lo, masked_hi, whole_hi, qk_scale, v_scale, softcap,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            ALL_MASKED, False, KV_PER_PROG, False, whole_lo, whole_hi - whole_lo,
         )  # fmt: skip
     return m_i, l_i, acc
 

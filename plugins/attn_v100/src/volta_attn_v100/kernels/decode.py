@@ -46,7 +46,6 @@ def paged_decode_kernel(
     heads_per_prog,
     head_chunks,
     num_q_heads,
-    page_size,
     num_splits,
     scale_stride,
     stride_qt,
@@ -68,6 +67,8 @@ def paged_decode_kernel(
     SPLIT_CHUNK: tl.constexpr,
     AHEAD: tl.constexpr,
     KV_PER_PROG: tl.constexpr,
+    ONE_STAGE_TAIL: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -95,6 +96,10 @@ def paged_decode_kernel(
     ``pid_h * KV_PER_PROG ..`` and all their query heads, ``heads_per_prog`` of them at least,
     and walks their tiles as one stream (:func:`volta_attn_v100.kernels.common.attend_tiles`;
     :func:`volta_attn_v100.configs.kv_heads_per_program` says where).
+
+    ``ONE_STAGE_TAIL``: the masked tiles in one loop of one stage after the whole tiles'
+    (:func:`volta_attn_v100.kernels.common.attend`;
+    :func:`volta_attn_v100.configs.one_stage_tail` says where).
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
@@ -151,7 +156,7 @@ def paged_decode_kernel(
         kv_first * stride_kvh,
         stride_blk,
         stride_slot,
-        page_size,
+        PAGE_SIZE,
         q_abs,
         seq_len - q_len,
         seq_len,
@@ -172,6 +177,7 @@ def paged_decode_kernel(
         False,
         AHEAD,
         KV_PER_PROG,
+        ONE_STAGE_TAIL,
     )
 
     if num_splits == 1:

@@ -66,7 +66,6 @@ def paged_prefill_kernel(
     heads_per_prog,
     head_chunks,
     num_seqs,
-    page_size,
     scale_stride,
     stride_qt,
     stride_qh,
@@ -83,6 +82,7 @@ def paged_prefill_kernel(
     KV_FP8: tl.constexpr,
     NATIVE_FP8: tl.constexpr,
     HALVES: tl.constexpr,
+    PAGE_SIZE: tl.constexpr,
 ):
     """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
@@ -136,7 +136,7 @@ def paged_prefill_kernel(
         kv_head * stride_kvh,
         stride_blk,
         stride_slot,
-        page_size,
+        PAGE_SIZE,
         q_abs,
         context + q_block * block_q,
         seq_len,

@@ -99,23 +99,26 @@ def test_sliding_window_shorter_and_longer_than_context(path, kv_dtype, window) 
     )
 
 
-@pytest.mark.parametrize("tail", [False, True])
+@pytest.mark.parametrize(("tail", "halves"), [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_window_with_speculative_queries(monkeypatch, num_splits, tail) -> None:
+def test_window_with_speculative_queries(monkeypatch, num_splits, tail, halves) -> None:
     """Decode where a window's start cuts a tile, speculative queries' diagonal cuts the last
     ones and whole tiles lie between (one partition, or three), with either form of the masked
-    tiles' loop (forced: the launcher picks by partition length). The one-stage loop takes the
-    masked tiles on both sides of the whole ones; when it skipped the gap wrongly, the other
-    window tests passed and this one failed (``results/masked_one_stage/``)."""
+    tiles' loop, and the one-stage form also on the head-halves loop (both forced: the
+    launcher picks by partition length and device, and the interpreter runs SM70 tiles). The
+    one-stage loop takes the masked tiles on both sides of the whole ones; when it skipped the
+    gap wrongly, the other window tests passed and this one failed
+    (``results/masked_one_stage/``)."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "one_stage_tail", lambda *args: tail)
+    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: halves)
     lens = [(5, 200), (3, 77), (1, 64)]
     case = make_case(lens, head_size=64, sliding_window=50, sinks=True, seed=11)
     check(
         run(case, path="decode", num_splits=num_splits),
         case,
-        f"window, {num_splits} splits, one-stage tail {tail}",
+        f"window, {num_splits} splits, one-stage tail {tail}, halves {halves}",
     )
 
 

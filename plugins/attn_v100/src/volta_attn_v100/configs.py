@@ -189,7 +189,8 @@ def one_stage_tail(capability: tuple[int, int], num_splits: int, keys_per_partit
     """Whether a decode launch runs its masked tiles in one loop of one stage, after the whole
     tiles' pipelined loop (``ONE_STAGE_TAIL``, :func:`volta_attn_v100.kernels.common.attend`):
     on SM80+, split launches whose partitions hold at most :data:`ONE_STAGE_TAIL_MAX_KEYS`
-    keys.
+    keys (``keys_per_partition``: at the longest sequence, times the KV heads a program
+    walks, as for :func:`scores_ahead`).
 
     A masked-tile loop on the software pipeline costs its prologue and drain after the whole
     tiles' even where it runs no tile: 1.4 us of a 19.4 us 1 x 8K fp16 decode in a copy of the

@@ -405,24 +405,14 @@ def attend(
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
             MASKED_FROM, False, KV_PER_PROG,
         )  # fmt: skip
-    elif not ONE_STAGE_TAIL:
-        whole_hi = tl.where(window > 0, tile_lo, whole_hi)
-        whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), tile_lo)
-        m_i, l_i, acc = attend_tiles(
-            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            PAGE_SIZE, q_abs, seq_len, tile_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
-            NO_MASKS, AHEAD, KV_PER_PROG,
-        )  # fmt: skip
-        m_i, l_i, acc = attend_tiles(
-            q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            PAGE_SIZE, q_abs, seq_len, whole_hi, tile_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
-            ALL_MASKED, False, KV_PER_PROG,
-        )  # fmt: skip
     else:
-        whole_lo = tl.where(window > 0, tl.cdiv(tl.maximum(seq_len - window, 0), BLOCK_N), 0)
-        whole_lo = tl.minimum(tl.maximum(whole_lo, tile_lo), tile_hi)
+        if ONE_STAGE_TAIL:
+            # The whole tiles start where the highest query's window does.
+            whole_lo = tl.where(window > 0, tl.cdiv(tl.maximum(seq_len - window, 0), BLOCK_N), 0)
+            whole_lo = tl.minimum(tl.maximum(whole_lo, tile_lo), tile_hi)
+        else:
+            whole_lo = tile_lo
+            whole_hi = tl.where(window > 0, tile_lo, whole_hi)
         whole_hi = tl.maximum(tl.minimum(whole_hi, tile_hi), whole_lo)
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
@@ -430,13 +420,18 @@ def attend(
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
             NO_MASKS, AHEAD, KV_PER_PROG,
         )  # fmt: skip
-        # The masked tiles: [tile_lo, whole_lo), then past the gap [whole_hi, tile_hi).
-        masked_hi = tile_hi - (whole_hi - whole_lo)
+        if ONE_STAGE_TAIL:
+            # [tile_lo, whole_lo), then past the whole tiles' gap [whole_hi, tile_hi).
+            masked_lo = tile_lo
+            masked_hi = tile_hi - (whole_hi - whole_lo)
+        else:
+            masked_lo = whole_hi
+            masked_hi = tile_hi
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
-            PAGE_SIZE, q_abs, seq_len, tile_lo, masked_hi, whole_hi, qk_scale, v_scale, softcap,
+            PAGE_SIZE, q_abs, seq_len, masked_lo, masked_hi, whole_hi, qk_scale, v_scale, softcap,
             window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
-            ALL_MASKED, False, KV_PER_PROG, False, whole_lo, whole_hi - whole_lo,
+            ALL_MASKED, False, KV_PER_PROG, not ONE_STAGE_TAIL, whole_lo, whole_hi - whole_lo,
         )  # fmt: skip
     return m_i, l_i, acc
 

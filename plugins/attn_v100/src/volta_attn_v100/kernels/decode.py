@@ -100,6 +100,9 @@ def paged_decode_kernel(
     ``ONE_STAGE_TAIL``: the masked tiles in one loop of one stage after the whole tiles'
     (:func:`volta_attn_v100.kernels.common.attend`;
     :func:`volta_attn_v100.configs.one_stage_tail` says where).
+
+    ``PAGE_SIZE``: the KV block size, a constant of the build (vLLM fixes it per engine), so
+    a tile's page lookups divide by a constant.
     """
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)

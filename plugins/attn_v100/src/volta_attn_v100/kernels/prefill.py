@@ -84,7 +84,8 @@ def paged_prefill_kernel(
     HALVES: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
 ):
-    """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``."""
+    """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``; ``PAGE_SIZE``
+    as in :func:`volta_attn_v100.kernels.decode.paged_decode_kernel`."""
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_h = tl.program_id(1)
     kv_head = pid_h // head_chunks

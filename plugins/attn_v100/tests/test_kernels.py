@@ -16,9 +16,9 @@ import pytest
 import torch
 from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
 
-from volta_attn_v100.configs import LONG_PREFILL_QUERY
+from volta_attn_v100.configs import LONG_PREFILL_QUERY, OFFSETS_32_SPAN, cache_offsets_32
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
-from volta_attn_v100.ops import paged_attention
+from volta_attn_v100.ops import cache_span, paged_attention
 from volta_attn_v100.plugin import SPEC
 from volta_core.kernels.counters import arrival_counters
 
@@ -307,6 +307,78 @@ def test_physical_cache_layouts(path, order) -> None:
     check(run(case, path=path), case, f"layout {order}")
 
 
+def test_caches_of_2_31_elements_or_more_take_64_bit_offsets() -> None:
+    """The rule and the span it is given: a cache's elements from first to last through its
+    strides, so a view of vLLM's layout spans its buffer and a slice only what it addresses."""
+    assert cache_offsets_32(OFFSETS_32_SPAN)
+    assert not cache_offsets_32(OFFSETS_32_SPAN + 1)
+    raw = torch.empty(10, 16, 2, 256, dtype=torch.float16, device="meta")
+    assert cache_span(raw.transpose(1, 2)) == raw.numel()
+    assert cache_span(raw.transpose(1, 2)[:4]) == 4 * 16 * 2 * 256
+    assert cache_span(raw[:0]) == 0
+    past = torch.empty(_BLOCKS_PAST_32_BIT + 1, 1, 16, 128, dtype=torch.uint8, device="meta")
+    assert cache_span(past) > OFFSETS_32_SPAN
+    assert cache_span(past[:-2]) <= OFFSETS_32_SPAN
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize(("path", "num_splits"), [("decode", 1), ("decode", 3), ("prefill", None)])
+def test_64_bit_cache_offsets(monkeypatch, path, num_splits, kv_dtype) -> None:
+    """The kernels' 64-bit row-offset build (a cache of 2^31 elements or more), forced here on
+    a small cache: split and unsplit decode, prefill, a window and soft-cap, shuffled pages."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "cache_offsets_32", lambda span: False)
+    lens = [(1, 70), (2, 33), (1, 5)] if path == "decode" else [(30, 70), (2, 33), (5, 5)]
+    case = make_case(
+        lens,
+        head_size=64,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        sliding_window=40,
+        logits_soft_cap=20.0,
+        seed=23,
+    )
+    check(run(case, path=path, num_splits=num_splits), case, f"64-bit offsets {path}")
+
+
+#: Blocks of one KV head x 16 slots x 2 x 64 e5m2 values (2048 bytes) whose offsets reach 2^31.
+_BLOCKS_PAST_32_BIT = OFFSETS_32_SPAN // 2048
+
+
+def cache_past_32_bit_offsets(case: PagedCase) -> PagedCase:
+    """The case with its pages moved to the end of an e5m2 cache of 2^31 + 2048 x (its block
+    count) bytes (one KV head, head size 64, block 16): every page it reads lies past 2^31, so
+    32-bit row offsets would wrap below the buffer (the interpreter then crashes the test's
+    process, a GPU faults)."""
+    small = case.kv_cache
+    if small.shape[1:] != (1, 16, 128) or small.dtype != torch.uint8:
+        raise ValueError("the case must be e5m2, one KV head, head size 64, block 16")
+    big = torch.empty(
+        (_BLOCKS_PAST_32_BIT + small.shape[0], *small.shape[1:]),
+        dtype=torch.uint8,
+        device=small.device,
+    )
+    big[_BLOCKS_PAST_32_BIT:] = small
+    return dataclasses.replace(
+        case, kv_cache=big, block_table=case.block_table + _BLOCKS_PAST_32_BIT
+    )
+
+
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+def test_cache_past_32_bit_offsets(path) -> None:
+    """A real cache of more than 2^31 elements (2 GiB of e5m2) whose pages all lie past 2^31:
+    the launcher takes the 64-bit build and reads them, split and not."""
+    lens = [(1, 50), (1, 20)] if path == "decode" else [(20, 50), (3, 20)]
+    case = make_case(
+        lens, head_size=64, num_heads=2, num_kv_heads=1, kv_cache_dtype="fp8_e5m2", seed=29
+    )
+    big = cache_past_32_bit_offsets(case)
+    for num_splits in (1, 2) if path == "decode" else (None,):
+        out = run(big, path=path, num_splits=num_splits)
+        check(out, case, f"{path} past 2^31, {num_splits} partitions")
+
+
 @pytest.mark.parametrize("block_size", [32, 64])
 def test_larger_blocks(block_size) -> None:
     case = make_case([(8, 70), (1, 33)], head_size=64, block_size=block_size, seed=block_size)
@@ -413,6 +485,40 @@ def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
         kv_dtype, head_size + 1, head_size, "tensor", feature,
     )  # fmt: skip
     check(run(prefill), prefill, f"gpu prefill d{head_size} {kv_dtype} {feature}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("head_size", [128, 512])
+def test_gpu_64_bit_cache_offsets(monkeypatch, head_size, kv_dtype) -> None:
+    """The 64-bit row-offset build, forced, at serving sizes: decode split and not, prefill."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "cache_offsets_32", lambda span: False)
+    decode = gpu_case([(1, 777), (2, 2048), (1, 4096)], kv_dtype, 31, head_size, "head")
+    for num_splits in (None, 1):
+        check(run(decode, num_splits=num_splits), decode, f"gpu 64-bit decode {num_splits}")
+    prefill = gpu_case([(300, 1000), (77, 2000)], kv_dtype, 32, head_size, "tensor")
+    check(run(prefill), prefill, "gpu 64-bit prefill")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["decode", "prefill"])
+def test_gpu_cache_past_32_bit_offsets(path) -> None:
+    """A 2 GiB e5m2 cache whose pages all lie past 2^31 elements, on the GPU."""
+    lens = [(1, 1500), (1, 20)] if path == "decode" else [(200, 1500), (3, 20)]
+    case = make_case(
+        lens,
+        head_size=64,
+        num_heads=2,
+        num_kv_heads=1,
+        kv_cache_dtype="fp8_e5m2",
+        device="cuda",
+        seed=37,
+    )
+    big = cache_past_32_bit_offsets(case)
+    for num_splits in (None, 1) if path == "decode" else (None,):
+        check(run(big, path=path, num_splits=num_splits), case, f"gpu {path} past 2^31")
 
 
 @pytest.mark.gpu

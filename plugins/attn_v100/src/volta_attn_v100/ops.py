@@ -27,6 +27,7 @@ from volta_attn_v100.configs import (
     SplitPolicy,
     ahead_tiles,
     aligned_strides_required,
+    cache_offsets_32,
     decode_block_m,
     decode_combine,
     decode_tiles,
@@ -386,6 +387,19 @@ class _Common:
     def group_pad(self) -> int:
         return 1 << (self.group - 1).bit_length()
 
+    @property
+    def offsets_32(self) -> bool:
+        """Whether the kernels address this cache's rows with 32-bit offsets."""
+        return cache_offsets_32(cache_span(self.kv))
+
+
+def cache_span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to its last through its strides, both included (a view
+    into a larger buffer spans only what it can address; an empty tensor spans none)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
 
 def _launch_decode(
     a: _Common,
@@ -502,6 +516,7 @@ def _launch_decode(
         KV_PER_PROG=kv_per_prog,
         PAGE_SIZE=a.kv.shape[2],
         ONE_STAGE_TAIL=one_stage_tail(capability, num_splits, walked),
+        CACHE_OFFSETS_32=a.offsets_32,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )
@@ -554,6 +569,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
         HALVES=head_halves(a.fp8, capability),
         PAGE_SIZE=a.kv.shape[2],
+        CACHE_OFFSETS_32=a.offsets_32,
         num_warps=tiles.num_warps,
         num_stages=tiles.num_stages,
     )

@@ -84,6 +84,10 @@ def tile_rows(
     mask their loads for them (:func:`load_mask`). A ``MASKED_FROM`` loop instead reads the
     last key's row for them, so its loads carry no row mask whichever tile it is on; what
     they read adds nothing. ``NO_MASKS`` loops have no such keys.
+
+    The row offsets take ``stride_blk``'s integer width: the kernels pass it as 64 bits unless
+    the whole cache is addressable with 32-bit offsets (``CACHE_OFFSETS_32``), where every
+    partial sum of an offset is at most the cache's highest one.
     """
     k_pos = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if MASKS == ALL_MASKED:
@@ -92,7 +96,7 @@ def tile_rows(
     else:
         src = tl.minimum(k_pos, seq_len - 1) if MASKS == MASKED_FROM else k_pos
         page = tl.load(bt_row_ptr + src // PAGE_SIZE)
-    row_off = page.to(tl.int64) * stride_blk + (src % PAGE_SIZE) * stride_slot + kv_head_off
+    row_off = page * stride_blk + (src % PAGE_SIZE) * stride_slot + kv_head_off
     return k_pos, row_off
 
 

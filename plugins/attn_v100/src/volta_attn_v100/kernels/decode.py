@@ -69,6 +69,7 @@ def paged_decode_kernel(
     KV_PER_PROG: tl.constexpr,
     ONE_STAGE_TAIL: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
+    CACHE_OFFSETS_32: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
@@ -103,7 +104,13 @@ def paged_decode_kernel(
 
     ``PAGE_SIZE``: the KV block size, a constant of the build (vLLM fixes it per engine), so
     a tile's page lookups divide by a constant.
+
+    ``CACHE_OFFSETS_32``: the cache's rows are addressed with 32-bit offsets (a cache of fewer
+    than 2^31 elements; :func:`volta_attn_v100.configs.cache_offsets_32` says where), else
+    with 64-bit ones (:func:`volta_attn_v100.kernels.common.tile_rows`).
     """
+    if not CACHE_OFFSETS_32:
+        stride_blk = stride_blk.to(tl.int64)
     seq = tl.program_id(0)
     pid_h = tl.program_id(1)
     split = tl.program_id(2)

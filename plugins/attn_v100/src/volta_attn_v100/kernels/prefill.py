@@ -83,9 +83,12 @@ def paged_prefill_kernel(
     NATIVE_FP8: tl.constexpr,
     HALVES: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
+    CACHE_OFFSETS_32: tl.constexpr,
 ):
     """Grid ``(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)``; ``PAGE_SIZE``
-    as in :func:`volta_attn_v100.kernels.decode.paged_decode_kernel`."""
+    and ``CACHE_OFFSETS_32`` as in :func:`volta_attn_v100.kernels.decode.paged_decode_kernel`."""
+    if not CACHE_OFFSETS_32:
+        stride_blk = stride_blk.to(tl.int64)
     pid = tl.num_programs(0) - 1 - tl.program_id(0)
     pid_h = tl.program_id(1)
     kv_head = pid_h // head_chunks

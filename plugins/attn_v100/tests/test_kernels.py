@@ -162,6 +162,31 @@ def test_wide_combine_agrees(monkeypatch, num_splits) -> None:
     check(run(case, path="decode", num_splits=num_splits), case, f"wide, {num_splits} splits")
 
 
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize(("wide", "num_splits"), [(False, 5), (True, 33)])
+@pytest.mark.parametrize(("num_heads", "q_len"), [(16, 1), (8, 2), (4, 1)])
+def test_fp16_partials(monkeypatch, num_heads, q_len, wide, num_splits, kv_dtype) -> None:
+    """Partials stored normalised in fp16 (SM80+ combines of 8 rows or more), forced here for
+    8- and 4-row combines, narrow and wide: a window and short sequences leave partitions
+    that see no key of a row, which must weigh nothing; sinks join the combine."""
+    from volta_attn_v100 import ops
+
+    monkeypatch.setattr(ops, "fp16_partials", lambda *args: True)
+    monkeypatch.setattr(ops, "wide_combine", lambda *args: wide)
+    case = make_case(
+        [(q_len, 70), (q_len, 2), (q_len, 600)],
+        head_size=128,
+        num_heads=num_heads,
+        num_kv_heads=2,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        sliding_window=100,
+        sinks=True,
+        seed=41,
+    )
+    check(run(case, path="decode", num_splits=num_splits), case, f"fp16 partials {num_splits}")
+
+
 @pytest.mark.parametrize("sinks", [False, True])
 def test_split_decode_leaves_its_counters_zero(sinks) -> None:
     """The last partition of each (sequence, KV program) combines and resets its counter, so
@@ -624,6 +649,42 @@ def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
         check(
             run(case, path="decode", num_splits=num_splits), case, f"sanitizer 4 heads {num_splits}"
         )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_size", [64, 128, 256])
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("feature", [None, "sliding_window", "sinks"])
+def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
+    """16/2 heads: each program combines 8 rows, which SM80+ stores as fp16 partials; split
+    (the policy's count, with a short sequence and a window leaving partitions empty) and
+    with 3 partitions."""
+    from volta_attn_v100.configs import fp16_partials
+
+    major, minor = torch.cuda.get_device_capability()
+    assert fp16_partials((major, minor), 8) == (major >= 8)
+    lens = [(1, 1), (1, 777), (1, 2048), (1, 4096)]
+    case = gpu_case(lens, kv_dtype, 43, head_size, "head", feature, heads=(16, 2))
+    for num_splits in (None, 3):
+        check(run(case, path="decode", num_splits=num_splits), case, f"8 rows {num_splits}")
+
+
+@pytest.mark.gpu
+def test_gpu_fp16_partials_for_sanitizer() -> None:
+    """A small split decode whose programs combine 8 rows (fp16 partials on SM80+), wide
+    combine and narrow, for compute-sanitizer."""
+    for kv_dtype in ("float16", "fp8_e5m2"):
+        case = make_case(
+            [(1, 300), (1, 33)],
+            head_size=128,
+            num_heads=16,
+            num_kv_heads=2,
+            kv_cache_dtype=kv_dtype,
+            sinks=True,
+            device="cuda",
+        )
+        for num_splits in (None, 3):
+            check(run(case, path="decode", num_splits=num_splits), case, "sanitizer 8 rows")
 
 
 @pytest.mark.gpu

@@ -16,12 +16,14 @@ from volta_attn_v100.configs import (
     AHEAD_MIN_KEYS,
     AHEAD_STAGES,
     DEFAULT_SPLIT_POLICY,
+    FP16_PARTIAL_MIN_ROWS,
     ONE_STAGE_TAIL_MAX_KEYS,
     TWO_PER_SM_SPLIT_POLICY,
     SplitPolicy,
     ahead_tiles,
     decode_combine,
     decode_tiles,
+    fp16_partials,
     last_wave_fill,
     one_stage_tail,
     scores_ahead,
@@ -124,6 +126,20 @@ def test_scores_go_ahead_for_long_fp8_partitions_on_sm80_and_later() -> None:
     assert not scores_ahead(True, h100, AHEAD_MIN_KEYS - 1)
     assert not scores_ahead(False, h100, 1 << 20)  # fp16
     assert not scores_ahead(True, (7, 0), 1 << 20)  # SM70: whole tiles, FMA dots
+
+
+def test_partials_are_fp16_where_a_program_combines_8_rows_or_more() -> None:
+    """64/8 heads at one query token combine 8 rows (fp16 partials on SM80+); 32/8 combine 4
+    (fp32: fp16 was slower there on the H100); SM70 keeps fp32."""
+    h100 = (9, 0)
+    assert fp16_partials(h100, FP16_PARTIAL_MIN_ROWS)
+    assert fp16_partials(h100, 16)
+    assert not fp16_partials(h100, 4)
+    assert not fp16_partials((7, 0), 16)
+    rows_64_8, _ = decode_combine(16, 1, 8, 128, h100, wide=True)
+    rows_32_8, _ = decode_combine(16, 1, 4, 128, h100, wide=True)
+    assert fp16_partials(h100, rows_64_8)
+    assert not fp16_partials(h100, rows_32_8)
 
 
 def test_masked_tiles_run_on_one_stage_in_short_partitions_of_split_launches() -> None:

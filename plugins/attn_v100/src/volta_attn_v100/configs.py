@@ -185,6 +185,25 @@ def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: 
 ONE_STAGE_TAIL_MAX_KEYS = 4096
 
 
+#: Fewest rows a decode program combines for its split partials to be stored in fp16.
+FP16_PARTIAL_MIN_ROWS = 8
+
+
+def fp16_partials(capability: tuple[int, int], combine_rows: int) -> bool:
+    """Whether a split decode launch stores each partition's partial output normalised by its
+    own sum, in fp16 (``PARTIALS_F16``; the running max and sum stay fp32), rather than
+    unnormalised in fp32: on SM80+, where the combining program covers at least
+    :data:`FP16_PARTIAL_MIN_ROWS` rows (``COMBINE_M``), so that its serial read of every
+    partition's rows is half the bytes. A normalised partial is a weighted mean of V rows, so
+    fp16 holds its range; the combine weighs it back by its sum in fp32.
+
+    H100 (``results/fp16_partials/``): 64/8 heads (8 rows) 1 x 8K fp16 18.59 -> 17.93 us and
+    fp8 17.18 -> 15.69, every other split 64/8 shape 0-4% faster; but with 4 rows (32/8
+    heads) fp8 1 x 8K took 23% longer, 1 x 1K 9-20% and fp16 32 x 16K 11%, so 4-row combines
+    keep fp32. SM70 was not measured and keeps fp32."""
+    return not is_sm70_class(capability) and combine_rows >= FP16_PARTIAL_MIN_ROWS
+
+
 def one_stage_tail(capability: tuple[int, int], num_splits: int, keys_per_partition: int) -> bool:
     """Whether a decode launch runs its masked tiles in one loop of one stage, after the whole
     tiles' pipelined loop (``ONE_STAGE_TAIL``, :func:`volta_attn_v100.kernels.common.attend`):
@@ -637,10 +656,12 @@ def decode_kernel_config(
     offsets_32: bool = True,
 ) -> KernelConfig:
     """The decode kernel's launch configuration for these tiles, ``(COMBINE_M,
-    SPLIT_CHUNK)``, ``AHEAD``, ``KV_PER_PROG``, ``ONE_STAGE_TAIL`` and ``CACHE_OFFSETS_32``
-    (shipped ones, or the benchmark sweep's variants, which are compiled for sm_90 in the
-    tests before a GPU runs them)."""
+    SPLIT_CHUNK)`` (with the partials' dtype, :func:`fp16_partials`), ``AHEAD``,
+    ``KV_PER_PROG``, ``ONE_STAGE_TAIL`` and ``CACHE_OFFSETS_32`` (shipped ones, or the
+    benchmark sweep's variants, which are compiled for sm_90 in the tests before a GPU runs
+    them)."""
     fp8 = kv_dtype != "float16"
+    partials_f16 = fp16_partials(capability, combine[0])
     return KernelConfig(
         name=name,
         kernel=f"{KERNEL_MODULE}:paged_decode_kernel",
@@ -648,9 +669,11 @@ def decode_kernel_config(
             **_DECODE_SIGNATURE_HEAD,
             "kv_ptr": KV_POINTER_TYPES[kv_dtype],
             **_DECODE_SIGNATURE_TAIL,
+            "part_acc_ptr": "*fp16" if partials_f16 else "*fp32",
         },
         constexprs={
             **_attention_constexprs(head_size, tiles, fp8, capability, offsets_32),
+            "PARTIALS_F16": partials_f16,
             "COMBINE_M": combine[0],
             "SPLIT_CHUNK": combine[1],
             "AHEAD": ahead,

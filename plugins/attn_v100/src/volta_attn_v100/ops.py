@@ -31,6 +31,7 @@ from volta_attn_v100.configs import (
     decode_block_m,
     decode_combine,
     decode_tiles,
+    fp16_partials,
     head_halves,
     head_pad,
     kv_heads_per_program,
@@ -460,9 +461,12 @@ def _launch_decode(
         tiles.block_m, q_pad, a.group_pad * kv_per_prog, head_size, capability, wide
     )
     pad = head_pad(head_size)
+    partials_f16 = fp16_partials(capability, combine_m)
     if num_splits > 1:
         part_acc = torch.empty(
-            (num_tokens, num_heads, num_splits, pad), dtype=torch.float32, device=device
+            (num_tokens, num_heads, num_splits, pad),
+            dtype=torch.float16 if partials_f16 else torch.float32,
+            device=device,
         )
         part_ml = torch.empty(
             (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
@@ -470,7 +474,10 @@ def _launch_decode(
         counters = arrival_counters(device, num_seqs * kv_programs)
     else:
         # One partition writes the output itself: nothing to combine, nothing to count.
-        part_acc = part_ml = torch.empty(0, dtype=torch.float32, device=device)
+        part_ml = torch.empty(0, dtype=torch.float32, device=device)
+        part_acc = torch.empty(
+            0, dtype=torch.float16 if partials_f16 else torch.float32, device=device
+        )
         counters = torch.empty(0, dtype=torch.int32, device=device)
     paged_decode_kernel[(num_seqs, kv_programs, num_splits)](
         a.query,
@@ -510,6 +517,7 @@ def _launch_decode(
         KV_FP8=a.fp8,
         NATIVE_FP8=a.fp8 and native_e5m2(capability),
         HALVES=head_halves(a.fp8, capability),
+        PARTIALS_F16=partials_f16,
         COMBINE_M=combine_m,
         SPLIT_CHUNK=split_chunk,
         AHEAD=ahead,

@@ -65,6 +65,7 @@ def paged_decode_kernel(
     HALVES: tl.constexpr,
     COMBINE_M: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
+    PARTIALS_F16: tl.constexpr,
     AHEAD: tl.constexpr,
     KV_PER_PROG: tl.constexpr,
     ONE_STAGE_TAIL: tl.constexpr,
@@ -88,7 +89,9 @@ def paged_decode_kernel(
     ``COMBINE_M`` (a power of two, at most ``BLOCK_M``) covers every row a program can own
     (``query_len_pad x heads_per_prog``): ``BLOCK_M`` is at least 16 for ``tl.dot``, but a
     32/8-head decode owns 4 rows, so the combine loads only those rows' partials and takes
-    ``SPLIT_CHUNK`` partitions per L2 round trip (:func:`combine_splits`).
+    ``SPLIT_CHUNK`` partitions per L2 round trip (:func:`combine_splits`). ``PARTIALS_F16``:
+    ``part_acc`` is fp16 and holds each partial normalised by its own sum
+    (:func:`volta_attn_v100.configs.fp16_partials` says where).
 
     ``AHEAD``: the whole tiles' scores one iteration ahead
     (:func:`volta_attn_v100.configs.scores_ahead` says where).
@@ -197,9 +200,14 @@ def paged_decode_kernel(
         )
     else:
         part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
+        if PARTIALS_F16:
+            # A partition that saw no key of a row holds l = 0 and acc = 0: it stores 0.
+            part = (acc / tl.where(l_i > 0, l_i, 1.0)[:, None]).to(tl.float16)
+        else:
+            part = acc
         tl.store(
             part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
-            acc,
+            part,
             mask=row_valid[:, None],
         )
         tl.store(part_ml_ptr + part_row * 2, m_i, mask=row_valid)
@@ -222,6 +230,7 @@ def paged_decode_kernel(
                 valid_c,
                 HEAD_PAD,
                 SPLIT_CHUNK,
+                PARTIALS_F16,
             )
             sink_c = load_sinks(sinks_ptr, q_head_c, valid_c, has_sinks)
             out = finish_rows(m_c, l_c, acc_c, sink_c)
@@ -272,8 +281,10 @@ def combine_splits(
     row_valid,
     HEAD_PAD: tl.constexpr,
     SPLIT_CHUNK: tl.constexpr,
+    PARTIALS_F16: tl.constexpr,
 ):
-    """Running max, sum and output of the rows over all partitions' partials.
+    """Running max, sum and output of the rows over all partitions' partials (``PARTIALS_F16``:
+    each normalised by its own sum, so weighed by it here).
 
     ``rows_base[r]`` is row ``r``'s first partial (partition 0), counted from the pointers.
     ``SPLIT_CHUNK`` partitions are loaded as one ``[rows, SPLIT_CHUNK, HEAD_PAD]`` tile (past
@@ -314,6 +325,8 @@ def combine_splits(
         # fma(l0, w0, l1 w1) and its replica fma(l1, w1, l0 w0), one bit apart, and both
         # write the row's normaliser to one shared address (racecheck WAW, 16-row combines).
         l_sum = l_sum * alpha + tl.sum(tl.where(ok, l_s * w, 0.0), 1)
+        if PARTIALS_F16:
+            acc_s = acc_s.to(tl.float32) * l_s[:, :, None]
         acc = acc * alpha[:, None] + tl.sum(acc_s * w[:, :, None], 1)
         m = m_new
     return m, l_sum, acc

@@ -200,11 +200,9 @@ def paged_decode_kernel(
         )
     else:
         part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
-        if PARTIALS_F16:
-            # A partition that saw no key of a row holds l = 0 and acc = 0: it stores 0.
-            part = (acc / tl.where(l_i > 0, l_i, 1.0)[:, None]).to(tl.float16)
-        else:
-            part = acc
+        # fp16: a partition that saw no key of a row holds l = 0 and acc = 0; it stores 0.
+        normalised = (acc / tl.where(l_i > 0, l_i, 1.0)[:, None]).to(tl.float16)
+        part = normalised if PARTIALS_F16 else acc
         tl.store(
             part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
             part,

@@ -163,12 +163,13 @@ def test_wide_combine_agrees(monkeypatch, num_splits) -> None:
 
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
-@pytest.mark.parametrize(("wide", "num_splits"), [(False, 5), (True, 33)])
+@pytest.mark.parametrize(("wide", "num_splits"), [(False, 1), (False, 5), (True, 33)])
 @pytest.mark.parametrize(("num_heads", "q_len"), [(16, 1), (8, 2), (4, 1)])
 def test_fp16_partials(monkeypatch, num_heads, q_len, wide, num_splits, kv_dtype) -> None:
     """Partials stored normalised in fp16 (SM80+ combines of 8 rows or more), forced here for
     8- and 4-row combines, narrow and wide: a window and short sequences leave partitions
-    that see no key of a row, which must weigh nothing; sinks join the combine."""
+    that see no key of a row, which must weigh nothing; sinks join the combine. One partition
+    (the same build, an empty fp16 partials buffer) writes its output directly."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "fp16_partials", lambda *args: True)
@@ -657,15 +658,15 @@ def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
 @pytest.mark.parametrize("feature", [None, "sliding_window", "sinks"])
 def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
     """16/2 heads: each program combines 8 rows, which SM80+ stores as fp16 partials; split
-    (the policy's count, with a short sequence and a window leaving partitions empty) and
-    with 3 partitions."""
+    (the policy's count, with a short sequence and a window leaving partitions empty), with
+    3 partitions, and unsplit (the same build's one-partition path)."""
     from volta_attn_v100.configs import fp16_partials
 
     major, minor = torch.cuda.get_device_capability()
     assert fp16_partials((major, minor), 8) == (major >= 8)
     lens = [(1, 1), (1, 777), (1, 2048), (1, 4096)]
     case = gpu_case(lens, kv_dtype, 43, head_size, "head", feature, heads=(16, 2))
-    for num_splits in (None, 3):
+    for num_splits in (None, 3, 1):
         check(run(case, path="decode", num_splits=num_splits), case, f"8 rows {num_splits}")
 
 

@@ -200,12 +200,9 @@ def paged_decode_kernel(
         )
     else:
         part_row = (token.to(tl.int64) * num_q_heads + q_head) * num_splits + split
-        # fp16: a partition that saw no key of a row holds l = 0 and acc = 0; it stores 0.
-        normalised = (acc / tl.where(l_i > 0, l_i, 1.0)[:, None]).to(tl.float16)
-        part = normalised if PARTIALS_F16 else acc
         tl.store(
             part_acc_ptr + part_row[:, None] * HEAD_PAD + offs_d[None, :],
-            part,
+            stored_partial(acc, l_i, PARTIALS_F16),
             mask=row_valid[:, None],
         )
         tl.store(part_ml_ptr + part_row * 2, m_i, mask=row_valid)
@@ -236,6 +233,17 @@ def paged_decode_kernel(
                 out, out_ptr, token_c, q_head_c, valid_c, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD
             )
             tl.store(counter, 0)
+
+
+@triton.jit
+def stored_partial(acc, l_i, PARTIALS_F16: tl.constexpr):
+    """A partition's partial output as ``part_acc`` holds it: fp32 and unnormalised, or
+    (``PARTIALS_F16``) normalised by the partition's sum and in fp16. A partition that saw no
+    key of a row holds ``l = 0`` and ``acc = 0`` there, and stores 0."""
+    if PARTIALS_F16:
+        return (acc / tl.where(l_i > 0, l_i, 1.0)[:, None]).to(tl.float16)
+    else:
+        return acc
 
 
 @triton.jit

@@ -18,7 +18,7 @@ from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
 
 from volta_attn_v100.configs import LONG_PREFILL_QUERY, OFFSETS_32_SPAN, cache_offsets_32
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
-from volta_attn_v100.ops import cache_span, paged_attention
+from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
 from volta_core.kernels.counters import arrival_counters
 
@@ -150,15 +150,24 @@ def test_split_counts_agree(num_splits) -> None:
     check(run(case, path="decode", num_splits=num_splits), case, f"{num_splits} splits")
 
 
+@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("num_splits", [32, 33])
-def test_wide_combine_agrees(monkeypatch, num_splits) -> None:
-    """The wide combine (SM80+, fp16, small grids) loads 32 partitions of 4 rows per step:
-    forced here, since the interpreter runs SM70 tiles; 33 partitions take a second step of
-    one, and the short sequences leave most partitions without a key."""
+def test_wide_combine_agrees(monkeypatch, num_splits, kv_dtype) -> None:
+    """The wide combine (SM80+ small grids: fp16, and fp8 at 32 partitions) loads 32
+    partitions of 4 rows per step: forced here, since the interpreter runs SM70 tiles; 33
+    partitions take a second step of one, and the short sequences leave most partitions
+    without a key."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "wide_combine", lambda *args: True)
-    case = make_case([(1, 70), (1, 2), (1, 600)], head_size=128, sinks=True, seed=5)
+    case = make_case(
+        [(1, 70), (1, 2), (1, 600)],
+        head_size=128,
+        kv_cache_dtype=kv_dtype,
+        scales="head" if kv_dtype != "float16" else "none",
+        sinks=True,
+        seed=5,
+    )
     check(run(case, path="decode", num_splits=num_splits), case, f"wide, {num_splits} splits")
 
 
@@ -671,6 +680,27 @@ def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("head_size", [64, 80, 128])
+@pytest.mark.parametrize("feature", [None, "sliding_window", "sinks"])
+@pytest.mark.parametrize("heads", [(8, 2), (16, 2)])
+def test_gpu_fp8_decode_with_the_wide_combine(head_size, feature, heads) -> None:
+    """fp8 decode of one sequence: the policy cuts it into 32 partitions, which SM80+ combines
+    in the wide step (4 and 8 rows a program; 8 stored as fp16 partials); the second batch
+    adds a short sequence whose later partitions hold no key."""
+    from volta_attn_v100.configs import WIDE_FP8_MIN_SPLITS, wide_combine
+
+    capability = torch.cuda.get_device_capability()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    splits = default_num_splits(1, heads[1], 4096, "cuda", "fp8_e5m2")
+    assert splits == WIDE_FP8_MIN_SPLITS
+    wide = wide_combine(True, capability, head_size, heads[1] * splits, sms, splits)
+    assert wide == (capability >= (8, 0))
+    for lens in ([(1, 4096)], [(1, 4096), (1, 300)]):
+        case = gpu_case(lens, "fp8_e5m2", 47, head_size, "head", feature, heads=heads)
+        check(run(case, path="decode"), case, f"fp8 wide d{head_size} {feature} {lens}")
+
+
+@pytest.mark.gpu
 def test_gpu_fp16_partials_for_sanitizer() -> None:
     """A small split decode whose programs combine 8 rows (fp16 partials on SM80+), wide
     combine and narrow, for compute-sanitizer."""
@@ -691,10 +721,11 @@ def test_gpu_fp16_partials_for_sanitizer() -> None:
 @pytest.mark.gpu
 def test_gpu_small_for_sanitizer() -> None:
     """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs: the fp16
-    decode's grid is small enough for the wide combine on SM80+; head size 512 has tiles of its
-    own."""
+    decode's grid is small enough for the wide combine on SM80+, and the second fp8 decode's
+    32 partitions take it too; head size 512 has tiles of its own."""
     for path, lens, kv_dtype, head_size in (
         ("decode", [(1, 70), (2, 33)], "fp8_e5m2", 128),
+        ("decode", [(1, 2100)], "fp8_e5m2", 128),
         ("decode", [(1, 700), (1, 33)], "float16", 128),
         ("prefill", [(40, 70), (1, 1)], "fp8_e5m2", 128),
         ("decode", [(1, 300), (3, 33)], "fp8_e5m2", 512),

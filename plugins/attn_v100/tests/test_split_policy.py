@@ -19,6 +19,7 @@ from volta_attn_v100.configs import (
     FP16_PARTIAL_MIN_ROWS,
     ONE_STAGE_TAIL_MAX_KEYS,
     TWO_PER_SM_SPLIT_POLICY,
+    WIDE_FP8_MIN_SPLITS,
     SplitPolicy,
     ahead_tiles,
     decode_combine,
@@ -97,16 +98,33 @@ def test_an_unknown_kv_dtype_is_refused() -> None:
 def test_small_fp16_grids_combine_in_one_wide_step() -> None:
     """1 x 8K at 32/8 heads is 8 KV programs x 32 partitions, 256 programs where the SMs hold
     264 at two each: the combine loads all 32 partitions of its 4 rows in one step instead of
-    four. A grid that needs three programs per SM, fp8 (255 registers already) and SM70 keep
-    the narrow step."""
+    four. A grid that needs three programs per SM and SM70 keep the narrow step."""
     h100 = (9, 0)
-    assert wide_combine(False, h100, 8 * 32, H100_SMS)
+    assert wide_combine(False, h100, 128, 8 * 32, H100_SMS, 32)
+    assert wide_combine(False, h100, 512, 8 * 4, H100_SMS, 4)
     assert decode_combine(16, 1, 4, 128, h100, wide=True) == (4, 32)
     assert decode_combine(16, 1, 4, 128, h100) == (4, 8)
     assert decode_combine(16, 1, 8, 128, h100, wide=True) == (8, 16)  # 64/8 heads
-    assert not wide_combine(False, h100, 16 * 24, H100_SMS)  # 2 x 8K: 384 programs
-    assert not wide_combine(True, h100, 8, H100_SMS)
-    assert not wide_combine(False, (7, 0), 8, H100_SMS)
+    assert not wide_combine(False, h100, 128, 16 * 24, H100_SMS, 24)  # 2 x 8K: 384 programs
+    assert not wide_combine(False, (7, 0), 128, 8, H100_SMS, 1)
+
+
+def test_fp8_takes_the_wide_step_only_at_the_most_partitions() -> None:
+    """fp8 decode programs spill more with the wide combine, which paid on the H100 only where
+    the narrow one takes the most steps: 32 partitions (a batch of one sequence), not 16 or
+    fewer, nor heads over 128, nor grids over two programs an SM."""
+    h100 = (9, 0)
+    policy = split_policy_for(True, h100)
+    splits = policy.num_splits(8, 8192, H100_SMS)  # 1 x 8K, 8 KV heads
+    assert splits == WIDE_FP8_MIN_SPLITS == 32
+    assert wide_combine(True, h100, 128, 8 * splits, H100_SMS, splits)
+    assert wide_combine(True, h100, 80, 8 * splits, H100_SMS, splits)
+    two = policy.num_splits(16, 32768, H100_SMS)  # 2 x 32K: 16 partitions
+    assert two == 16
+    assert not wide_combine(True, h100, 128, 16 * two, H100_SMS, two)
+    assert not wide_combine(True, h100, 256, 8 * splits, H100_SMS, splits)
+    assert not wide_combine(True, h100, 128, 3 * H100_SMS, H100_SMS, splits)
+    assert not wide_combine(True, (7, 0), 128, 8 * splits, H100_SMS, splits)
 
 
 def test_a_partition_too_large_for_a_narrow_step_stays_alone() -> None:

@@ -77,9 +77,7 @@ def main() -> int:
             f"{k} [{splits[k]}] {best[k]:7.2f} ({best[k] / f16:.4f}x)"
             for k in ("fp8", "fp8 ahead s3")
         )
-        lines.append(
-            f"{heads}/8 {batch:>3} x {ctx:<6} fp16 {f16:8.2f} | {cells} | diff {diff:.1e}"
-        )
+        lines.append(f"{heads}/8 {batch:>3} x {ctx:<6} fp16 {f16:8.2f} | {cells} | diff {diff:.1e}")
     print(f"\n== us, best of {ROUNDS} alternating runs (x fp16 time)")
     print("\n".join(lines))
     return 0

@@ -362,20 +362,41 @@ WIDE_COMBINE_PROGRAMS_PER_SM = 2
 MAX_SPLIT_CHUNK = 32
 
 
+#: Fewest partitions an fp8 decode launch combines for it to take the wide combine
+#: (:func:`wide_combine`): the split policy's most, which it gives batches of one sequence.
+WIDE_FP8_MIN_SPLITS = 32
+
+
 def wide_combine(
-    kv_fp8: bool, capability: tuple[int, int], num_programs: int, num_sms: int
+    kv_fp8: bool,
+    capability: tuple[int, int],
+    head_size: int,
+    num_programs: int,
+    num_sms: int,
+    num_splits: int,
 ) -> bool:
-    """Whether a decode launch of ``num_programs`` programs combines its partitions in the
-    fewest steps (:data:`WIDE_COMBINE_FLOATS`): an fp16 cache on SM80+ whose grid the SMs
-    hold at :data:`WIDE_COMBINE_PROGRAMS_PER_SM` programs each. There the combine is the
-    serial tail of a step that reads little (a batch of one or two sequences), and the
-    registers its wider loads take cost no occupancy. fp8 decode programs already take 255
-    registers and spilled more with it; SM70 spills at the narrow step already."""
-    return (
-        not kv_fp8
-        and not is_sm70_class(capability)
-        and num_programs <= WIDE_COMBINE_PROGRAMS_PER_SM * num_sms
-    )
+    """Whether a decode launch of ``num_programs`` programs, each sequence's keys cut into
+    ``num_splits`` partitions, combines its partitions in the fewest steps
+    (:data:`WIDE_COMBINE_FLOATS`): on SM80+, where the SMs hold the grid at
+    :data:`WIDE_COMBINE_PROGRAMS_PER_SM` programs each, for an fp16 cache, and for an fp8
+    cache from :data:`WIDE_FP8_MIN_SPLITS` partitions with heads up to 128 (padded). There
+    the combine is the serial tail of a step that reads little (a batch of one or two
+    sequences), and the registers its wider loads take cost no occupancy. SM70 spills at the
+    narrow step already.
+
+    fp8 decode programs take 255 registers either way and spill more with the wide combine,
+    which lost where it saves little: H100, head size 128 (``results/fp8_wide/``, x fp16
+    time, narrow -> wide) 32/8 8 x 8K (4 partitions) 0.603 -> 0.606, 4 x 8K (8) 0.633 ->
+    0.638, 1 x 1K (16) 1.048 -> 1.061, 2 x 32K (16) 0.595 -> 0.594; with 32 partitions, whose
+    narrow combine takes 4 steps at 32/8 heads and 8 at 64/8, it won: 1 x 8K 0.811 -> 0.767
+    (32/8) and 0.886 -> 0.773 (64/8), 1 x 32K 0.652 -> 0.635 and 0.679 -> 0.650. Larger fp8
+    heads, which spill 84-160 B at sm_90 already, were not timed with it and keep the narrow
+    step."""
+    if is_sm70_class(capability) or num_programs > WIDE_COMBINE_PROGRAMS_PER_SM * num_sms:
+        return False
+    if not kv_fp8:
+        return True
+    return head_pad(head_size) <= 128 and num_splits >= WIDE_FP8_MIN_SPLITS
 
 
 def decode_combine(
@@ -415,8 +436,11 @@ def decode_launches(
     combine covering them)."""
     found: list[tuple[int, int, int]] = []
     q_pads = [1 << i for i in range(MAX_DECODE_QUERY_LEN.bit_length())]
-    # The launcher's choice for the smallest grid and for one too large for any GPU.
-    wides = {wide_combine(kv_fp8, capability, n, 1) for n in (1, 1 << 30)}
+    # The launcher's choice for the smallest grid split the most, and for one too large for
+    # any GPU. Launches walking several KV heads fill the GPU unsplit (kv_heads_per_program),
+    # more programs than the wide combine is taken for at any partition count.
+    grids = ((1, MAX_SPLITS), (1 << 30, 1)) if kv_per_prog == 1 else ((1 << 30, 1),)
+    wides = {wide_combine(kv_fp8, capability, head_size, n, 1, s) for n, s in grids}
     if kv_per_prog > 1 and not can_pair_kv_heads(kv_fp8, capability, head_size):
         return found
     for q_pad, wide in itertools.product(q_pads, sorted(wides)):

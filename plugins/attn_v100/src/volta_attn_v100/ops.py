@@ -451,7 +451,8 @@ def _launch_decode(
         )
     if not 1 <= num_splits <= MAX_SPLITS:
         _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
-    wide = wide_combine(a.fp8, capability, num_seqs * kv_programs * num_splits, _num_sms(device))
+    num_programs = num_seqs * kv_programs * num_splits
+    wide = wide_combine(a.fp8, capability, head_size, num_programs, _num_sms(device), num_splits)
     # Keys one program walks: its partition of the longest sequence, for each of its KV heads.
     walked = kv_per_prog * -(-max_seq_len // num_splits)
     ahead = scores_ahead(a.fp8, capability, walked)

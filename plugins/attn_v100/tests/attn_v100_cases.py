@@ -1,8 +1,8 @@
 """Random paged-attention inputs and the float64 reference the kernels are checked against.
 
 A case is a batch of sequences with given (query length, total length) pairs, a KV cache with
-more blocks than needed, block tables pointing at shuffled blocks, random fp16 data (fp8 e5m2
-caches are quantized by torch, since the Triton interpreter's fp8 conversions are wrong,
+more blocks than needed, block tables pointing at shuffled blocks, random fp16 data (fp8 e5m2 and
+e4m3 caches are quantized by torch, since the Triton interpreter's fp8 conversions are wrong,
 FACTS.md 2), and optional scales, window, soft cap and sinks.
 """
 
@@ -18,6 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+#: The torch dtype of each fp8 KV dtype's codes.
+TORCH_FP8: dict[str, torch.dtype] = {
+    "fp8_e5m2": torch.float8_e5m2,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
 
 
 @dataclass
@@ -93,12 +99,13 @@ def make_case(
     for i, n in enumerate(pages):
         block_table[i, n:] = 10**6
     logical = (num_blocks, num_kv_heads, block_size, 2 * head_size)
-    storage = torch.uint8 if kv_cache_dtype == "fp8_e5m2" else torch.float16
+    fp8 = TORCH_FP8.get(kv_cache_dtype)
+    storage = torch.uint8 if fp8 is not None else torch.float16
     physical = torch.empty([logical[d] for d in physical_order], dtype=storage)
     inverse = [physical_order.index(d) for d in range(4)]
     real = torch.randn(logical, generator=gen, dtype=torch.float32)
     k_scale = v_scale = None
-    if kv_cache_dtype == "fp8_e5m2":
+    if fp8 is not None:
         if scales == "tensor":
             k_scale = torch.rand(1, generator=gen) * 0.5 + 0.25
             v_scale = torch.rand(1, generator=gen) * 0.5 + 0.25
@@ -107,9 +114,9 @@ def make_case(
             v_scale = torch.rand(num_kv_heads, generator=gen) * 0.5 + 0.25
         ks = (k_scale if k_scale is not None else torch.ones(1)).view(1, -1, 1, 1)
         vs = (v_scale if v_scale is not None else torch.ones(1)).view(1, -1, 1, 1)
-        stored = torch.cat([real[..., :head_size] / ks, real[..., head_size:] / vs], dim=-1).to(
-            torch.float8_e5m2
-        )
+        scaled = torch.cat([real[..., :head_size] / ks, real[..., head_size:] / vs], dim=-1)
+        finite_max = torch.finfo(fp8).max
+        stored = scaled.clamp(-finite_max, finite_max).to(fp8)
         kv_view = physical.permute(*inverse)
         kv_view.copy_(stored.view(torch.uint8))
     else:
@@ -144,12 +151,12 @@ def make_case(
 
 
 def dequantized_cache(case: PagedCase) -> torch.Tensor:
-    """The cache in float64 real units: fp16 as is, fp8 e5m2 decoded and times its scales."""
+    """The cache in float64 real units: fp16 as is, fp8 decoded by torch and times its scales."""
     kv = case.kv_cache.detach().cpu()
     head_size = kv.shape[-1] // 2
     if case.kv_cache_dtype == "float16":
         return kv.to(torch.float64)
-    values = kv.view(torch.float8_e5m2).to(torch.float64)
+    values = kv.view(TORCH_FP8[case.kv_cache_dtype]).to(torch.float64)
     nkv = kv.shape[1]
     ks = case.k_scale.cpu().double() if case.k_scale is not None else torch.ones(1).double()
     vs = case.v_scale.cpu().double() if case.v_scale is not None else torch.ones(1).double()

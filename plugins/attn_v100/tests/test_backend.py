@@ -52,13 +52,47 @@ def test_validation_refuses_576_like_the_declaration() -> None:
     assert reasons == ["head_size not supported"]
 
 
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3"])
+def test_validation_takes_e4m3_from_sm89_only(kv) -> None:
+    """e4m3 needs SM89 in vLLM's validation too, as in the declaration
+    (``kv_dtype_min_capability``): refused on a V100 with the reason, taken on the H100."""
+    import torch
+    from vllm.platforms.interface import DeviceCapability
+
+    def reasons(major: int, minor: int) -> list[str]:
+        return Backend.validate_configuration(
+            head_size=128,
+            dtype=torch.float16,
+            kv_cache_dtype=kv,
+            block_size=16,
+            use_mla=False,
+            has_sink=False,
+            use_sparse=False,
+            use_mm_prefix=False,
+            use_per_head_quant_scales=False,
+            device_capability=DeviceCapability(major, minor),
+            attn_type="decoder",
+        )
+
+    (refusal,) = reasons(7, 0)
+    assert "'fp8_e4m3' needs compute capability 8.9" in refusal
+    assert "this device has 7.0; use fp8_e5m2" in refusal
+    assert SPEC.kv_dtype_min_capability["fp8_e4m3"] == (8, 9)
+    assert reasons(8, 9) == []
+    assert reasons(9, 0) == []
+    assert Backend.supports_combination(128, torch.float16, "fp8_e5m2", 16, False, False, False,
+                                        False, DeviceCapability(7, 0)) is None  # fmt: skip
+
+
 def test_other_answers_match_the_declaration() -> None:
     import torch
     from vllm.platforms.interface import DeviceCapability
 
     assert Backend.supported_dtypes == [torch.float16]
-    assert {"auto", "float16", "fp8_e5m2"} == set(Backend.supported_kv_cache_dtypes)
-    assert not Backend.supports_kv_cache_dtype("fp8_e4m3")
+    assert {"auto", "float16", "fp8_e5m2", "fp8", "fp8_e4m3"} == set(
+        Backend.supported_kv_cache_dtypes
+    )
+    assert not Backend.supports_kv_cache_dtype("bfloat16")
     assert Backend.supports_block_size(16)
     assert Backend.supports_block_size(32)
     assert not Backend.supports_block_size(8)
@@ -95,8 +129,8 @@ def test_impl_does_not_take_quantized_queries() -> None:
     [
         ({"head_size": 576}, "head size 576 is not supported"),
         ({"head_size": 72}, "head size 72 is not supported"),
-        ({"kv_cache_dtype": "fp8_e4m3"}, "KV-cache dtype 'fp8_e4m3' is not supported"),
-        ({"kv_cache_dtype": "fp8"}, "KV-cache dtype 'fp8' is not supported"),
+        ({"kv_cache_dtype": "bfloat16"}, "KV-cache dtype 'bfloat16' is not supported"),
+        ({"kv_cache_dtype": "fp8_e4m3fnuz"}, "KV-cache dtype 'fp8_e4m3fnuz' is not supported"),
         ({"alibi_slopes": [1.0] * 8}, "ALiBi"),
         ({"attn_type": "encoder_only"}, "attention type encoder_only"),
         ({"num_kv_heads": 3}, "not a multiple of 3"),
@@ -106,3 +140,17 @@ def test_impl_does_not_take_quantized_queries() -> None:
 def test_impl_refuses_what_the_kernels_do_not_run(overrides, message) -> None:
     with pytest.raises(AttentionInputError, match=message):
         make_impl(**overrides)
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3"])
+def test_impl_refuses_e4m3_on_a_gpu_below_sm89(monkeypatch, kv) -> None:
+    """Built on a V100 (the device query answers 7.0), an e4m3 layer is refused at build time
+    with the capability it needs; on the H100 it is built."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    with pytest.raises(AttentionInputError, match=r"'fp8_e4m3' needs compute capability 8\.9"):
+        make_impl(kv_cache_dtype=kv)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    assert make_impl(kv_cache_dtype=kv).cache_format == "fp8_e4m3"

@@ -125,6 +125,13 @@ def test_an_unknown_part_is_refused_before_any_measurement(capsys, tmp_path) -> 
     assert not any(tmp_path.iterdir()), "nothing may be measured or written"
 
 
+def test_e4m3_rows_need_the_decode_part(capsys, tmp_path) -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--parts", "prefill,e4m3"])
+    assert "name decode too" in capsys.readouterr().err
+    assert not (tmp_path / "attn_v100_bench.json").exists()
+
+
 def test_sweep_sections_name_every_section_the_sweep_runs() -> None:
     import inspect
 

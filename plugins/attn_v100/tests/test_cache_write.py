@@ -1,4 +1,4 @@
-"""The cache write against torch: fp16 copies, fp8 e5m2 codes bit-exact to torch's RNE
+"""The cache write against torch: fp16 copies, fp8 e5m2 and e4m3 codes bit-exact to torch's RNE
 (saturating) conversion of ``x * (1/scale)`` in float32 (the fp8kv plugin's format, one
 rounding); padding slots skipped; every fp16 bit pattern."""
 
@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import pytest
 import torch
+from attn_v100_cases import TORCH_FP8
 
 from volta_attn_v100.ops import AttentionInputError, write_kv_cache
 
-E5M2_MAX = 57344.0
+KV_DTYPES = ["float16", *TORCH_FP8]
 
 
-def torch_e5m2(x: torch.Tensor) -> torch.Tensor:
-    """Reference codes: RNE via torch, saturated to the largest finite code."""
-    finite = torch.isfinite(x) | torch.isinf(x)
-    clamped = torch.where(finite, x.clamp(-E5M2_MAX, E5M2_MAX), x)
-    return clamped.to(torch.float8_e5m2).view(torch.uint8)
+def torch_codes(x: torch.Tensor, kv_dtype: str) -> torch.Tensor:
+    """Reference codes: RNE via torch, saturated to the largest finite code (NaN kept)."""
+    fp8 = TORCH_FP8[kv_dtype]
+    top = torch.finfo(fp8).max
+    clamped = torch.where(torch.isnan(x), x, x.clamp(-top, top))
+    return clamped.to(fp8).view(torch.uint8)
 
 
-def test_every_fp16_bit_pattern() -> None:
+@pytest.mark.parametrize("kv_dtype", list(TORCH_FP8))
+def test_every_fp16_bit_pattern(kv_dtype) -> None:
     bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
     values = bits.view(torch.float16).reshape(-1, 1, 64)
     n = values.shape[0]
@@ -29,17 +32,17 @@ def test_every_fp16_bit_pattern() -> None:
         values,
         cache,
         torch.arange(n, dtype=torch.int64),
-        kv_cache_dtype="fp8_e5m2",
+        kv_cache_dtype=kv_dtype,
         check_values=False,
     )
     got = cache[:, 0, 0, :64].reshape(-1)
-    ref = torch_e5m2(values.reshape(-1))
+    ref = torch_codes(values.reshape(-1).float(), kv_dtype)
     nan = torch.isnan(values.reshape(-1))
     assert torch.equal(got[~nan], ref[~nan])
-    assert torch.isnan(got[nan].view(torch.float8_e5m2).float()).all()
+    assert torch.isnan(got[nan].view(TORCH_FP8[kv_dtype]).float()).all()
 
 
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("scales", ["none", "head"])
 def test_write_at_slots(kv_dtype, scales) -> None:
     gen = torch.Generator().manual_seed(1)
@@ -48,7 +51,7 @@ def test_write_at_slots(kv_dtype, scales) -> None:
     value = (torch.randn(tokens, heads, head_size, generator=gen) * 3).to(torch.float16)
     slots = torch.randperm(blocks * block, generator=gen)[:tokens]
     slots[3] = -1
-    storage = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
+    storage = torch.float16 if kv_dtype == "float16" else torch.uint8
     cache = torch.full((blocks, heads, block, 2 * head_size), 7, dtype=storage)
     before = cache.clone()
     k_scale = v_scale = None
@@ -71,7 +74,7 @@ def test_write_at_slots(kv_dtype, scales) -> None:
                 assert torch.equal(cache[b, :, o, part], src[t]), name
             else:
                 s_ = sc if sc is not None else torch.ones(heads)
-                ref = torch_e5m2(src[t].float() * torch.reciprocal(s_.float())[:, None])
+                ref = torch_codes(src[t].float() * torch.reciprocal(s_.float())[:, None], kv_dtype)
                 assert torch.equal(cache[b, :, o, part], ref), name
     assert torch.equal(cache[~written], before[~written]), "a padding slot or other slot changed"
 
@@ -84,7 +87,7 @@ def test_slot_past_the_cache() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_gpu_write_matches_cpu(kv_dtype) -> None:
     """The compiled kernel writes the same bytes as the interpreted one, at serving sizes."""
     gen = torch.Generator().manual_seed(2)
@@ -93,7 +96,7 @@ def test_gpu_write_matches_cpu(kv_dtype) -> None:
     value = (torch.randn(tokens, heads, head_size, generator=gen) * 4).to(torch.float16)
     slots = torch.randperm(blocks * block, generator=gen)[:tokens]
     slots[::7] = -1
-    storage = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
+    storage = torch.float16 if kv_dtype == "float16" else torch.uint8
     cache = torch.zeros((blocks, heads, block, 2 * head_size), dtype=storage)
     k_scale, v_scale = (
         torch.rand(heads, generator=gen) + 0.5,
@@ -112,6 +115,6 @@ def test_gpu_write_matches_cpu(kv_dtype) -> None:
         if kv_dtype == "float16":
             assert torch.equal(got, torch.cat([key[t], value[t]], dim=-1))
         else:
-            ref_k = torch_e5m2(key[t].float() * torch.reciprocal(k_scale)[:, None])
-            ref_v = torch_e5m2(value[t].float() * torch.reciprocal(v_scale)[:, None])
+            ref_k = torch_codes(key[t].float() * torch.reciprocal(k_scale)[:, None], kv_dtype)
+            ref_v = torch_codes(value[t].float() * torch.reciprocal(v_scale)[:, None], kv_dtype)
             assert torch.equal(got, torch.cat([ref_k, ref_v], dim=-1))

@@ -84,3 +84,34 @@ def test_scores_ahead_configs_compile_for_sm90(config) -> None:
     assert config.constexprs["KV_FP8"]
     assert config.constexprs["HALVES"]
     assert compiled(check_kernel_config(config, capability=90))
+
+
+def test_e4m3_builds_from_sm89_only() -> None:
+    """No e4m3 build on a V100 (or SM80: no e4m3 there); from SM89 every prefill and
+    cache-write build and each head size's first decode build get an e4m3 twin, which reads
+    its codes through the hardware conversion and writes them with the codec's e4m3 format."""
+    from volta_attn_v100.configs import (
+        FP8_E4M3_NATIVE,
+        KV_FORMAT_CODES,
+        fp8_decode,
+        kernel_configs,
+    )
+
+    for capability in ((7, 0), (8, 0)):
+        assert not [c.name for c in kernel_configs(capability) if "e4m3" in c.name]
+    configs = kernel_configs((9, 0))
+    twins = {c.name: c for c in configs if "_fp8_e4m3" in c.name}
+    for c in configs:
+        if "_fp8_e5m2" in c.name and not c.name.startswith("decode"):
+            twin = twins[c.name.replace("_fp8_e5m2", "_fp8_e4m3")]
+            assert twin.signature == c.signature
+    decode = [c for c in twins.values() if c.name.startswith("decode")]
+    assert sorted(c.constexprs["HEAD_SIZE"] for c in decode) == sorted(plugin.SPEC.head_sizes)
+    for c in twins.values():
+        if c.kernel.endswith("cache_write_kernel"):
+            assert c.constexprs["KV_FORMAT"] == KV_FORMAT_CODES["fp8_e4m3"] == 2
+        else:
+            assert c.constexprs["FP8_DECODE"] == FP8_E4M3_NATIVE
+    assert fp8_decode("fp8_e4m3", (8, 9)) == FP8_E4M3_NATIVE
+    assert fp8_decode("fp8_e4m3", (7, 0)) != FP8_E4M3_NATIVE
+    assert fp8_decode("fp8_e5m2", (7, 0)) != fp8_decode("fp8_e5m2", (9, 0))

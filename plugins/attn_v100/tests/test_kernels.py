@@ -16,7 +16,12 @@ import pytest
 import torch
 from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
 
-from volta_attn_v100.configs import LONG_PREFILL_QUERY, OFFSETS_32_SPAN, cache_offsets_32
+from volta_attn_v100.configs import (
+    E4M3_MIN_CAPABILITY,
+    LONG_PREFILL_QUERY,
+    OFFSETS_32_SPAN,
+    cache_offsets_32,
+)
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
 from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
@@ -24,6 +29,10 @@ from volta_core.kernels.counters import arrival_counters
 
 #: fp16 output and fp16 probabilities in P.V: relative error well under 1e-3 in practice.
 TOL = 4e-3
+
+#: Every KV dtype the declaration admits, and its fp8 ones.
+KV_DTYPES = sorted(SPEC.kv_cache_dtypes)
+FP8_DTYPES = [kv for kv in KV_DTYPES if kv != "float16"]
 
 DECODE_LENS = [(1, 1), (1, 37), (0, 5), (1, 70), (1, 16)]
 PREFILL_LENS = [(20, 37), (1, 1), (0, 9), (33, 33), (3, 50)]
@@ -68,7 +77,8 @@ def declared_combinations() -> list:
 def test_declared_features_are_the_tested_ones() -> None:
     assert set(FEATURE_KWARGS) - {None} == {f.value for f in SPEC.features}
     assert SPEC.dtypes == {"float16"}
-    assert SPEC.kv_cache_dtypes == {"float16", "fp8_e5m2"}
+    assert SPEC.kv_cache_dtypes == {"float16", "fp8_e5m2", "fp8_e4m3"}
+    assert dict(SPEC.kv_dtype_min_capability) == {"fp8_e4m3": (8, 9)}
 
 
 @pytest.mark.parametrize(("head_size", "kv_dtype", "feature", "path"), declared_combinations())
@@ -210,7 +220,7 @@ def test_split_decode_leaves_its_counters_zero(sinks) -> None:
         assert not counters.any(), f"counters left non-zero: {counters.nonzero().flatten()}"
 
 
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("path", ["decode", "prefill"])
 @pytest.mark.parametrize("head_size", [80, 128])
 def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> None:
@@ -236,7 +246,7 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
     )
 
 
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
     """The whole tiles' loop with each tile's scores taken one iteration ahead (``AHEAD``, in
@@ -421,9 +431,10 @@ def test_larger_blocks(block_size) -> None:
     check(run(case, path="decode"), case, f"decode block {block_size}")
 
 
+@pytest.mark.parametrize("kv_dtype", FP8_DTYPES)
 @pytest.mark.parametrize("scales", ["tensor", "head"])
 @pytest.mark.parametrize("path", ["decode", "prefill"])
-def test_fp8_scale_algebra(scales, path) -> None:
+def test_fp8_scale_algebra(scales, path, kv_dtype) -> None:
     """fp8 with scales equals fp16 attention over the dequantized cache (stored x scale).
 
     Pins the folding documented by the fp8kv plugin: K scale after Q.K, V scale on the
@@ -431,7 +442,7 @@ def test_fp8_scale_algebra(scales, path) -> None:
     the drawn K and V scales differ.
     """
     lens = [(1, 50), (4, 20)] if path == "decode" else [(20, 50), (4, 20)]
-    case = make_case(lens, head_size=128, kv_cache_dtype="fp8_e5m2", scales=scales, seed=11)
+    case = make_case(lens, head_size=128, kv_cache_dtype=kv_dtype, scales=scales, seed=11)
     assert not torch.equal(case.k_scale, case.v_scale)
     out = run(case, path=path)
     check(out, case, f"fp8 {scales} scales")
@@ -478,6 +489,11 @@ def test_decode_and_prefill_kernels_agree() -> None:
 # -- GPU: the same checks at serving sizes ---------------------------------------------------
 
 
+def skip_e4m3_below_sm89(kv_dtype: str) -> None:
+    if kv_dtype == "fp8_e4m3" and torch.cuda.get_device_capability() < E4M3_MIN_CAPABILITY:
+        pytest.skip("fp8_e4m3 caches need compute capability 8.9 (not declared below it)")
+
+
 def gpu_case(
     lens: list[tuple[int, int]],
     kv_dtype: str,
@@ -488,7 +504,9 @@ def gpu_case(
     heads: tuple[int, int] = (8, 2),
 ) -> PagedCase:
     """A case with ``heads`` (query, KV; 8/2) on CUDA, ``scales`` for an fp8 cache, and
-    ``feature`` at serving size (a 300-token sliding window)."""
+    ``feature`` at serving size (a 300-token sliding window). An e4m3 case skips on a GPU
+    below SM89, where the declaration does not admit it."""
+    skip_e4m3_below_sm89(kv_dtype)
     kwargs = dict(FEATURE_KWARGS[feature])
     if feature == "sliding_window":
         kwargs["sliding_window"] = 300
@@ -507,7 +525,7 @@ def gpu_case(
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
 def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
     decode = gpu_case(
@@ -557,7 +575,7 @@ def test_gpu_cache_past_32_bit_offsets(path) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("head_size", [128, 512])
 def test_gpu_speculative_decode_on_32_rows(head_size, kv_dtype) -> None:
     """8 query tokens x a group of 4 heads: the 32-row decode tile on SM80+ (at head size 512
@@ -568,7 +586,7 @@ def test_gpu_speculative_decode_on_32_rows(head_size, kv_dtype) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
     """A step whose longest query reaches LONG_PREFILL_QUERY runs the 128-key prefill tile on
     SM80+ (shorter steps the 64-key one, above), ragged and after a cached prefix."""
@@ -581,7 +599,8 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
-def test_gpu_fp8_decode_with_scores_ahead(monkeypatch, head_size, feature) -> None:
+@pytest.mark.parametrize("kv_dtype", FP8_DTYPES)
+def test_gpu_fp8_decode_with_scores_ahead(monkeypatch, head_size, feature, kv_dtype) -> None:
     """fp8 decode with the whole tiles' scores one iteration ahead (SM80+, taken only where a
     partition holds thousands of keys): forced here for short partitions too, with 16 and 32
     rows (8 query tokens), partitions that hold no whole tile, and each feature."""
@@ -589,9 +608,10 @@ def test_gpu_fp8_decode_with_scores_ahead(monkeypatch, head_size, feature) -> No
 
     monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
     lens = [(1, 1), (1, 777), (0, 4), (8, 1500), (4, 1500), (1, 4096)]
-    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature)
-    check(run(case, path="decode"), case, f"gpu ahead d{head_size} {feature}")
-    check(run(case, path="decode", num_splits=1), case, f"gpu ahead d{head_size} {feature} 1")
+    case = gpu_case(lens, kv_dtype, head_size, head_size, "head", feature)
+    what = f"gpu ahead d{head_size} {kv_dtype} {feature}"
+    check(run(case, path="decode"), case, what)
+    check(run(case, path="decode", num_splits=1), case, f"{what} unsplit")
 
 
 @pytest.mark.gpu
@@ -620,19 +640,21 @@ def test_gpu_fp8_decode_with_kv_heads_paired(
     """fp8 decode with two and four KV heads per program (taken on SM80+ for large batches of
     1-4K keys, heads up to 128): forced here for any length, with and without scores ahead,
     split and not, one and two query tokens, partitions that hold no whole tile, and each
-    feature."""
+    feature, in both fp8 formats."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: kv_per_prog)
     monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
     lens = [(1, 1), (1, 777), (0, 4), (2, 1500), (1, 1500), (1, 4096)]
-    case = gpu_case(lens, "fp8_e5m2", head_size, head_size, "head", feature, heads=(8, 4))
-    for num_splits in (None, 1, 3):
-        check(
-            run(case, path="decode", num_splits=num_splits),
-            case,
-            f"gpu {kv_per_prog} heads d{head_size} {feature} ahead {ahead} splits {num_splits}",
-        )
+    for kv_dtype in FP8_DTYPES:
+        case = gpu_case(lens, kv_dtype, head_size, head_size, "head", feature, heads=(8, 4))
+        for num_splits in (None, 1, 3):
+            check(
+                run(case, path="decode", num_splits=num_splits),
+                case,
+                f"gpu {kv_per_prog} heads d{head_size} {kv_dtype} {feature} ahead {ahead} "
+                f"splits {num_splits}",
+            )
 
 
 @pytest.mark.gpu
@@ -663,7 +685,7 @@ def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("head_size", [64, 128, 256])
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("feature", [None, "sliding_window", "sinks"])
 def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
     """16/2 heads: each program combines 8 rows, which SM80+ stores as fp16 partials; split
@@ -683,7 +705,8 @@ def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
 @pytest.mark.parametrize("head_size", [64, 80, 128])
 @pytest.mark.parametrize("feature", [None, "sliding_window", "sinks"])
 @pytest.mark.parametrize("heads", [(8, 2), (16, 2)])
-def test_gpu_fp8_decode_with_the_wide_combine(head_size, feature, heads) -> None:
+@pytest.mark.parametrize("kv_dtype", FP8_DTYPES)
+def test_gpu_fp8_decode_with_the_wide_combine(head_size, feature, heads, kv_dtype) -> None:
     """fp8 decode of one sequence: the policy cuts it into 32 partitions, which SM80+ combines
     in the wide step (4 and 8 rows a program; 8 stored as fp16 partials); the second batch
     adds a short sequence whose later partitions hold no key."""
@@ -691,13 +714,14 @@ def test_gpu_fp8_decode_with_the_wide_combine(head_size, feature, heads) -> None
 
     capability = torch.cuda.get_device_capability()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    splits = default_num_splits(1, heads[1], 4096, "cuda", "fp8_e5m2")
+    skip_e4m3_below_sm89(kv_dtype)
+    splits = default_num_splits(1, heads[1], 4096, "cuda", kv_dtype)
     assert splits == WIDE_FP8_MIN_SPLITS
     wide = wide_combine(True, capability, head_size, heads[1] * splits, sms, splits)
     assert wide == (capability >= (8, 0))
     for lens in ([(1, 4096)], [(1, 4096), (1, 300)]):
-        case = gpu_case(lens, "fp8_e5m2", 47, head_size, "head", feature, heads=heads)
-        check(run(case, path="decode"), case, f"fp8 wide d{head_size} {feature} {lens}")
+        case = gpu_case(lens, kv_dtype, 47, head_size, "head", feature, heads=heads)
+        check(run(case, path="decode"), case, f"{kv_dtype} wide d{head_size} {feature} {lens}")
 
 
 @pytest.mark.gpu
@@ -722,15 +746,22 @@ def test_gpu_fp16_partials_for_sanitizer() -> None:
 def test_gpu_small_for_sanitizer() -> None:
     """A small launch of each kernel, for compute-sanitizer memcheck/racecheck runs: the fp16
     decode's grid is small enough for the wide combine on SM80+, and the second fp8 decode's
-    32 partitions take it too; head size 512 has tiles of its own."""
-    for path, lens, kv_dtype, head_size in (
+    32 partitions take it too; head size 512 has tiles of its own; from SM89 an e4m3 decode
+    and prefill."""
+    cases = [
         ("decode", [(1, 70), (2, 33)], "fp8_e5m2", 128),
         ("decode", [(1, 2100)], "fp8_e5m2", 128),
         ("decode", [(1, 700), (1, 33)], "float16", 128),
         ("prefill", [(40, 70), (1, 1)], "fp8_e5m2", 128),
         ("decode", [(1, 300), (3, 33)], "fp8_e5m2", 512),
         ("prefill", [(40, 70), (1, 1)], "float16", 512),
-    ):
+    ]
+    if torch.cuda.get_device_capability() >= E4M3_MIN_CAPABILITY:
+        cases += [
+            ("decode", [(1, 2100), (2, 33)], "fp8_e4m3", 128),
+            ("prefill", [(40, 70), (1, 1)], "fp8_e4m3", 128),
+        ]
+    for path, lens, kv_dtype, head_size in cases:
         case = make_case(
             lens, head_size=head_size, kv_cache_dtype=kv_dtype, sinks=True, device="cuda"
         )
@@ -738,7 +769,7 @@ def test_gpu_small_for_sanitizer() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_gpu_decode_replays_in_a_cuda_graph(kv_dtype) -> None:
     """Decode captured once in a CUDA graph, as vLLM's builder runs it, then replayed after the
     batch's lengths and queries changed in place: the launch reads them from device tensors,

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from volta_core import V100, VoltaPluginManager
+from volta_core import V100, Device, VoltaPluginManager
 from volta_core.errors import NoAttentionBackendError
 from volta_core.types import AttentionFeature, AttentionLayer
 
@@ -74,8 +74,20 @@ def test_undeclared_head_size_falls_back() -> None:
 def test_fp8_e5m2_on_v100_and_e4m3_refused() -> None:
     m = manager()
     assert m.select_attention(layer(128, "fp8_e5m2"), V100).backend.name == "VOLTA_ATTN_V100"
-    with pytest.raises(NoAttentionBackendError, match="VOLTA_ATTN_V100: KV-cache dtype fp8_e4m3"):
+    with pytest.raises(
+        NoAttentionBackendError,
+        match=r"VOLTA_ATTN_V100: KV-cache dtype fp8_e4m3 needs compute capability 8\.9",
+    ):
         m.select_attention(layer(128, "fp8_e4m3"), V100)
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3"])
+def test_e4m3_from_sm89(kv) -> None:
+    """e4m3 (vLLM's ``fp8``) is declared where the hardware converts it: SM89 and the H100."""
+    m = manager()
+    for capability in ((8, 9), (9, 0)):
+        choice = m.select_attention(layer(128, kv), Device(capability))
+        assert choice.backend.name == "VOLTA_ATTN_V100", capability
 
 
 def test_alibi_falls_back() -> None:

@@ -92,7 +92,7 @@ def test_an_unknown_kv_dtype_is_refused() -> None:
     from volta_attn_v100.ops import AttentionInputError
 
     with pytest.raises(AttentionInputError, match="KV-cache dtype must be one of"):
-        default_num_splits(1, 2, 8192, "cpu", "fp8_e4m3")
+        default_num_splits(1, 2, 8192, "cpu", "int8_per_token_head")
 
 
 def test_small_fp16_grids_combine_in_one_wide_step() -> None:

@@ -31,7 +31,7 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec
 
-from volta_attn_v100.configs import HEAD_SIZES, MAX_DECODE_QUERY_LEN
+from volta_attn_v100.configs import HEAD_SIZES, MAX_DECODE_QUERY_LEN, kv_dtype_refusal
 from volta_attn_v100.ops import (
     AttentionInputError,
     default_num_splits,
@@ -44,6 +44,8 @@ KV_CACHE_DTYPES: dict[str, str] = {
     "auto": "float16",
     "float16": "float16",
     "fp8_e5m2": "fp8_e5m2",
+    "fp8": "fp8_e4m3",
+    "fp8_e4m3": "fp8_e4m3",
 }
 
 
@@ -157,6 +159,26 @@ class VoltaAttentionBackend(AttentionBackend):
         return attn_type == AttentionType.DECODER
 
     @classmethod
+    def supports_combination(
+        cls,
+        head_size: int,
+        dtype: torch.dtype,
+        kv_cache_dtype: Any,
+        block_size: int | None,
+        use_mla: bool,
+        has_sink: bool,
+        use_sparse: bool,
+        use_mm_prefix: bool,
+        device_capability: Any,
+    ) -> str | None:
+        """The one answer that depends on the device and the KV dtype together: e4m3 caches
+        from SM89 only (the declaration's ``kv_dtype_min_capability``)."""
+        cache_format = KV_CACHE_DTYPES.get(kv_cache_dtype or "auto")
+        if cache_format is None:
+            return None
+        return kv_dtype_refusal(cache_format, (device_capability.major, device_capability.minor))
+
+    @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:
         from volta_attn_v100.plugin import MAX_CAPABILITY, MIN_CAPABILITY
 
@@ -196,6 +218,12 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
                 f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention "
                 f"backend (supported: {', '.join(KV_CACHE_DTYPES)})"
             )
+        if torch.cuda.is_available():
+            refusal = kv_dtype_refusal(
+                KV_CACHE_DTYPES[kv_cache_dtype], torch.cuda.get_device_capability()
+            )
+            if refusal:
+                raise refuse(refusal)
         if alibi_slopes is not None:
             raise refuse("ALiBi is not implemented by the Volta attention backend")
         if attn_type != AttentionType.DECODER:

@@ -9,7 +9,9 @@ sequences of 512..4096, fp16 KV; fp8_e5m2 KV at 2048): throughput against
 ``torch.nn.functional.scaled_dot_product_attention`` with the flash backend on the same
 sequences laid out contiguously; chunked prefill over an 8K cached prefix is reported too. Each
 shape also gets an SM70 estimate: the bytes and FMAs the SM70 configuration executes, and the
-time they imply at 900 GB/s and 15.7 TFLOP/s.
+time they imply at 900 GB/s and 15.7 TFLOP/s. ``--parts e4m3`` (SM89+) adds fp8_e4m3 beside
+fp8_e5m2 in the decode rows and the fp8 prefill rows (an e4m3 row's SM70 estimate is that of
+its bytes: no V100 runs e4m3).
 
 Timing (the core harness, :mod:`volta_core.kernels.bench`): decode runs back to back inside one
 captured CUDA graph (``time_cuda_graph``), as vLLM runs a decode step, rotating among enough
@@ -41,6 +43,7 @@ from volta_attn_v100.configs import (
     Tiles,
     decode_tiles,
     head_pad,
+    kv_dtype_refusal,
     prefill_tiles,
 )
 from volta_attn_v100.ops import default_num_splits, paged_attention
@@ -71,8 +74,9 @@ D512_HEADS = (32, 16)
 D512_DECODE_SHAPES = [(1, 8192), (4, 8192), (16, 8192)]
 D512_PREFILL_SEQ_LEN = 2048
 PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
-#: What ``--parts`` can name.
-PARTS = ("decode", "prefill", "d512", "sweep")
+#: What ``--parts`` can name. ``e4m3`` (SM89+, with ``decode``) adds fp8_e4m3 rows to the
+#: decode shapes and to the fp8 prefill rows when ``prefill`` runs too.
+PARTS = ("decode", "prefill", "d512", "sweep", "e4m3")
 #: Largest head size torch SDPA's FlashAttention backend takes (no prefill reference above it).
 SDPA_FLASH_MAX_HEAD = 256
 PREFILL_TOKENS = 16384
@@ -84,17 +88,21 @@ def copy_bandwidth() -> float:
     return gbps * 1e9
 
 
+def random_cache(shape: tuple[int, ...], kv_dtype: str) -> torch.Tensor:
+    """A cache of random values of moderate magnitude: fp16 randn, or its fp8 codes (for e5m2
+    the high bytes, for e4m3 torch's conversion)."""
+    kv = torch.randn(shape, device="cuda", dtype=torch.float16)
+    if kv_dtype == "fp8_e5m2":
+        return (kv.view(torch.int16) >> 8).to(torch.uint8)
+    if kv_dtype == "fp8_e4m3":
+        return kv.to(torch.float8_e4m3fn).view(torch.uint8)
+    return kv
+
+
 def make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, q_len=1, head_size=128, block=16):
     pages = math.ceil(ctx / block)
     num_blocks = batch * pages
-    dtype = torch.uint8 if kv_dtype == "fp8_e5m2" else torch.float16
-    shape = (num_blocks, kv_heads, block, 2 * head_size)
-    if dtype == torch.uint8:
-        # Random e5m2 codes of moderate magnitude: fp16 randn's high bytes.
-        kv = torch.randn(shape, device="cuda", dtype=torch.float16).view(torch.int16)
-        kv = (kv >> 8).to(torch.uint8)
-    else:
-        kv = torch.randn(shape, device="cuda", dtype=torch.float16)
+    kv = random_cache((num_blocks, kv_heads, block, 2 * head_size), kv_dtype)
     table = torch.randperm(num_blocks, device="cuda", dtype=torch.int64).to(torch.int32)
     table = table.view(batch, pages)
     seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
@@ -124,7 +132,7 @@ def decode_case(
     """One decode shape timed; with ``floor``, also the read floor of its KV bytes: the same
     bytes read by a kernel that does nothing else, timed the same way
     (:func:`volta_core.kernels.read_floor.read_floor`)."""
-    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (1 if kv_dtype == "fp8_e5m2" else 2)
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
     torch.manual_seed(DECODE_SEED)
     inputs = [
@@ -169,11 +177,7 @@ def prefill_case(seq_len, prefix=0, heads=32, kv_heads=8, head_size=128, kv_dtyp
     batch = PREFILL_TOKENS // seq_len
     total = prefix + seq_len
     pages = math.ceil(total / 16)
-    kv = torch.randn(
-        (batch * pages, kv_heads, 16, 2 * head_size), device="cuda", dtype=torch.float16
-    )
-    if kv_dtype == "fp8_e5m2":  # e5m2 codes: fp16 randn's high bytes, as in decode
-        kv = (kv.view(torch.int16) >> 8).to(torch.uint8)
+    kv = random_cache((batch * pages, kv_heads, 16, 2 * head_size), kv_dtype)
     table = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
     seq_lens = torch.full((batch,), total, dtype=torch.int32, device="cuda")
     q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
@@ -501,8 +505,14 @@ def main(argv: list[str] | None = None) -> None:
     unknown = sorted(parts - set(PARTS))
     if unknown:
         parser.error(f"unknown parts {unknown}; known: {', '.join(PARTS)}")
+    if "e4m3" in parts and "decode" not in parts:
+        parser.error("--parts e4m3 adds rows beside the decode part's: name decode too")
     if not torch.cuda.is_available():
         raise SystemExit("the benchmarks need a CUDA GPU")
+    refusal = kv_dtype_refusal("fp8_e4m3", torch.cuda.get_device_capability())
+    if "e4m3" in parts and refusal:
+        raise SystemExit(refusal)
+    fp8_dtypes = ("fp8_e5m2", "fp8_e4m3") if "e4m3" in parts else ("fp8_e5m2",)
     import triton
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -520,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
     shapes = DECODE_SHAPES[:3] if args.quick else DECODE_SHAPES
     for heads, kv_heads in DECODE_HEADS if "decode" in parts else []:
         for batch, ctx in shapes:
-            for kv_dtype in ("float16", "fp8_e5m2"):
+            for kv_dtype in ("float16", *fp8_dtypes):
                 results["decode"].append(
                     decode_case(batch, ctx, heads, kv_heads, kv_dtype, copy_bw, floor=True)
                 )
@@ -531,8 +541,8 @@ def main(argv: list[str] | None = None) -> None:
     if "prefill" in parts:
         results["prefill"].append(prefill_case(2048, prefix=8192))
         progress(results["prefill"][-1])
-        for prefix in (0, 8192):
-            results["prefill"].append(prefill_case(2048, prefix=prefix, kv_dtype="fp8_e5m2"))
+        for prefix, kv_dtype in itertools.product((0, 8192), fp8_dtypes):
+            results["prefill"].append(prefill_case(2048, prefix=prefix, kv_dtype=kv_dtype))
             progress(results["prefill"][-1])
     if "d512" in parts:
         heads, kv_heads = D512_HEADS

@@ -33,7 +33,29 @@ MAX_DECODE_QUERY_LEN = 8
 MAX_SPLITS = 64
 
 #: KV storage of each declared KV dtype as Triton pointer types (fp8 is stored as bytes).
-KV_POINTER_TYPES: dict[str, str] = {"float16": "*fp16", "fp8_e5m2": "*u8"}
+KV_POINTER_TYPES: dict[str, str] = {"float16": "*fp16", "fp8_e5m2": "*u8", "fp8_e4m3": "*u8"}
+
+#: The lowest compute capability that converts fp8 e4m3 in hardware: Triton's ``fp8e4nv`` does
+#: not compile below SM89 (FACTS.md 2), and the fp8kv plugin refuses e4m3 caches there, so an
+#: e4m3 cache is declared, launched and compiled from SM89 on only.
+E4M3_MIN_CAPABILITY = (8, 9)
+
+#: Declared KV dtypes that need more than the plugin's minimum capability.
+KV_DTYPE_MIN_CAPABILITY: dict[str, tuple[int, int]] = {"fp8_e4m3": E4M3_MIN_CAPABILITY}
+
+#: The cache-write kernel's ``KV_FORMAT`` per KV dtype: the ``FMT`` of the host's fp8 codec
+#: (:mod:`volta_core.kernels.fp8`: 1 is e5m2, 2 is e4m3), 0 for an fp16 copy.
+KV_FORMAT_CODES: dict[str, int] = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
+
+#: How the attention kernels read fp8 codes as fp16 (their ``FP8_DECODE``); every way is
+#: exact, since e5m2 and e4m3 values are all fp16 values. e5m2 is the high byte of an fp16
+#: (``byte << 8``, SM70 and the interpreter) or converted in hardware (SM89+); e4m3 is
+#: converted in hardware (SM89+) or, under the interpreter, decoded in integer arithmetic by
+#: the host's codec (the interpreter's own fp8 conversions are wrong, FACTS.md 2).
+FP8_E5M2_SHIFT = 0
+FP8_E5M2_NATIVE = 1
+FP8_E4M3_NATIVE = 2
+FP8_E4M3_INTEGER = 3
 
 KERNEL_MODULE = "volta_attn_v100.kernels"
 
@@ -311,9 +333,30 @@ def kv_heads_per_program(
     return 1
 
 
-def native_e5m2(capability: tuple[int, int]) -> bool:
-    """Whether the device converts e5m2 to fp16 in hardware (``cvt`` from fp8 needs SM89)."""
-    return capability >= (8, 9)
+def fp8_decode(kv_dtype: str, capability: tuple[int, int]) -> int:
+    """The kernels' ``FP8_DECODE`` for a KV dtype on a device (:data:`FP8_E5M2_SHIFT` and
+    the rest; 0 for fp16, which reads no codes). ``cvt`` from either fp8 format needs SM89;
+    below it (SM70, and the interpreter, which runs SM70 tiles) e5m2 takes the shift and e4m3
+    the integer decode, which only the interpreter reaches: the launcher refuses an e4m3
+    cache on a GPU below SM89 (:func:`kv_dtype_refusal`)."""
+    native = capability >= E4M3_MIN_CAPABILITY
+    if kv_dtype == "fp8_e4m3":
+        return FP8_E4M3_NATIVE if native else FP8_E4M3_INTEGER
+    if kv_dtype == "fp8_e5m2" and native:
+        return FP8_E5M2_NATIVE
+    return FP8_E5M2_SHIFT
+
+
+def kv_dtype_refusal(kv_dtype: str, capability: tuple[int, int]) -> str | None:
+    """Why a GPU of this capability cannot run a cache of this KV dtype, or None if it can."""
+    needed = KV_DTYPE_MIN_CAPABILITY.get(kv_dtype)
+    if needed is None or capability >= needed:
+        return None
+    return (
+        f"KV-cache dtype {kv_dtype!r} needs compute capability {needed[0]}.{needed[1]} or newer "
+        f"(hardware e4m3 conversion; Triton's fp8e4nv does not compile below it), this device "
+        f"has {capability[0]}.{capability[1]}; use fp8_e5m2"
+    )
 
 
 def decode_block_ms(head_size: int, capability: tuple[int, int]) -> tuple[int, ...]:
@@ -650,17 +693,18 @@ def cache_offsets_32(span: int) -> bool:
 
 
 def _attention_constexprs(
-    head_size: int, tiles: Tiles, fp8: bool, capability: tuple[int, int], offsets_32: bool
+    head_size: int, tiles: Tiles, kv_dtype: str, capability: tuple[int, int], offsets_32: bool
 ) -> dict[str, int | bool]:
     """The compile-time arguments the decode and prefill kernels share, as the launchers pass
     them."""
+    fp8 = kv_dtype != "float16"
     return {
         "HEAD_SIZE": head_size,
         "HEAD_PAD": head_pad(head_size),
         "BLOCK_M": tiles.block_m,
         "BLOCK_N": tiles.block_n,
         "KV_FP8": fp8,
-        "NATIVE_FP8": fp8 and native_e5m2(capability),
+        "FP8_DECODE": fp8_decode(kv_dtype, capability),
         "HALVES": head_halves(fp8, capability),
         "PAGE_SIZE": GATE_PAGE_SIZE,
         "CACHE_OFFSETS_32": offsets_32,
@@ -684,7 +728,6 @@ def decode_kernel_config(
     ``KV_PER_PROG``, ``ONE_STAGE_TAIL`` and ``CACHE_OFFSETS_32`` (shipped ones, or the
     benchmark sweep's variants, which are compiled for sm_90 in the tests before a GPU runs
     them)."""
-    fp8 = kv_dtype != "float16"
     partials_f16 = fp16_partials(capability, combine[0])
     return KernelConfig(
         name=name,
@@ -696,7 +739,7 @@ def decode_kernel_config(
             "part_acc_ptr": "*fp16" if partials_f16 else "*fp32",
         },
         constexprs={
-            **_attention_constexprs(head_size, tiles, fp8, capability, offsets_32),
+            **_attention_constexprs(head_size, tiles, kv_dtype, capability, offsets_32),
             "PARTIALS_F16": partials_f16,
             "COMBINE_M": combine[0],
             "SPLIT_CHUNK": combine[1],
@@ -725,7 +768,8 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
     builds are left out of the list, whose use there is CI's sm_90 compile check: they differ
     from the listed builds only in one integer's width, listing them doubled that check's
     time, and the GPU tests compile and run them on the H100 (the 64-bit build forced, and a
-    real cache past 2^31 elements)."""
+    real cache past 2^31 elements). From SM89 on, e4m3 builds join the list
+    (:func:`_e4m3_builds`)."""
     configs: list[KernelConfig] = []
     kv_dtypes = ("float16", "fp8_e5m2")
     for head_size in HEAD_SIZES:
@@ -781,7 +825,9 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                         name=f"prefill_d{head_size}{keys}_{kv_dtype}",
                         kernel=f"{KERNEL_MODULE}:paged_prefill_kernel",
                         signature={**kv_sig, **_PREFILL_SIGNATURE_TAIL},
-                        constexprs=_attention_constexprs(head_size, tiles, fp8, capability, True),
+                        constexprs=_attention_constexprs(
+                            head_size, tiles, kv_dtype, capability, True
+                        ),
                         num_warps=tiles.num_warps,
                         num_stages=tiles.num_stages,
                         divisible_by_16=ATTENTION_DIVISIBLE,
@@ -818,13 +864,43 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
                     constexprs={
                         "HEAD_SIZE": head_size,
                         "HEAD_PAD": pad,
-                        "KV_FP8": kv_dtype != "float16",
+                        "KV_FORMAT": KV_FORMAT_CODES[kv_dtype],
                     },
                     num_warps=CACHE_WRITE_WARPS,
                     num_stages=1,
                     divisible_by_16=_CACHE_WRITE_DIVISIBLE,
                 )
             )
+    if capability >= E4M3_MIN_CAPABILITY:
+        configs += _e4m3_builds(configs, capability)
     if not is_sm70_class(capability):
         return configs
     return [*configs, *(_offsets_64(c) for c in configs if c.constexprs.get("CACHE_OFFSETS_32"))]
+
+
+def _e4m3_builds(configs: list[KernelConfig], capability: tuple[int, int]) -> list[KernelConfig]:
+    """The e4m3 builds listed beside the e5m2 ones (SM89+): every prefill and cache-write
+    build, and each head size's first decode build. The e4m3 twin of any attention build
+    differs from it only in the instruction that converts a code (``FP8_DECODE``); listing
+    every decode twin would add as many compiles as the fp8 decode builds already take in
+    CI's sm_90 check (about 10 minutes), and the H100 GPU tests compile
+    and run the e4m3 decode in every form the launcher picks (split and not, scores ahead,
+    two and four KV heads a program, every head size and feature)."""
+    twins: list[KernelConfig] = []
+    decode_heads: set[int] = set()
+    for config in configs:
+        if "_fp8_e5m2" not in config.name:
+            continue
+        head_size = int(config.constexprs["HEAD_SIZE"])
+        if config.name.startswith("decode"):
+            if head_size in decode_heads:
+                continue
+            decode_heads.add(head_size)
+        constexprs = dict(config.constexprs)
+        if "KV_FORMAT" in constexprs:
+            constexprs["KV_FORMAT"] = KV_FORMAT_CODES["fp8_e4m3"]
+        else:
+            constexprs["FP8_DECODE"] = fp8_decode("fp8_e4m3", capability)
+        name = config.name.replace("_fp8_e5m2", "_fp8_e4m3")
+        twins.append(replace(config, name=name, constexprs=constexprs))
+    return twins

@@ -22,6 +22,7 @@ from volta_attn_v100.configs import (
     ATTENTION_DIVISIBLE,
     CACHE_WRITE_WARPS,
     HEAD_SIZES,
+    KV_FORMAT_CODES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
     SplitPolicy,
@@ -31,11 +32,12 @@ from volta_attn_v100.configs import (
     decode_block_m,
     decode_combine,
     decode_tiles,
+    fp8_decode,
     fp16_partials,
     head_halves,
     head_pad,
+    kv_dtype_refusal,
     kv_heads_per_program,
-    native_e5m2,
     one_stage_tail,
     prefill_tiles,
     scores_ahead,
@@ -45,7 +47,17 @@ from volta_attn_v100.configs import (
 from volta_core.kernels.counters import arrival_counters
 
 #: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
-KV_STORAGE: dict[str, torch.dtype] = {"float16": torch.float16, "fp8_e5m2": torch.uint8}
+KV_STORAGE: dict[str, torch.dtype] = {
+    "float16": torch.float16,
+    "fp8_e5m2": torch.uint8,
+    "fp8_e4m3": torch.uint8,
+}
+
+#: The torch fp8 dtype a cache of each fp8 KV dtype may also hold (viewed as its bytes).
+_TORCH_FP8: dict[str, torch.dtype] = {
+    "fp8_e5m2": torch.float8_e5m2,
+    "fp8_e4m3": torch.float8_e4m3fn,
+}
 
 #: Capability whose tiles run when the tensors are not on a GPU (the Triton interpreter):
 #: the interpreter then exercises exactly the SM70 configurations.
@@ -87,18 +99,24 @@ def _fail(message: str) -> None:
 
 
 def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
-    """The cache as the kernels read it: fp16, or fp8 e5m2 as raw bytes.
+    """The cache as the kernels read it: fp16, or fp8 (e5m2, or e4m3 from SM89) as raw bytes.
 
-    A cache holding ``torch.float8_e5m2`` is viewed as ``uint8``; any other mismatch between the
-    declared KV dtype and the tensor is an error (reading fp16 as bytes, or the reverse, would
-    produce garbage silently).
+    A cache holding ``torch.float8_e5m2`` / ``torch.float8_e4m3fn`` for that KV dtype is viewed
+    as ``uint8``; any other mismatch between the declared KV dtype and the tensor is an error
+    (reading fp16 as bytes, or the reverse, would produce garbage silently), and so is an e4m3
+    cache on a GPU below SM89 (:func:`volta_attn_v100.configs.kv_dtype_refusal`; the
+    interpreter on CPU tensors decodes it in integer arithmetic).
     """
     if kv_cache_dtype not in KV_STORAGE:
         _fail(
             f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention kernels "
             f"(supported: {', '.join(sorted(KV_STORAGE))})"
         )
-    if kv_cache_dtype == "fp8_e5m2" and kv_cache.dtype == torch.float8_e5m2:
+    if kv_cache.device.type == "cuda":
+        refusal = kv_dtype_refusal(kv_cache_dtype, _capability(kv_cache.device))
+        if refusal:
+            _fail(refusal)
+    if kv_cache.dtype == _TORCH_FP8.get(kv_cache_dtype):
         kv_cache = kv_cache.view(torch.uint8)
     expected = KV_STORAGE[kv_cache_dtype]
     if kv_cache.dtype != expected:
@@ -305,7 +323,8 @@ def paged_attention(
         are ``query_start_loc[i]:query_start_loc[i + 1]`` and are its last tokens.
     :param kv_cache: one layer's cache ``[num_blocks, num_kv_heads, block_size, 2 * head_size]``
         (K then V in the last dimension, any strides for the first three), float16 or uint8
-        (fp8 e5m2, also accepted as ``torch.float8_e5m2``).
+        (fp8 e5m2, also accepted as ``torch.float8_e5m2``, or from SM89 fp8 e4m3, also
+        accepted as ``torch.float8_e4m3fn``).
     :param seq_lens: int32 total tokens of each sequence (cached prefix plus new tokens).
     :param k_scale: fp8 only: real K = stored K x k_scale (a float, one value, or one per KV
         head); applied to the scores after Q.K. ``v_scale`` likewise, applied to the
@@ -355,7 +374,7 @@ def paged_attention(
         sm_scale=float(sm_scale),
         softcap=float(logits_soft_cap),
         window=int(sliding_window or 0),
-        fp8=kv_cache_dtype != "float16",
+        kv_dtype=kv_cache_dtype,
     )
     if path == "decode":
         _launch_decode(args, max_query_len, max_seq_len, num_splits, split_policy)
@@ -378,7 +397,11 @@ class _Common:
     sm_scale: float
     softcap: float
     window: int
-    fp8: bool
+    kv_dtype: str
+
+    @property
+    def fp8(self) -> bool:
+        return self.kv_dtype != "float16"
 
     @property
     def group(self) -> int:
@@ -446,7 +469,7 @@ def _launch_decode(
             kv_programs,
             max_seq_len,
             device,
-            "fp8_e5m2" if a.fp8 else "float16",
+            a.kv_dtype,
             split_policy,
         )
     if not 1 <= num_splits <= MAX_SPLITS:
@@ -516,7 +539,7 @@ def _launch_decode(
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
-        NATIVE_FP8=a.fp8 and native_e5m2(capability),
+        FP8_DECODE=fp8_decode(a.kv_dtype, capability),
         HALVES=head_halves(a.fp8, capability),
         PARTIALS_F16=partials_f16,
         COMBINE_M=combine_m,
@@ -575,7 +598,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         BLOCK_M=tiles.block_m,
         BLOCK_N=tiles.block_n,
         KV_FP8=a.fp8,
-        NATIVE_FP8=a.fp8 and native_e5m2(capability),
+        FP8_DECODE=fp8_decode(a.kv_dtype, capability),
         HALVES=head_halves(a.fp8, capability),
         PAGE_SIZE=a.kv.shape[2],
         CACHE_OFFSETS_32=a.offsets_32,
@@ -598,7 +621,7 @@ def write_kv_cache(
     """Store ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` at ``slot_mapping``.
 
     Slot ``s`` is block ``s // block_size``, offset ``s % block_size``; negative slots are
-    padding and are skipped. fp8 e5m2 stores ``e5m2(x * (1/scale))`` (one round to nearest
+    padding and are skipped. An fp8 cache stores ``fp8(x * (1/scale))`` (one round to nearest
     even from float32, saturating), the fp8kv plugin's format.
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
@@ -646,6 +669,6 @@ def write_kv_cache(
         kv.stride(2),
         HEAD_SIZE=head_size,
         HEAD_PAD=head_pad(head_size),
-        KV_FP8=kv_cache_dtype != "float16",
+        KV_FORMAT=KV_FORMAT_CODES[kv_cache_dtype],
         num_warps=CACHE_WRITE_WARPS,
     )

@@ -1,8 +1,8 @@
 """The plugin module (entry point ``attn_v100``): declarations only, no torch/triton/vllm.
 
 The declaration states exactly what the kernels are tested for (Gemma-4's 512-dim global layers
-included); everything else (other head sizes, e4m3 KV, ALiBi, encoder attention) falls back per
-layer through the host. The kernels and
+included, e4m3 KV from SM89); everything else (other head sizes, e4m3 KV below SM89, ALiBi,
+encoder attention) falls back per layer through the host. The kernels and
 the vLLM classes are named by import path and imported only when a layer uses them.
 """
 
@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from volta_attn_v100.configs import HEAD_SIZES, KV_POINTER_TYPES, kernel_configs
+from volta_attn_v100.configs import (
+    HEAD_SIZES,
+    KV_DTYPE_MIN_CAPABILITY,
+    KV_POINTER_TYPES,
+    kernel_configs,
+)
 from volta_core import Device, hookimpl
 from volta_core.types import AttentionBackendSpec, AttentionFeature, KernelConfig
 
@@ -40,11 +45,12 @@ SPEC = AttentionBackendSpec(
     max_capability=MAX_CAPABILITY,
     dtypes=frozenset({"float16"}),
     kv_cache_dtypes=frozenset(KV_POINTER_TYPES),
+    kv_dtype_min_capability=KV_DTYPE_MIN_CAPABILITY,
     head_sizes=frozenset(HEAD_SIZES),
     block_size_multiple=16,
     features=FEATURES,
     vllm_name="CUSTOM",
-    notes="Triton split-KV paged decode + paged prefill; fp16 and fp8_e5m2 KV",
+    notes="Triton split-KV paged decode + paged prefill; fp16, fp8_e5m2 and (SM89+) fp8_e4m3 KV",
 )
 
 

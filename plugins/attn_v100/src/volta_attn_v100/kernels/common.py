@@ -15,6 +15,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from volta_attn_v100 import configs
+from volta_core.kernels.fp8 import decode_fp8
+
+#: ``FP8_DECODE`` values (:func:`volta_attn_v100.configs.fp8_decode`) as kernel constants.
+E5M2_NATIVE = tl.constexpr(configs.FP8_E5M2_NATIVE)
+E4M3_NATIVE = tl.constexpr(configs.FP8_E4M3_NATIVE)
+E4M3_INTEGER = tl.constexpr(configs.FP8_E4M3_INTEGER)
+
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
 #: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
 NEG_BIG = tl.constexpr(-1.0e30)
@@ -26,18 +34,24 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, NATIVE_FP8: tl.constexpr):
-    """Load a K or V tile as fp16.
+def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, FP8_DECODE: tl.constexpr):
+    """Load a K or V tile as fp16; fp8 codes decode exactly, as ``FP8_DECODE`` says
+    (:func:`volta_attn_v100.configs.fp8_decode`).
 
-    fp8 e5m2 is the high byte of an fp16 with the same sign, exponent width and bias, so the
+    fp8 e5m2 is the high byte of an fp16 with the same sign, exponent width and bias, so its
     exact decode is ``byte << 8`` reinterpreted as fp16: no fp8 conversion instruction, which
-    SM70 lacks and the Triton interpreter gets wrong. ``NATIVE_FP8`` (SM89+ on a GPU) uses the
-    hardware e5m2 -> fp16 conversion instead, the same exact value in fewer instructions.
+    SM70 lacks and the Triton interpreter gets wrong. From SM89 the hardware converts e5m2, and
+    e4m3 (only declared there), to fp16 in fewer instructions. Under the interpreter e4m3
+    goes through the host's integer codec.
     """
     if KV_FP8:
         raw = tl.load(ptrs, mask=mask, other=0)
-        if NATIVE_FP8:
+        if FP8_DECODE == E5M2_NATIVE:
             return raw.to(tl.float8e5, bitcast=True).to(tl.float16)
+        elif FP8_DECODE == E4M3_NATIVE:
+            return raw.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        elif FP8_DECODE == E4M3_INTEGER:
+            return decode_fp8(raw, 7, 3, True, 0.001953125).to(tl.float16)
         else:
             return (raw.to(tl.int16) << 8).to(tl.float16, bitcast=True)
     else:
@@ -176,7 +190,7 @@ def attend_tiles(
     HEAD_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
-    NATIVE_FP8: tl.constexpr,
+    FP8_DECODE: tl.constexpr,
     HALVES: tl.constexpr,
     MASKS: tl.constexpr,
     AHEAD: tl.constexpr = False,
@@ -230,7 +244,7 @@ def attend_tiles(
             live = (tile_lo < tile_hi) & (k_pos < seq_len)
             s = half_scores(
                 q_lo, q_hi, kv_ptr, row_off, live[:, None] & lo_cols, live[:, None] & hi_cols,
-                HALF, KV_FP8, NATIVE_FP8,
+                HALF, KV_FP8, FP8_DECODE,
             )  # fmt: skip
             for it in range(tile_lo * P, tile_hi * P - 1):
                 m_i, l_i, alpha, p = softmax_step(
@@ -243,10 +257,10 @@ def attend_tiles(
                     kv_head_off + (it + 1) % P * stride_kvh, BLOCK_N, NO_MASKS,
                 )  # fmt: skip
                 s = half_scores(
-                    q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                    q_lo, q_hi, kv_ptr, row_off, lo_cols, hi_cols, HALF, KV_FP8, FP8_DECODE
                 )
                 acc_lo, acc_hi = half_values(
-                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, FP8_DECODE
                 )
             if tile_lo < tile_hi:
                 m_i, l_i, alpha, p = softmax_step(
@@ -255,7 +269,7 @@ def attend_tiles(
                 )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 acc_lo, acc_hi = half_values(
-                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, NATIVE_FP8
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo_cols, hi_cols, HALF, KV_FP8, FP8_DECODE
                 )
         else:
             for it in tl.range(tile_lo * P, tile_hi * P, num_stages=STAGES):
@@ -269,14 +283,14 @@ def attend_tiles(
                 )  # fmt: skip
                 lo = load_mask(k_pos, seq_len, lo_cols, MASKS)
                 hi = load_mask(k_pos, seq_len, hi_cols, MASKS)
-                s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF, KV_FP8, NATIVE_FP8)
+                s = half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF, KV_FP8, FP8_DECODE)
                 m_i, l_i, alpha, p = softmax_step(
                     s, m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale, v_scale, softcap,
                     window, row_kv, it % P, P,
                 )  # fmt: skip
                 v_ptrs = kv_ptr + row_off[:, None] + HEAD_SIZE + offs_h[None, :]
                 acc_lo, acc_hi = half_values(
-                    acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF, KV_FP8, NATIVE_FP8
+                    acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF, KV_FP8, FP8_DECODE
                 )
         acc = joined(acc_lo, acc_hi)
     else:
@@ -291,35 +305,35 @@ def attend_tiles(
             )  # fmt: skip
             k_ptrs = kv_ptr + row_off[:, None] + offs_d[None, :]
             kv_mask = load_mask(k_pos, seq_len, d_mask[None, :], MASKS)
-            k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, NATIVE_FP8)
+            k = load_kv_tile(k_ptrs, kv_mask, KV_FP8, FP8_DECODE)
             m_i, l_i, alpha, p = softmax_step(
                 tl.dot(q, tl.trans(k)), m_i, l_i, k_pos, masked, seq_len, q_abs, qk_scale,
                 v_scale, softcap, window, row_kv, it % P, P,
             )  # fmt: skip
-            v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, NATIVE_FP8)
+            v = load_kv_tile(k_ptrs + HEAD_SIZE, kv_mask, KV_FP8, FP8_DECODE)
             acc = acc * alpha[:, None] + tl.dot(p, v)
     return m_i, l_i, acc
 
 
 @triton.jit
-def half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF: tl.constexpr, KV_FP8, NATIVE_FP8):
+def half_scores(q_lo, q_hi, kv_ptr, row_off, lo, hi, HALF: tl.constexpr, KV_FP8, FP8_DECODE):
     """``q . k`` of one key tile whose rows start at ``row_off``, in head halves."""
     offs_h = tl.arange(0, HALF)
     k_ptrs = kv_ptr + row_off[:, None] + offs_h[None, :]
-    s = tl.dot(q_lo, tl.trans(load_kv_tile(k_ptrs, lo, KV_FP8, NATIVE_FP8)))
-    return tl.dot(q_hi, tl.trans(load_kv_tile(k_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)), s)
+    s = tl.dot(q_lo, tl.trans(load_kv_tile(k_ptrs, lo, KV_FP8, FP8_DECODE)))
+    return tl.dot(q_hi, tl.trans(load_kv_tile(k_ptrs + HALF, hi, KV_FP8, FP8_DECODE)), s)
 
 
 @triton.jit
-def half_values(acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF: tl.constexpr, KV_FP8, NATIVE_FP8):
+def half_values(acc_lo, acc_hi, alpha, p, v_ptrs, lo, hi, HALF: tl.constexpr, KV_FP8, FP8_DECODE):
     """The output halves rescaled by ``alpha`` plus ``p . v`` of one key tile, ``v_ptrs`` its
     low half's V pointers, one half at a time.
 
     It takes pointers, not the tile's row offsets: the ahead loop forms them before it loads
     the next tile's block-table entries, and formed here after them instead, its sm_90 build
     took 1347 SASS instructions an iteration instead of 1200."""
-    acc_lo = acc_lo * alpha[:, None] + tl.dot(p, load_kv_tile(v_ptrs, lo, KV_FP8, NATIVE_FP8))
-    v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, NATIVE_FP8)
+    acc_lo = acc_lo * alpha[:, None] + tl.dot(p, load_kv_tile(v_ptrs, lo, KV_FP8, FP8_DECODE))
+    v_hi = load_kv_tile(v_ptrs + HALF, hi, KV_FP8, FP8_DECODE)
     return acc_lo, acc_hi * alpha[:, None] + tl.dot(p, v_hi)
 
 
@@ -350,7 +364,7 @@ def attend(
     HEAD_PAD: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
-    NATIVE_FP8: tl.constexpr,
+    FP8_DECODE: tl.constexpr,
     HALVES: tl.constexpr,
     ONE_LOOP: tl.constexpr,
     AHEAD: tl.constexpr = False,
@@ -406,7 +420,7 @@ def attend(
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             PAGE_SIZE, q_abs, seq_len, tile_lo, tile_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, FP8_DECODE, HALVES,
             MASKED_FROM, False, KV_PER_PROG,
         )  # fmt: skip
     else:
@@ -421,7 +435,7 @@ def attend(
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             PAGE_SIZE, q_abs, seq_len, whole_lo, whole_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, FP8_DECODE, HALVES,
             NO_MASKS, AHEAD, KV_PER_PROG,
         )  # fmt: skip
         if ONE_STAGE_TAIL:
@@ -434,7 +448,7 @@ def attend(
         m_i, l_i, acc = attend_tiles(
             q, m_i, l_i, acc, kv_ptr, bt_row_ptr, kv_head_off, stride_blk, stride_slot,
             PAGE_SIZE, q_abs, seq_len, masked_lo, masked_hi, whole_hi, qk_scale, v_scale, softcap,
-            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, NATIVE_FP8, HALVES,
+            window, row_kv, stride_kvh, HEAD_SIZE, HEAD_PAD, BLOCK_N, KV_FP8, FP8_DECODE, HALVES,
             ALL_MASKED, False, KV_PER_PROG, not ONE_STAGE_TAIL, whole_lo, whole_hi - whole_lo,
         )  # fmt: skip
     return m_i, l_i, acc

@@ -80,7 +80,7 @@ def paged_prefill_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     KV_FP8: tl.constexpr,
-    NATIVE_FP8: tl.constexpr,
+    FP8_DECODE: tl.constexpr,
     HALVES: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     CACHE_OFFSETS_32: tl.constexpr,
@@ -156,7 +156,7 @@ def paged_prefill_kernel(
         HEAD_PAD,
         BLOCK_N,
         KV_FP8,
-        NATIVE_FP8,
+        FP8_DECODE,
         HALVES,
         True,
     )

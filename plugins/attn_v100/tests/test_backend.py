@@ -31,24 +31,31 @@ def test_supports_head_size_agrees_with_the_declaration() -> None:
     assert set(Backend.get_supported_head_sizes()) == SPEC.head_sizes
 
 
-def test_validation_refuses_576_like_the_declaration() -> None:
+def validation_reasons(
+    head_size: int, kv_cache_dtype: str, capability: tuple[int, int], **extra
+) -> list[str]:
+    """What vLLM's ``validate_configuration`` says of an fp16 decoder layer of block 16."""
     import torch
     from vllm.platforms.interface import DeviceCapability
 
-    reasons = Backend.validate_configuration(
-        head_size=576,
+    return Backend.validate_configuration(
+        head_size=head_size,
         dtype=torch.float16,
-        kv_cache_dtype="fp8_e5m2",
+        kv_cache_dtype=kv_cache_dtype,
         block_size=16,
         use_mla=False,
         has_sink=False,
         use_sparse=False,
         use_mm_prefix=False,
         use_per_head_quant_scales=False,
-        device_capability=DeviceCapability(7, 0),
+        device_capability=DeviceCapability(*capability),
         attn_type="decoder",
-        has_sliding_window=True,
+        **extra,
     )
+
+
+def test_validation_refuses_576_like_the_declaration() -> None:
+    reasons = validation_reasons(576, "fp8_e5m2", (7, 0), has_sliding_window=True)
     assert reasons == ["head_size not supported"]
 
 
@@ -56,32 +63,13 @@ def test_validation_refuses_576_like_the_declaration() -> None:
 def test_validation_takes_e4m3_from_sm89_only(kv) -> None:
     """e4m3 needs SM89 in vLLM's validation too, as in the declaration
     (``kv_dtype_min_capability``): refused on a V100 with the reason, taken on the H100."""
-    import torch
-    from vllm.platforms.interface import DeviceCapability
-
-    def reasons(major: int, minor: int) -> list[str]:
-        return Backend.validate_configuration(
-            head_size=128,
-            dtype=torch.float16,
-            kv_cache_dtype=kv,
-            block_size=16,
-            use_mla=False,
-            has_sink=False,
-            use_sparse=False,
-            use_mm_prefix=False,
-            use_per_head_quant_scales=False,
-            device_capability=DeviceCapability(major, minor),
-            attn_type="decoder",
-        )
-
-    (refusal,) = reasons(7, 0)
+    (refusal,) = validation_reasons(128, kv, (7, 0))
     assert "'fp8_e4m3' needs compute capability 8.9" in refusal
     assert "this device has 7.0; use fp8_e5m2" in refusal
     assert SPEC.kv_dtype_min_capability["fp8_e4m3"] == (8, 9)
-    assert reasons(8, 9) == []
-    assert reasons(9, 0) == []
-    assert Backend.supports_combination(128, torch.float16, "fp8_e5m2", 16, False, False, False,
-                                        False, DeviceCapability(7, 0)) is None  # fmt: skip
+    assert validation_reasons(128, kv, (8, 9)) == []
+    assert validation_reasons(128, kv, (9, 0)) == []
+    assert validation_reasons(128, "fp8_e5m2", (7, 0)) == []
 
 
 def test_other_answers_match_the_declaration() -> None:

@@ -38,14 +38,13 @@ from volta_attn_v100.ops import (
     paged_attention,
     write_kv_cache,
 )
+from volta_core.types import canonical_kv_dtype
 
-#: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names.
+#: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the
+#: host's spelling rule: ``auto`` is the fp16 activations' dtype, ``fp8`` is e4m3).
 KV_CACHE_DTYPES: dict[str, str] = {
-    "auto": "float16",
-    "float16": "float16",
-    "fp8_e5m2": "fp8_e5m2",
-    "fp8": "fp8_e4m3",
-    "fp8_e4m3": "fp8_e4m3",
+    spelling: canonical_kv_dtype(spelling, "float16")
+    for spelling in ("auto", "float16", "fp8_e5m2", "fp8", "fp8_e4m3")
 }
 
 

@@ -22,6 +22,7 @@ from volta_attn_v100.configs import (
     ATTENTION_DIVISIBLE,
     CACHE_WRITE_WARPS,
     HEAD_SIZES,
+    KV_DTYPE_MIN_CAPABILITY,
     KV_FORMAT_CODES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
@@ -112,7 +113,8 @@ def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
             f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention kernels "
             f"(supported: {', '.join(sorted(KV_STORAGE))})"
         )
-    if kv_cache.device.type == "cuda":
+    # Only a dtype with a capability floor asks the device (a per-launch call otherwise).
+    if kv_cache.device.type == "cuda" and kv_cache_dtype in KV_DTYPE_MIN_CAPABILITY:
         refusal = kv_dtype_refusal(kv_cache_dtype, _capability(kv_cache.device))
         if refusal:
             _fail(refusal)

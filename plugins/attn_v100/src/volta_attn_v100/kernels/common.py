@@ -16,12 +16,14 @@ import triton
 import triton.language as tl
 
 from volta_attn_v100 import configs
-from volta_core.kernels.fp8 import decode_fp8
+from volta_core.kernels.fp8 import dequantize_tile
 
 #: ``FP8_DECODE`` values (:func:`volta_attn_v100.configs.fp8_decode`) as kernel constants.
 E5M2_NATIVE = tl.constexpr(configs.FP8_E5M2_NATIVE)
 E4M3_NATIVE = tl.constexpr(configs.FP8_E4M3_NATIVE)
 E4M3_INTEGER = tl.constexpr(configs.FP8_E4M3_INTEGER)
+#: The host codec's ``FMT`` of e4m3 (:data:`volta_attn_v100.configs.KV_FORMAT_CODES`).
+E4M3_FORMAT = tl.constexpr(configs.KV_FORMAT_CODES["fp8_e4m3"])
 
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
 #: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
@@ -51,7 +53,8 @@ def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, FP8_DECODE: tl.constexpr):
         elif FP8_DECODE == E4M3_NATIVE:
             return raw.to(tl.float8e4nv, bitcast=True).to(tl.float16)
         elif FP8_DECODE == E4M3_INTEGER:
-            return decode_fp8(raw, 7, 3, True, 0.001953125).to(tl.float16)
+            # The codec's decode at unit scale: exact, as every e4m3 value is an fp16 one.
+            return dequantize_tile(raw, 1.0, E4M3_FORMAT).to(tl.float16)
         else:
             return (raw.to(tl.int16) << 8).to(tl.float16, bitcast=True)
     else:

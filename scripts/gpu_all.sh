@@ -14,7 +14,7 @@ python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton
 
 attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
 ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
-attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py)
+attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py plugins/attn_v100/tests/test_errors.py)
 
 echo "== phase 1: GPU tests and memcheck, side by side"
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-240}" \

@@ -8,7 +8,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton", triton.__version__, "python", sys.version.split()[0])' >> $out/device.txt
 P=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
 T="python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning"
-PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc1 timeout 230 $T plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py > $out/attn_v100/gpu_tests.log 2>&1 &
+PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc1 timeout 230 $T plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py plugins/attn_v100/tests/test_errors.py > $out/attn_v100/gpu_tests.log 2>&1 &
 PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc2 timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 $T plugins/attn_v100/tests/test_kernels.py -k sanitizer > $out/attn_v100/memcheck.log 2>&1 &
 PYTHONPATH=$P TRITON_CACHE_DIR=/tmp/tc3 timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 $T plugins/attn_v100/tests/test_kernels.py -k sanitizer > $out/attn_v100/racecheck.log 2>&1 &
 wait

@@ -11,7 +11,7 @@ $py -c 'import torch, triton; print("torch", torch.__version__, "triton", triton
 
 echo "== GPU tests"
 $py -m pytest -q -m gpu -p no:cacheprovider -W ignore::DeprecationWarning \
-  plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
+  plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py plugins/attn_v100/tests/test_errors.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -15
 
 echo "== benchmarks"
 $py -m volta_attn_v100.bench --out "$OUT" > "$OUT/bench.log" 2>&1 || tail -30 "$OUT/bench.log"

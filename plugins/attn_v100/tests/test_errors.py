@@ -12,6 +12,7 @@ import pytest
 import torch
 from attn_v100_cases import make_case
 
+from volta_attn_v100 import ops
 from volta_attn_v100.ops import AttentionInputError, paged_attention
 
 
@@ -170,3 +171,16 @@ def test_split_policy_needs_positive_integers_within_bounds(field, value) -> Non
     expected = "at most 64" if value == 65 else "a positive integer"
     with pytest.raises(ValueError, match=f"SplitPolicy.{field} must be {expected}"):
         SplitPolicy(**{field: value})
+
+
+@pytest.mark.gpu
+def test_e4m3_cache_refused_on_a_gpu_below_sm89(monkeypatch) -> None:
+    """A CUDA e4m3 cache on a GPU that reports compute capability 7.0 is refused by the
+    launcher itself (the kernels' hardware e4m3 conversion does not compile there), before
+    any launch: the capability the launcher reads is set to a V100's."""
+    case = make_case(
+        [(1, 40), (3, 20)], head_size=64, kv_cache_dtype="fp8_e4m3", scales="head", device="cuda"
+    )
+    monkeypatch.setattr(ops, "_cuda_facts", lambda index: ((7, 0), 80))
+    with pytest.raises(AttentionInputError, match=r"'fp8_e4m3' needs compute capability 8\.9"):
+        attempt(case)

@@ -13,6 +13,7 @@ first), which covers chunked prefill, prefix caching and mixed batches.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -22,7 +23,6 @@ from volta_attn_v100.configs import (
     ATTENTION_DIVISIBLE,
     CACHE_WRITE_WARPS,
     HEAD_SIZES,
-    KV_DTYPE_MIN_CAPABILITY,
     KV_FORMAT_CODES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
@@ -82,16 +82,27 @@ class KVScales:
         return 0 if self.k.numel() == 1 else 1
 
 
+@functools.cache
+def _cuda_facts(index: int) -> tuple[tuple[int, int], int]:
+    """Compute capability and SM count of CUDA device ``index``, asked once per process:
+    every launch needs them, several times, and they do not change."""
+    props = torch.cuda.get_device_properties(index)
+    return (props.major, props.minor), props.multi_processor_count
+
+
+def _cuda_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
 def _capability(device: torch.device) -> tuple[int, int]:
     if device.type == "cuda":
-        major, minor = torch.cuda.get_device_capability(device)
-        return (major, minor)
+        return _cuda_facts(_cuda_index(device))[0]
     return INTERPRETER_CAPABILITY
 
 
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_facts(_cuda_index(device))[1]
     return 4
 
 
@@ -113,8 +124,7 @@ def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
             f"KV-cache dtype {kv_cache_dtype!r} is not supported by the Volta attention kernels "
             f"(supported: {', '.join(sorted(KV_STORAGE))})"
         )
-    # Only a dtype with a capability floor asks the device (a per-launch call otherwise).
-    if kv_cache.device.type == "cuda" and kv_cache_dtype in KV_DTYPE_MIN_CAPABILITY:
+    if kv_cache.device.type == "cuda":
         refusal = kv_dtype_refusal(kv_cache_dtype, _capability(kv_cache.device))
         if refusal:
             _fail(refusal)

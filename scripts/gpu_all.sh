@@ -17,9 +17,9 @@ ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
 attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py plugins/attn_v100/tests/test_errors.py)
 
 echo "== phase 1: GPU tests and memcheck, side by side"
-PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-240}" \
+PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-540}" \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
-  "${attn_tests[@]}" > "$out/attn_v100/gpu_tests.log" 2>&1 &
+  -n "${ATTN_WORKERS:-4}" "${attn_tests[@]}" > "$out/attn_v100/gpu_tests.log" 2>&1 &
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-240}" \
   python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
   plugins/ct_wna16/tests/test_kernels.py plugins/ct_wna16/tests/test_moe_gpu.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &

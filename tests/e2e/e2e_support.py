@@ -94,3 +94,26 @@ def engine_env(**extra: str) -> dict[str, str]:
         env.pop(key, None)
     env.update(extra)
     return env
+
+
+def config_engine_args(kv_cache_dtype: str) -> dict[str, object]:
+    """Engine arguments for an engine configuration built on vLLM's CPU platform.
+
+    vLLM 0.19's and 1Cat-vLLM's CPU platform refuse an fp8 KV cache with chunked prefill or
+    prefix caching on ("Chunked-prefill and prefix-cache on the CPU backend is not compatible
+    with FP8 KV cache"); the configurations these tests build are for the CUDA layers, so both
+    are turned off there. 0.32+ take the defaults.
+    """
+    from volta_core.vllm import compat
+
+    if not kv_cache_dtype.startswith("fp8") or compat.family().base >= (0, 32):
+        return {}
+    return {"enable_prefix_caching": False, "enable_chunked_prefill": False}
+
+
+def selector_flags(**flags: object) -> dict[str, object]:
+    """The ``AttentionSelectorConfig`` flags the installed vLLM knows (0.19 has no
+    ``has_sliding_window``)."""
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    return {k: v for k, v in flags.items() if k in AttentionSelectorConfig._fields}

@@ -57,6 +57,7 @@ ENGINE_STREAMING = FAMILY.streaming is compat.Streaming.ENGINE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # tiny_model: the scripted checkpoints
+from e2e_support import config_engine_args  # noqa: E402
 
 SM70 = Device((7, 0))
 PLUGINS = ("attn_v100", "fp8kv", "ct_wna16", "reasoning")
@@ -167,13 +168,7 @@ def engine_config(model: Path, kv_cache_dtype: str) -> Any:
         max_model_len=256,
         enforce_eager=True,
         gpu_memory_utilization=0.1,
-        # vLLM 0.19's and 1Cat's CPU platform refuse an fp8 cache with either on (the configs
-        # are built on that platform here; the layer under test is the CUDA one).
-        **(
-            {}
-            if ENGINE_STREAMING
-            else {"enable_prefix_caching": False, "enable_chunked_prefill": False}
-        ),
+        **config_engine_args(kv_cache_dtype),
     )
     return args.create_engine_config()
 

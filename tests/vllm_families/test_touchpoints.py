@@ -883,3 +883,33 @@ def test_delta_streaming_is_the_same_for_every_chunking(
         deltas[-1] = (text, [*ids, eos])  # the last delta carries the EOS token
         streamed = _stream_as_the_family_serves(parser_cls, tokenizer, prompt, deltas)
         assert streamed == (reasoning, content), cuts
+
+
+def test_the_selector_sees_a_sliding_window_in_every_family() -> None:
+    """0.32+ say it in the selector config; 0.19's config lacks the field, so the window comes
+    from the attention layer being built, which sets ``sliding_window`` before it asks."""
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    flags = (
+        {"has_sliding_window": True}
+        if "has_sliding_window" in AttentionSelectorConfig._fields
+        else {}
+    )
+
+    class SlidingAttention:
+        def __init__(self, prefix: str) -> None:
+            self.sliding_window = 8
+            self.seen = compat.selector_layer(
+                AttentionSelectorConfig(
+                    head_size=256,
+                    dtype=torch.float16,
+                    kv_cache_dtype="auto",
+                    block_size=16,
+                    **flags,
+                ),
+                8,
+            )
+
+    seen = SlidingAttention("model.layers.0.self_attn.attn").seen
+    assert seen.has_sliding_window is True
+    assert seen.prefix == "model.layers.0.self_attn.attn"

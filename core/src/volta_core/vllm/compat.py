@@ -706,12 +706,12 @@ def backend_class_path(spec: AttentionBackendSpec) -> str:
     return path
 
 
-def _calling_layer_prefix() -> str | None:
-    """Best effort: the prefix of the attention layer whose construction asked for a backend."""
+def _calling_layer() -> tuple[Any, str | None]:
+    """Best effort: the attention layer whose construction asked for a backend, and its prefix."""
     frame = sys._getframe(1)
     for _ in range(40):
         if frame is None:
-            return None
+            return None, None
         local = frame.f_locals
         owner = local.get("self")
         if (
@@ -719,14 +719,20 @@ def _calling_layer_prefix() -> str | None:
             and isinstance(local.get("prefix"), str)
             and type(owner).__name__.endswith("Attention")
         ):
-            return str(local["prefix"]) or None
+            return owner, str(local["prefix"]) or None
         frame = frame.f_back
-    return None
+    return None, None
 
 
 def selector_layer(selector_config: Any, num_heads: int | None) -> attention.SelectorLayer:
-    """vLLM's ``AttentionSelectorConfig`` as plain values."""
-    get = selector_config._asdict().get
+    """vLLM's ``AttentionSelectorConfig`` as plain values.
+
+    vLLM 0.19's selector config has no ``has_sliding_window``: there the window is read from
+    the layer being built (``Attention`` sets ``self.sliding_window`` before it asks).
+    """
+    fields = selector_config._asdict()
+    get = fields.get
+    owner, prefix = _calling_layer()
     raw_type = get("attn_type") or "decoder"
     attn_type = str(getattr(raw_type, "value", raw_type))
     special = None
@@ -738,17 +744,21 @@ def selector_layer(selector_config: Any, num_heads: int | None) -> attention.Sel
         special = "multimodal prefix attention"
     elif attn_type not in ("decoder", "encoder_only"):
         special = f"{attn_type} attention"
+    if "has_sliding_window" in fields:
+        sliding = bool(get("has_sliding_window"))
+    else:
+        sliding = getattr(owner, "sliding_window", None) is not None
     return attention.SelectorLayer(
         head_size=int(get("head_size")),
         dtype=_activation_dtype(get("dtype")),
         kv_cache_dtype=str(get("kv_cache_dtype") or "auto"),
         block_size=get("block_size"),
         num_heads=num_heads,
-        has_sliding_window=bool(get("has_sliding_window")),
+        has_sliding_window=sliding,
         has_sink=bool(get("has_sink")),
         non_causal=bool(get("use_non_causal")) or attn_type == "encoder_only",
         special=special,
-        prefix=_calling_layer_prefix(),
+        prefix=prefix,
     )
 
 

@@ -5,9 +5,15 @@ cores, and most of the suite, compile-gate and interpreter cases, is one core's 
 A test that uses a module- or session-scoped fixture joins its module's group, so what such a
 fixture builds (an engine, a server, a checkpoint) is built once, on one worker; every other
 test goes to whichever worker is free. Without xdist the marks do nothing.
+
+The suite also opts in to the test-only plugins (``tests/plugins``, entry-point group
+``vllm_volta.test_plugins``) with ``VLLM_VOLTA_TEST_PLUGINS=1``, inherited by every process a test
+starts; a user's environment never loads them.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -26,6 +32,7 @@ def _shares_a_fixture(item: pytest.Item) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("VLLM_VOLTA_TEST_PLUGINS", "1")
     config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
 
 

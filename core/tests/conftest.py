@@ -1,9 +1,15 @@
-"""Shared pieces for the core's tests: small in-process plugins built from declarations."""
+"""Shared pieces for the core's tests: small in-process plugins built from declarations.
+
+Also opts in to the test-only plugins (``VLLM_VOLTA_TEST_PLUGINS=1``, as the repository's root
+``conftest.py`` does): ``pytest core/tests`` takes ``core/pyproject.toml`` as its rootdir and
+does not load the root conftest.
+"""
 
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +18,10 @@ import pytest
 from volta_core import hookimpl, hookspecs
 from volta_core.manager import HOST_API_VERSION, VoltaPluginManager
 from volta_core.types import AttentionBackendSpec
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault("VLLM_VOLTA_TEST_PLUGINS", "1")
 
 
 class FakePlugin:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from volta_core.cli import main
+from volta_core.manager import get_plugin_manager
 from volta_core.model import example_names
 
 EXAMPLES = example_names()
@@ -19,6 +21,14 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(autouse=True)
+def fresh_plugin_manager() -> Iterator[None]:
+    """Each test discovers the plugins anew: a plugin one test disables stays out of the next."""
+    get_plugin_manager.cache_clear()
+    yield
+    get_plugin_manager.cache_clear()
 
 
 def test_bundled_examples_cover_the_required_shapes() -> None:
@@ -125,8 +135,9 @@ def test_plan_of_a_model_directory_and_tensor_parallel(
 
 
 def test_plan_reports_unrunnable_layers_with_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    # A declared backend (the healthy test plugin's) that admits none of the model's layers.
     code, out, _ = run_cli(
-        capsys, "plan", "gemma-4-dual-head", "--attention-backend", "NO_SUCH_BACKEND"
+        capsys, "plan", "gemma-4-dual-head", "--attention-backend", "TEST_HEALTHY_ATTN"
     )
     assert code == 1
     problems = out.split("problems:\n")[1].splitlines()
@@ -135,7 +146,6 @@ def test_plan_reports_unrunnable_layers_with_exit_1(capsys: pytest.CaptureFixtur
     assert "no attention backend can run head size 256" in problems[0]
     assert problems[1].startswith("  - layers 5, 11, ")
     assert "no attention backend can run head size 512" in problems[1]
-    assert "'NO_SUCH_BACKEND' is not declared" in out
 
 
 @pytest.mark.parametrize(
@@ -152,6 +162,11 @@ def test_plan_reports_unrunnable_layers_with_exit_1(capsys: pytest.CaptureFixtur
         ),
         (["plan"], "the following arguments are required: model"),
         (["frobnicate"], "invalid choice"),
+        (
+            ["plan", "gemma-4-dual-head", "--attention-backend", "NO_SUCH_BACKEND"],
+            "unknown --attention-backend 'NO_SUCH_BACKEND' (one of: ",
+        ),
+        (["plan", "/dev/null"], "/dev/null: not a regular file"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -204,6 +219,13 @@ def test_plugins_lists_status_version_and_what_each_provides(
     assert "volta_kv_cache_verdict" in healthy["hooks"]
     assert records["test_broken"]["status"] == "failed"
     assert records["test_future_api"]["status"] == "refused"
-    code, out, _ = run_cli(capsys, "plugins")
+    assert records["test_garbage_declarations"]["status"] == "failed"
+    assert records["a_test_clash"]["status"] == records["zz_test_clash"]["status"] == "failed"
+    code, out, err = run_cli(capsys, "plugins")
+    assert code == 0
     assert "test_healthy  vllm-volta-test-healthy 0.0.1  loaded" in out
     assert "reason: import failed: ImportError" in out
+    assert (
+        "reason: failed in volta_attention_backends: volta_attention_backends returned str" in out
+    )
+    assert "Traceback" not in err

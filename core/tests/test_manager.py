@@ -9,7 +9,7 @@ import pytest
 
 from volta_core import V100, Device, hookimpl
 from volta_core.errors import DuplicateDeclarationError, IncompatiblePluginError, PluginError
-from volta_core.manager import VoltaPluginManager, is_compatible
+from volta_core.manager import PluginStatus, VoltaPluginManager, is_compatible
 from volta_core.types import (
     AttentionLayer,
     CheckpointKV,
@@ -107,7 +107,13 @@ def test_duplicate_names_across_plugins_name_both_distributions(
     assert label in message
     assert "dist-first" in message
     assert "dist-second" in message
+    # Neither wins: the second is refused and the first, which held the name, is disabled.
     assert manager.pm.get_plugin("second") is None
+    assert manager.pm.get_plugin("first") is None
+    assert manager.records["first"].status is PluginStatus.FAILED
+    assert (
+        manager.attention_backends() == manager.quant_methods() == manager.reasoning_parsers() == []
+    )
 
 
 def test_duplicate_name_within_one_plugin(
@@ -117,22 +123,35 @@ def test_duplicate_name_within_one_plugin(
         manager.register(fake_plugin(volta_attention_backends=[backend("X"), backend("X")]), "p")
 
 
-def test_hook_failure_names_the_plugin(manager: VoltaPluginManager, fake_plugin: Any) -> None:
+def test_hook_failure_is_isolated_and_names_the_plugin_and_hook(fake_plugin: Any) -> None:
+    """Registered like any plugin (not behind the manager's back), a raising hook is isolated."""
+
     def boom() -> None:
         raise RuntimeError("kaput")
 
-    manager.register(fake_plugin(volta_attention_backends=[]), "fine")
-    manager.pm.register(fake_plugin(volta_kernel_configs=lambda device: boom()), "bad")
-    with pytest.raises(PluginError, match="'bad' failed in volta_kernel_configs: kaput"):
-        manager.kernel_configs(V100)
+    cfg = KernelConfig("k", "pkg.mod:kernel", {"x": "*fp16"})
+    manager = VoltaPluginManager()
+    manager.register(fake_plugin(volta_kernel_configs=[cfg]), "fine")
+    manager.register(fake_plugin(volta_kernel_configs=lambda device: boom()), "bad")
+    assert manager.kernel_configs(V100) == [("fine", cfg)]
+    record = manager.records["bad"]
+    assert (record.status, record.hook) == (PluginStatus.FAILED, "volta_kernel_configs")
+    assert "RuntimeError: kaput" in record.error
+
+    strict = VoltaPluginManager(strict=True)
+    strict.register(fake_plugin(volta_kernel_configs=lambda device: boom()), "bad")
+    with pytest.raises(PluginError, match=r"'bad'.* failed in volta_kernel_configs.*kaput"):
+        strict.kernel_configs(V100)
 
 
-def test_quant_answer_for_undeclared_method_is_refused(
+def test_quant_answer_for_undeclared_method_disables_the_plugin(
     manager: VoltaPluginManager, fake_plugin: Any
 ) -> None:
     manager.register(fake_plugin(volta_quant_method=QuantClaim("ghost", "m:G")), "q")
-    with pytest.raises(PluginError, match="'ghost'"):
-        manager.resolve_quant(QuantConfig("x"), QuantLayer("linear", "l"), V100)
+    resolution = manager.resolve_quant(QuantConfig("x"), QuantLayer("linear", "l"), V100)
+    assert resolution.claim is None
+    assert manager.records["q"].status is PluginStatus.FAILED
+    assert "'ghost'" in manager.records["q"].error
 
 
 def test_reasoning_postprocess_result_is_used_when_it_keeps_the_text(
@@ -236,6 +255,6 @@ def test_malformed_declarations_are_refused(
     manager: VoltaPluginManager, fake_plugin: Any, name: str, impl: str
 ) -> None:
     plugin = fake_plugin(volta_reasoning_parsers=[ReasoningParserSpec(name, impl)])
-    with pytest.raises(PluginError, match="names are letters"):
+    with pytest.raises(PluginError, match=r"'bad'.*volta_reasoning_parsers.*names are letters"):
         manager.register(plugin, "bad")
     assert manager.pm.get_plugin("bad") is None

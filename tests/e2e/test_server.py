@@ -68,7 +68,12 @@ def chat(server: Server, **body: Any) -> dict[str, Any]:
 
 
 def chat_stream(server: Server, **body: Any) -> tuple[str | None, str | None, str | None]:
-    """Concatenated reasoning and content deltas (None if none came) and the finish reason."""
+    """Concatenated reasoning and content deltas (None if none came) and the finish reason.
+
+    A delta that carries a field counts, even an empty one: content blanked to "" comes back
+    as "", not None, so the never-blanked assertions can fail. The one exception is the
+    protocol's opening chunk, which announces the role with ``content: ""`` in every stream.
+    """
     request = {"model": server.model, "messages": MESSAGES, "temperature": 0, **body}
     reasoning: list[str] = []
     content: list[str] = []
@@ -78,10 +83,15 @@ def chat_stream(server: Server, **body: Any) -> tuple[str | None, str | None, st
             delta = choice["delta"]
             if delta.get("reasoning") is not None:
                 reasoning.append(delta["reasoning"])
-            if delta.get("content"):
+            opening = "role" in delta and delta.get("content") == ""
+            if delta.get("content") is not None and not opening:
                 content.append(delta["content"])
             finish = choice.get("finish_reason") or finish
-    return ("".join(reasoning) if reasoning else None), ("".join(content) or None), finish
+    return (
+        ("".join(reasoning) if reasoning else None),
+        ("".join(content) if content else None),
+        finish,
+    )
 
 
 def expected_split(text: str, *, in_reasoning: bool) -> tuple[str | None, str | None]:

@@ -30,3 +30,48 @@ TRITON_ATTN = AttentionBackendSpec(
 
 #: Built-in backends in the order the host falls back to them.
 BUILTIN_BACKENDS: tuple[AttentionBackendSpec, ...] = (TRITON_ATTN,)
+
+
+def _names(text: str) -> frozenset[str]:
+    """A set of names written one after another, separated by white space."""
+    return frozenset(text.split())
+
+
+#: Every attention backend name vLLM 0.32 itself defines (``AttentionBackendEnum`` members).
+#: Reserved: a plugin backend of one of these names would be confused with vLLM's own in
+#: ``--attention-backend``, listings and the engine's registry, unless it says it replaces it.
+RESERVED_BACKENDS = _names(
+    """
+    AMX_MLA B12X CPU_ATTN CPU_MLA CUSTOM CUTLASS_MLA CUTLASS_MSA FLASHINFER FLASHINFER_MLA
+    FLASHINFER_MLA_SPARSE FLASHINFER_MLA_SPARSE_DSV4 FLASHINFER_MLA_SPARSE_DSV41
+    FLASHINFER_MLA_SPARSE_SM120 FLASHINFER_MLA_SPARSE_SM90 FLASHMLA FLASHMLA_MEGA_ATTN_DSV41
+    FLASHMLA_SPARSE FLASHMLA_SPARSE_DSV4 FLASHMLA_SPARSE_DSV41 FLASH_ATTN FLASH_ATTN_DIFFKV
+    FLASH_ATTN_MLA FLASH_ATTN_MLA_SPARSE FLEX_ATTENTION HPC_ATTN MINIMAX_M3_SPARSE NO_ATTENTION
+    ROCM_AITER_FA ROCM_AITER_MLA ROCM_AITER_MLA_SPARSE ROCM_AITER_TRITON_MLA
+    ROCM_AITER_UNIFIED_ATTN ROCM_ATTN ROCM_FLASHMLA_SPARSE_DSV4 ROCM_SEGMENTED_ATTN
+    TOKENSPEED_MLA TORCH_SDPA TRITON_ATTN TRITON_ATTN_DIFFKV TRITON_FLASHINFER TRITON_FLASH_ATTN
+    TRITON_MLA TRITON_MSA TURBOQUANT ULTRAQUANT XPU_MLA_SPARSE
+    """
+)
+
+#: vLLM 0.32's quantization methods (``QUANTIZATION_METHODS``): the ``quant_method`` values a
+#: checkpoint may state, and names a plugin's quant method may not take unless it replaces one.
+QUANT_METHODS = _names(
+    """
+    auto_awq auto_gptq awq awq_marlin compressed-tensors deepseek_v4_fp8 experts_int8 fbgemm_fp8
+    fp8 fp8_per_block fp8_per_channel fp8_per_tensor fp_quant gpt_oss_mxfp4 gptq gptq_marlin
+    humming inc int8_per_channel_weight_only modelopt modelopt_fp4 modelopt_mixed modelopt_mxfp8
+    moe_wna16 mxfp4 mxfp8 nvfp4_per_token online quark torchao
+    """
+)
+
+#: vLLM 0.32's own reasoning parser names (``ReasoningParserManager``), reserved likewise.
+REASONING_PARSERS = _names(
+    """
+    cohere_command3 cohere_command4 deepseek_r1 deepseek_v3 deepseek_v4 deepseek_v41 ernie45
+    gemma4 glm45 glm47 granite granite_thinking_parser hf holo2 hunyuan_a13b hy_v3 hy_v4 inkling
+    k2_horizon kimi_k2 kimi_k3 ling3 mimo minicpmv minimax_m2 minimax_m2_append_think minimax_m3
+    mistral muse_glimmer nemotron_v3 olmo3 openai_gptoss plamo3 poolside_v1 qwen3 seed_oss step3
+    step3p5
+    """
+)

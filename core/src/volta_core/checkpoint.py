@@ -21,9 +21,13 @@ _CT_KV_STRATEGIES: dict[str, KVScaleScheme] = {
 }
 
 
-def quant_config(raw: Mapping[str, Any] | None) -> QuantConfig | None:
-    """Wrap a ``quantization_config`` section; None for an unquantized checkpoint."""
-    if not raw:
+def quant_config(raw: object) -> QuantConfig | None:
+    """Wrap a ``quantization_config`` section; None for an unquantized checkpoint.
+
+    A section that is not a mapping is treated as absent here; ``vllm-volta plan`` refuses it
+    beforehand (:mod:`volta_core.config_check`) with a line naming the field.
+    """
+    if not isinstance(raw, Mapping) or not raw:
         return None
     method = raw.get("quant_method")
     if not isinstance(method, str) or not method:
@@ -38,9 +42,14 @@ def is_ignored(config: QuantConfig, prefix: str) -> bool:
     compressed-tensors matches them.
     """
     for entry in config.ignore:
+        if not isinstance(entry, str):
+            continue
         if entry.startswith("re:"):
-            if re.match(entry[3:], prefix):
-                return True
+            try:
+                if re.match(entry[3:], prefix):
+                    return True
+            except re.error:  # refused by the config check; never matches here
+                continue
         elif entry == prefix:
             return True
     return False
@@ -49,8 +58,11 @@ def is_ignored(config: QuantConfig, prefix: str) -> bool:
 def _ct_weight_format(raw: Mapping[str, Any]) -> str:
     """The weight format of a compressed-tensors checkpoint (``int4``, ``fp8``, ``int8``...)."""
     formats = set()
-    for group in (raw.get("config_groups") or {}).values():
-        weights = (group or {}).get("weights") or {}
+    groups = raw.get("config_groups")
+    for group in groups.values() if isinstance(groups, Mapping) else ():
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping):
+            continue
         bits, kind = weights.get("num_bits"), weights.get("type", "int")
         if bits:
             formats.add(f"{'fp' if kind == 'float' else 'int'}{bits}")

@@ -18,7 +18,14 @@ class UsageError(VoltaError):
 
 
 class PluginError(VoltaError):
-    """A plugin could not be loaded or registered, or it broke a host rule."""
+    """A plugin could not be loaded or registered, or it broke a host rule.
+
+    ``hook`` names the hook the plugin failed in, when it failed in one.
+    """
+
+    def __init__(self, message: str, *, hook: str = "") -> None:
+        super().__init__(message)
+        self.hook = hook
 
 
 class IncompatiblePluginError(PluginError):

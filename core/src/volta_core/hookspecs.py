@@ -8,8 +8,15 @@ hooks below with the :data:`hookimpl` marker. Hooks return declarations (see
 
 No hook is ``firstresult`` except :func:`volta_reasoning_postprocess`: the host needs every
 plugin's answer to rank claims by priority, to list every refusal, and to combine verdicts.
-Hooks are called when the host resolves something (the plan command, or vLLM building a layer),
-never at import or discovery time, so loading plugins imports no kernel.
+The three declaration hooks (backends, quant methods, parsers) are asked once, when the plugin
+registers, and must answer a list or tuple; the others are called when the host resolves
+something (the plan command, or vLLM building a layer). None is called at import, so loading
+plugins imports no kernel.
+
+Every answer is checked against the return type below before the host reads it
+(:mod:`volta_core.answers`), and every exception a hook raises is caught: either way the plugin
+is recorded as failed in that hook and disabled, and the other plugins' answers stand
+(``VLLM_VOLTA_STRICT=1`` makes it an error). Hook wrappers are refused at registration.
 """
 
 from __future__ import annotations
@@ -44,10 +51,11 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 def volta_attention_backends() -> Iterable[AttentionBackendSpec]:
     """Declare the attention backends this plugin provides.
 
-    Called once per resolution (not at import). Each declaration states what the backend can
-    run; the host tries backends per layer in descending ``priority`` and gives the layer to the
-    first whose declaration admits it, falling back to vLLM's built-in backends only where they
-    are valid. Backend names must be unique across all plugins.
+    Called once, when the plugin registers (not at import). Each declaration states what the
+    backend can run; the host tries backends per layer in descending ``priority`` and gives the
+    layer to the first whose declaration admits it, falling back to vLLM's built-in backends
+    only where they are valid. Backend names must be unique across all plugins (two declaring
+    one name are both disabled) and may be one of vLLM's own only with ``replaces_builtin``.
     """
 
 
@@ -110,7 +118,8 @@ def volta_reasoning_postprocess(
     Called after the parser for every non-streaming result and for every streaming delta.
     ``firstresult``: the first plugin returning a split replaces the parser's; ``None`` keeps it.
     The host refuses a returned split that drops generated text (it keeps the parser's split
-    and logs the offending plugin): generated text is never lost.
+    and logs the offending plugin), and a plugin that raises or answers another type is disabled
+    and the next one asked: generated text is never lost.
     """
 
 

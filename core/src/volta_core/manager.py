@@ -2,9 +2,16 @@
 
 Plugins are found through the ``vllm_volta.plugins`` entry-point group (stevedore), imported
 (names filtered before import by ``VLLM_VOLTA_PLUGINS``), checked (host API version, hook names,
-unique declaration names) and registered into one pluggy ``PluginManager``. A plugin that fails
-any step is recorded with its distribution, version and error, logged once, and left out;
-everything else keeps working. ``VLLM_VOLTA_STRICT=1`` makes such a failure an exception.
+every declaration's type and name, names unique across plugins) and registered into one pluggy
+``PluginManager``. Every hook is then called through the manager, which checks each answer's
+type at the boundary (:mod:`volta_core.answers`).
+
+Isolation, the one rule for every failure: whatever a plugin raises while loading, declaring
+or answering, and every answer of the wrong type, is caught and recorded against that plugin
+(name, distribution, version, hook, error) as a :class:`PluginFault`; the plugin is disabled
+(unregistered, so it is asked nothing more) and shown as failed by ``vllm-volta plugins`` and the
+adapter's report; every other plugin keeps working. ``VLLM_VOLTA_STRICT=1`` makes each such
+failure a :class:`PluginError` naming the plugin and the hook.
 """
 
 from __future__ import annotations
@@ -13,8 +20,7 @@ import enum
 import functools
 import logging
 import os
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -22,12 +28,15 @@ from typing import Any
 import pluggy
 
 from volta_core import builtins, hookspecs
+from volta_core.answers import InvalidAnswer, check_answer
+from volta_core.declarations import FAMILIES, NameRegistry, check_own
 from volta_core.device import Device
 from volta_core.errors import (
     DuplicateDeclarationError,
     IncompatiblePluginError,
     PluginError,
     ReasoningTextLost,
+    UsageError,
 )
 from volta_core.resolution import (
     check_no_text_lost,
@@ -42,7 +51,9 @@ from volta_core.types import (
     KernelConfig,
     KVDecision,
     KVRequest,
+    QuantClaim,
     QuantConfig,
+    QuantDecline,
     QuantLayer,
     QuantMethodSpec,
     QuantResolution,
@@ -56,6 +67,11 @@ log = logging.getLogger("volta_core")
 #: Entry-point group plugins are published in.
 ENTRY_POINT_GROUP = "vllm_volta.plugins"
 
+#: Entry-point group of the plugins that exist only to test the host (tests/plugins): read
+#: only when ``VLLM_VOLTA_TEST_PLUGINS=1`` (the test suite sets it), so a user's environment
+#: never lists them, while the tests still load them through real installed entry points.
+TEST_ENTRY_POINT_GROUP = "vllm_volta.test_plugins"
+
 #: The hook API this host speaks, ``MAJOR.MINOR``. A plugin written for the same major and a
 #: minor no newer than this one is compatible: minors only add optional hooks.
 HOST_API_VERSION = "1.0"
@@ -65,6 +81,7 @@ HOST_API_ATTRIBUTE = "VOLTA_HOST_API"
 
 ENV_ONLY = "VLLM_VOLTA_PLUGINS"
 ENV_STRICT = "VLLM_VOLTA_STRICT"
+ENV_TEST_PLUGINS = "VLLM_VOLTA_TEST_PLUGINS"
 
 
 class PluginStatus(str, enum.Enum):
@@ -74,7 +91,7 @@ class PluginStatus(str, enum.Enum):
     REFUSED = "refused"
     """Imported, but written for a host API version this host does not speak."""
     FAILED = "failed"
-    """Failed to import or to register; the error says why."""
+    """Failed to import, to register or in a hook; the error says why (and ``hook`` where)."""
     SKIPPED = "skipped"
     """Not named in ``VLLM_VOLTA_PLUGINS``; never imported."""
 
@@ -91,6 +108,14 @@ class PluginRecord:
     host_api: str | None = None
     hooks: tuple[str, ...] = ()
     provides: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    hook: str = ""
+    """The hook the plugin failed in ("" for a failure to import or register)."""
+
+    @property
+    def label(self) -> str:
+        """``plugin 'name' (distribution version)``: how every message names a plugin."""
+        dist = f"{self.distribution} {self.version}".strip() or "unknown distribution"
+        return f"plugin {self.name!r} ({dist})"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,10 +124,28 @@ class PluginRecord:
             "version": self.version,
             "status": self.status.value,
             "error": self.error,
+            "hook": self.hook,
             "host_api": self.host_api,
             "hooks": list(self.hooks),
             "provides": {k: list(v) for k, v in self.provides.items()},
         }
+
+
+@dataclass(frozen=True)
+class PluginFault:
+    """One failure of a loaded plugin while it answered a hook; the plugin was disabled."""
+
+    plugin: str
+    distribution: str
+    version: str
+    hook: str
+    error: str
+
+    def __str__(self) -> str:
+        dist = f"{self.distribution} {self.version}".strip() or "unknown distribution"
+        return (
+            f"plugin {self.plugin!r} ({dist}) failed in {self.hook} and was disabled: {self.error}"
+        )
 
 
 def is_compatible(plugin_api: str, host_api: str = HOST_API_VERSION) -> bool:
@@ -116,31 +159,53 @@ def is_compatible(plugin_api: str, host_api: str = HOST_API_VERSION) -> bool:
 
 
 def _env_names(value: str | None) -> list[str] | None:
+    """The names in ``VLLM_VOLTA_PLUGINS``; None when unset or blank (load every plugin).
+
+    A value that is set but names nothing (``,``) is a usage error: it would silently load no
+    plugin at all, which is never what was meant (to load none, leave ``volta`` out of vLLM's
+    own ``VLLM_PLUGINS``).
+    """
     if value is None or not value.strip():
         return None
-    return [n.strip() for n in value.split(",") if n.strip()]
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"{ENV_ONLY}={value!r} names no plugin")
+    return names
 
 
 def _env_flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-_IMPL_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+def _describe(exc: BaseException) -> str:
+    """An exception as one short line: its type and its first line of message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
-#: Declaration families whose names must be unique across plugins: (hook, label).
-_DECLARATIONS: tuple[tuple[str, str], ...] = (
-    ("volta_attention_backends", "attention backend"),
-    ("volta_quant_methods", "quant method"),
-    ("volta_reasoning_parsers", "reasoning parser"),
-)
+
+def _without_label(exc: Exception, record: PluginRecord) -> str:
+    """An error's message without the plugin's label in front (the record shows it already)."""
+    return str(exc).removeprefix(record.label).removeprefix(":").strip()
+
+
+class _HookFailed(Exception):
+    """A plugin's hook raised or answered garbage (internal: carries the hook and the error)."""
+
+    def __init__(self, hook: str, error: str) -> None:
+        super().__init__(f"{hook}: {error}")
+        self.hook, self.error = hook, error
 
 
 class VoltaPluginManager:
     """The host's registry: one pluggy manager plus a record of every discovered plugin.
 
-    Hooks are called through :meth:`_answers`, which attributes each answer to its plugin, so
-    resolutions can name the plugin behind every claim, verdict and refusal.
+    Every hook is called through :meth:`_call_impl`, which attributes each answer to its plugin,
+    checks its type and isolates the plugin's failures; resolutions can therefore name the
+    plugin behind every claim, verdict and refusal. Declarations (backends, quant methods,
+    parsers) are asked once, when a plugin registers, checked, and kept: what ``plugins`` lists
+    is what every resolution uses.
     """
 
     def __init__(self, *, strict: bool = False) -> None:
@@ -148,6 +213,9 @@ class VoltaPluginManager:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
+        self.faults: list[PluginFault] = []
+        self._declared: dict[str, dict[str, tuple[Any, ...]]] = {}
+        self._names = NameRegistry()
 
     # -- registration -----------------------------------------------------------------
 
@@ -156,160 +224,241 @@ class VoltaPluginManager:
     ) -> PluginRecord:
         """Check and register one plugin object; raise :class:`PluginError` if it breaks a rule.
 
-        On failure nothing of the plugin stays registered.
+        On failure nothing of the plugin stays registered, and the error names the plugin (and
+        the hook, for a declaration hook that raised or answered garbage). A name clash also
+        disables the plugin already holding the name (:mod:`volta_core.declarations`).
         """
         host_api = getattr(plugin, HOST_API_ATTRIBUTE, None)
         record = PluginRecord(name, distribution, version, host_api=host_api)
         if host_api is None:
             raise PluginError(
-                f"plugin {name!r} ({distribution or 'unknown distribution'}) does not state "
-                f"{HOST_API_ATTRIBUTE}; this host speaks API {HOST_API_VERSION}"
+                f"{record.label} does not state {HOST_API_ATTRIBUTE}; this host speaks API "
+                f"{HOST_API_VERSION}"
             )
         if not is_compatible(str(host_api)):
             raise IncompatiblePluginError(
-                f"plugin {name!r} ({distribution} {version}) was written for host API "
-                f"{host_api}; this host speaks API {HOST_API_VERSION}"
+                f"{record.label} was written for host API {host_api}; this host speaks API "
+                f"{HOST_API_VERSION}"
             )
         try:
             self.pm.register(plugin, name)
         except ValueError as exc:
-            raise PluginError(f"plugin {name!r} could not be registered: {exc}") from exc
+            raise PluginError(f"{record.label} could not be registered: {exc}") from exc
         try:
             self.pm.check_pending()
-            record.provides = self._check_declarations(name, distribution)
-        except (pluggy.PluginValidationError, PluginError) as exc:
+            record.hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
+            self._refuse_wrappers(record)
+            declared = self._collect_declarations(record)
+        except pluggy.PluginValidationError as exc:
             self.pm.unregister(name=name)
-            if isinstance(exc, PluginError):
-                raise
-            raise PluginError(f"plugin {name!r} ({distribution}): {exc}") from exc
-        record.hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
+            raise PluginError(f"{record.label}: {exc}") from exc
+        except PluginError:
+            self.pm.unregister(name=name)
+            raise
+        self._declared[name] = declared
+        self._names.hold(record.provides, name)
         self.records[name] = record
         return record
 
+    def _refuse_wrappers(self, record: PluginRecord) -> None:
+        """Hook wrappers would see other plugins' answers before the host checks them."""
+        for caller in self.pm.get_hookcallers(self.pm.get_plugin(record.name)) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin_name == record.name and (impl.hookwrapper or impl.wrapper):
+                    raise PluginError(f"{record.label}: {caller.name} is a hook wrapper")
+
+    def _collect_declarations(self, record: PluginRecord) -> dict[str, tuple[Any, ...]]:
+        """Ask the new plugin's declaration hooks, check every answer and the names' rules."""
+        declared: dict[str, tuple[Any, ...]] = {}
+        for family in FAMILIES:
+            try:
+                answers = self._call_own(record.name, family.hook)
+                names = check_own(family, answers)
+            except _HookFailed as exc:
+                message = f"{record.label} failed in {exc.hook}: {exc.error}"
+                raise PluginError(message, hook=exc.hook) from exc
+            except (InvalidAnswer, DuplicateDeclarationError) as exc:
+                message = f"{record.label} failed in {family.hook}: {exc}"
+                raise type(exc)(message, hook=family.hook) from exc
+            declared[family.hook] = answers
+            if names:
+                record.provides[family.label] = names
+        self._refuse_clashes(record)
+        return declared
+
+    def _refuse_clashes(self, record: PluginRecord) -> None:
+        """Two plugins declaring one name: both are disabled, one error names both."""
+        clashes = self._names.clashes(record.provides, record.name)
+        if not clashes:
+            return
+        messages = []
+        for label, name, others in clashes:
+            holders = [
+                self.records[o].label if o in self.records else f"plugin {o!r}" for o in others
+            ]
+            messages.append(
+                f"{label} {name!r} is declared by both {' and '.join(holders)} and {record.label}; "
+                "neither is used"
+            )
+            self._names.contest(label, name, [*others, record.name])
+        message = "; ".join(messages)
+        for other in {o for _, _, others in clashes for o in others}:
+            if other in self.records and self.records[other].status is PluginStatus.LOADED:
+                self._disable(other, "", message, raise_strict=False)
+        raise DuplicateDeclarationError(message)
+
     def unregister(self, name: str) -> None:
         """Remove a registered plugin and its record (used by tests and tooling)."""
-        self.pm.unregister(name=name)
+        if self.pm.get_plugin(name) is not None:
+            self.pm.unregister(name=name)
+        self._declared.pop(name, None)
+        self._names.release(name)
         self.records.pop(name, None)
-
-    def _check_declarations(self, name: str, distribution: str) -> dict[str, tuple[str, ...]]:
-        """Collect the new plugin's declared names and refuse any already declared elsewhere."""
-        provides: dict[str, tuple[str, ...]] = {}
-        for hook, label in _DECLARATIONS:
-            own = [decl for plugin, decl in self._declarations(hook) if plugin == name]
-            for decl in own:
-                if not _NAME_RE.match(decl.name) or not _IMPL_RE.match(decl.impl):
-                    raise PluginError(
-                        f"plugin {name!r} ({distribution}) declares {label} {decl.name!r} with "
-                        f"impl {decl.impl!r}: names are letters, digits, '.', '_' or '-', and "
-                        "impl is 'package.module:Attribute'"
-                    )
-            mine = [decl.name for decl in own]
-            for other, decl in self._declarations(hook):
-                if other != name and decl.name in mine:
-                    other_dist = self.records[other].distribution if other in self.records else ""
-                    raise DuplicateDeclarationError(
-                        f"{label} {decl.name!r} is declared by both {other_dist or other!s} "
-                        f"(plugin {other!r}) and {distribution or name!s} (plugin {name!r})"
-                    )
-            if len(set(mine)) != len(mine):
-                raise DuplicateDeclarationError(
-                    f"plugin {name!r} ({distribution}) declares a {label} name twice: {mine}"
-                )
-            if mine:
-                provides[label] = tuple(mine)
-        return provides
 
     # -- discovery --------------------------------------------------------------------
 
-    def load_entrypoints(self, only: Sequence[str] | None = None) -> list[PluginRecord]:
-        """Import and register every plugin of the entry-point group (or only those named).
+    def load_entrypoints(
+        self,
+        only: Sequence[str] | None = None,
+        groups: Sequence[str] = (ENTRY_POINT_GROUP,),
+    ) -> list[PluginRecord]:
+        """Import and register every plugin of the entry-point groups (or only those named).
 
         Returns the records of this call. Failures are recorded and logged once (raised in
-        strict mode); names in ``only`` that match no entry point are warned about.
+        strict mode); names in ``only`` that match no entry point are warned about (an error
+        in strict mode). Plugins register in name order; the outcome does not depend on it.
         """
         from stevedore import ExtensionManager, NamedExtensionManager
 
-        available = {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+        available = {ep.name: ep for group in groups for ep in metadata.entry_points(group=group)}
         loaded: list[PluginRecord] = []
 
         def dist_of(name: str) -> tuple[str, str]:
             # stevedore's cached entry points carry no distribution: ask importlib.metadata.
-            entry_point = available.get(name)
-            dist = getattr(entry_point, "dist", None)
+            dist = getattr(available.get(name), "dist", None)
             if dist is None:
                 return "", ""
             return dist.metadata["Name"] or "", dist.version or ""
 
         def on_failure(_manager: object, entry_point: metadata.EntryPoint, exc: Exception) -> None:
-            dist, version = dist_of(entry_point.name)
+            record = PluginRecord(entry_point.name, *dist_of(entry_point.name))
             loaded.append(
-                self._fail(
-                    PluginRecord(entry_point.name, dist, version),
-                    PluginStatus.FAILED,
-                    f"import failed: {type(exc).__name__}: {exc}",
-                )
+                self._fail(record, PluginStatus.FAILED, f"import failed: {_describe(exc)}")
             )
 
-        def on_missing(names: Iterable[str]) -> None:
-            for missing in sorted(names):
-                log.warning("%s names %r, which matches no installed plugin", ENV_ONLY, missing)
-
-        if only is None:
-            manager = ExtensionManager(ENTRY_POINT_GROUP, on_load_failure_callback=on_failure)
-        else:
-            # Filters by name before importing, so an unwanted plugin's code never runs.
-            manager = NamedExtensionManager(
-                ENTRY_POINT_GROUP,
-                names=list(only),
-                on_load_failure_callback=on_failure,
-                on_missing_entrypoints_callback=on_missing,
-            )
+        missing = sorted(set(only or ()) - set(available))
+        for name in missing:
+            message = f"{ENV_ONLY} names {name!r}, which matches no installed plugin"
+            if self.strict:
+                raise PluginError(message)
+            log.warning("%s", message)
         for name in sorted(set(available) - set(only if only is not None else available)):
-            dist, version = dist_of(name)
-            record = PluginRecord(name, dist, version, PluginStatus.SKIPPED, f"not in {ENV_ONLY}")
+            record = PluginRecord(name, *dist_of(name), PluginStatus.SKIPPED, f"not in {ENV_ONLY}")
             self.records[name] = record
             loaded.append(record)
-        for ext in sorted(manager.extensions, key=lambda e: e.name):
-            dist, version = dist_of(ext.name)
-            try:
-                loaded.append(
-                    self.register(ext.plugin, ext.name, distribution=dist, version=version)
+        extensions = []
+        for group in groups:
+            if only is None:
+                manager = ExtensionManager(group, on_load_failure_callback=on_failure)
+            else:
+                # Filters by name before importing, so an unwanted plugin's code never runs.
+                manager = NamedExtensionManager(
+                    group,
+                    names=[n for n in only if n in available and available[n].group == group],
+                    on_load_failure_callback=on_failure,
+                    on_missing_entrypoints_callback=lambda _names: None,
                 )
-            except IncompatiblePluginError as exc:
-                host_api = getattr(ext.plugin, HOST_API_ATTRIBUTE, None)
-                record = PluginRecord(ext.name, dist, version, host_api=host_api)
-                loaded.append(self._fail(record, PluginStatus.REFUSED, str(exc)))
-            except PluginError as exc:
-                record = PluginRecord(ext.name, dist, version)
-                loaded.append(self._fail(record, PluginStatus.FAILED, str(exc)))
+            extensions += manager.extensions
+        for ext in sorted(extensions, key=lambda e: e.name):
+            loaded.append(self._register_entry_point(ext.name, ext.plugin, *dist_of(ext.name)))
         return loaded
+
+    def _register_entry_point(
+        self, name: str, plugin: object, distribution: str, version: str
+    ) -> PluginRecord:
+        record = PluginRecord(name, distribution, version)
+        try:
+            return self.register(plugin, name, distribution=distribution, version=version)
+        except IncompatiblePluginError as exc:
+            record.host_api = getattr(plugin, HOST_API_ATTRIBUTE, None)
+            return self._fail(record, PluginStatus.REFUSED, _without_label(exc, record))
+        except PluginError as exc:
+            record.hook = exc.hook
+            return self._fail(record, PluginStatus.FAILED, _without_label(exc, record))
+        except Exception as exc:  # a plugin's object misbehaving under pluggy's inspection
+            error = f"could not be registered: {_describe(exc)}"
+            return self._fail(record, PluginStatus.FAILED, error)
 
     def _fail(self, record: PluginRecord, status: PluginStatus, error: str) -> PluginRecord:
         record.status, record.error = status, error
         self.records[record.name] = record
-        label = f"{record.distribution} {record.version}".strip() or "unknown distribution"
-        message = f"vllm-volta plugin {record.name!r} ({label}) {status.value}: {error}"
+        message = f"vllm-volta {record.label} {status.value}: {error}"
         if self.strict:
             raise PluginError(message)
         log.warning("%s", message)
         return record
 
-    # -- attributed hook calls --------------------------------------------------------
+    def _disable(self, name: str, hook: str, error: str, *, raise_strict: bool = True) -> None:
+        """Record a loaded plugin's failure in ``hook`` and unregister it (raise if strict)."""
+        record = self.records.setdefault(name, PluginRecord(name))
+        if self.pm.get_plugin(name) is not None:
+            self.pm.unregister(name=name)
+        self._declared.pop(name, None)
+        self._names.release(name)
+        record.status, record.hook = PluginStatus.FAILED, hook
+        record.error = f"failed in {hook}: {error}" if hook else error
+        record.provides = {}
+        if hook:
+            fault = PluginFault(name, record.distribution, record.version, hook, error)
+            self.faults.append(fault)
+            message = str(fault)
+        else:
+            message = f"{record.label} was disabled: {error}"
+        if self.strict and raise_strict:
+            raise PluginError(message)
+        log.log(logging.ERROR if hook else logging.WARNING, "vllm-volta %s", message)
+
+    # -- attributed, checked hook calls -----------------------------------------------
+
+    def _impls(self, hook: str) -> list[pluggy.HookImpl]:
+        """The hook's implementations in pluggy's call order (last registered first)."""
+        return list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+
+    def _call_impl(self, impl: pluggy.HookImpl, hook: str, kwargs: Mapping[str, Any]) -> Any:
+        """Call one implementation and check its answer; raise :class:`_HookFailed`."""
+        try:
+            answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except Exception as exc:
+            raise _HookFailed(hook, f"raised {_describe(exc)}") from exc
+        try:
+            return check_answer(hook, answer)
+        except InvalidAnswer as exc:
+            raise _HookFailed(hook, str(exc)) from exc
+
+    def _call_own(self, name: str, hook: str) -> tuple[Any, ...]:
+        """One plugin's answer to a declaration hook (empty when it does not implement it)."""
+        answers: tuple[Any, ...] = ()
+        for impl in self._impls(hook):
+            if impl.plugin_name == name:
+                answers += self._call_impl(impl, hook, {})
+        return answers
 
     def _answers(self, hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call each implementation of ``hook`` and pair its answer with its plugin's name."""
-        caller = getattr(self.pm.hook, hook)
+        """Each plugin's checked answer to ``hook``; a plugin that fails in it is disabled."""
         answers = []
-        for impl in reversed(caller.get_hookimpls()):
-            args = {arg: kwargs[arg] for arg in impl.argnames}
+        for impl in self._impls(hook):
             try:
-                answers.append((impl.plugin_name, impl.function(**args)))
-            except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r} failed in {hook}: {exc}") from exc
+                answers.append((impl.plugin_name, self._call_impl(impl, hook, kwargs)))
+            except _HookFailed as exc:
+                self._disable(impl.plugin_name, exc.hook, exc.error)
         return answers
 
     def _declarations(self, hook: str) -> list[tuple[str, Any]]:
-        return [(name, decl) for name, decls in self._answers(hook) for decl in decls or ()]
+        return [
+            (name, decl)
+            for name in sorted(self._declared)
+            for decl in self._declared[name].get(hook, ())
+        ]
 
     def attention_backends(self) -> list[tuple[str, AttentionBackendSpec]]:
         """Every plugin-declared attention backend, with the declaring plugin's name."""
@@ -321,11 +470,20 @@ class VoltaPluginManager:
     def reasoning_parsers(self) -> list[tuple[str, ReasoningParserSpec]]:
         return self._declarations("volta_reasoning_parsers")
 
+    def replacements(self) -> list[tuple[str, str, str]]:
+        """``(plugin, hook, name)`` for every declaration that replaces one of vLLM's own."""
+        return [
+            (plugin, family.hook, decl.name)
+            for family in FAMILIES
+            for plugin, decl in self._declarations(family.hook)
+            if decl.replaces_builtin
+        ]
+
     def kernel_configs(self, device: Device) -> list[tuple[str, KernelConfig]]:
         return [
             (name, cfg)
             for name, cfgs in self._answers("volta_kernel_configs", device=device)
-            for cfg in cfgs or ()
+            for cfg in cfgs
         ]
 
     # -- resolutions (the one source of truth for plan and adapter) -------------------
@@ -333,23 +491,44 @@ class VoltaPluginManager:
     def select_attention(
         self, layer: AttentionLayer, device: Device, forced: str | None = None
     ) -> AttentionChoice:
-        """Choose the backend for one layer among plugin backends and valid built-ins."""
+        """Choose the backend for one layer among plugin backends and valid built-ins.
+
+        A built-in a plugin replaces (``replaces_builtin``) is not also a fallback.
+        """
         candidates = [spec for _, spec in self.attention_backends()]
-        return select_backend(layer, device, [*candidates, *builtins.BUILTIN_BACKENDS], forced)
+        taken = {spec.name for spec in candidates}
+        fallbacks = [b for b in builtins.BUILTIN_BACKENDS if b.name not in taken]
+        return select_backend(layer, device, [*candidates, *fallbacks], forced)
+
+    def backend_names(self) -> list[str]:
+        """Every name ``--attention-backend`` accepts: plugin backends and vLLM's built-ins."""
+        specs = [spec for _, spec in self.attention_backends()] + list(builtins.BUILTIN_BACKENDS)
+        return sorted({n for spec in specs for n in (spec.name, spec.vllm_name) if n != "CUSTOM"})
 
     def resolve_quant(
         self, config: QuantConfig, layer: QuantLayer, device: Device
     ) -> QuantResolution:
-        """Ask every plugin about one layer and resolve claims by priority."""
-        declared = {spec.name for _, spec in self.quant_methods()}
+        """Ask every plugin about one layer and resolve claims by priority.
+
+        A claim or decline for a method the plugin does not declare is a wrong answer: the
+        plugin is disabled like one that raised.
+        """
         answers = self._answers("volta_quant_method", config=config, layer=layer, device=device)
+        kept: list[tuple[str, QuantClaim | QuantDecline | None]] = []
         for plugin, answer in answers:
-            if answer is not None and answer.method not in declared:
-                raise PluginError(
-                    f"plugin {plugin!r} answered for quant method {answer.method!r}, "
-                    "which no plugin declares in volta_quant_methods"
+            own = {
+                spec.name for spec in self._declared.get(plugin, {}).get("volta_quant_methods", ())
+            }
+            if answer is not None and answer.method not in own:
+                self._disable(
+                    plugin,
+                    "volta_quant_method",
+                    f"answered for quant method {answer.method!r}, which it does not declare in "
+                    "volta_quant_methods",
                 )
-        return resolve_quant(layer, answers)
+                continue
+            kept.append((plugin, answer))
+        return resolve_quant(layer, kept)
 
     def decide_kv_cache(self, request: KVRequest) -> KVDecision:
         """Combine every plugin's verdict on a KV-cache dtype request."""
@@ -358,26 +537,50 @@ class VoltaPluginManager:
     def postprocess_reasoning(
         self, split: ReasoningSplit, context: ReasoningContext
     ) -> ReasoningSplit:
-        """Run the post-processing hook; a result that loses generated text is refused."""
-        result = self.pm.hook.volta_reasoning_postprocess(split=split, context=context)
-        if result is None:
-            return split
-        text = context.delta if context.streaming else context.text
-        try:
-            return check_no_text_lost(text, result)
-        except ReasoningTextLost as exc:
-            log.error("reasoning post-processing dropped text, keeping the parser's split: %s", exc)
-            return split
+        """The first post-processor's split; the parser's own if it fails or drops text.
+
+        ``firstresult`` as pluggy would run it, but each plugin isolated: one that raises or
+        answers garbage is disabled and the next is asked; a split that loses generated text
+        is refused (logged) and the parser's split kept, so no text is ever lost.
+        """
+        hook = "volta_reasoning_postprocess"
+        for impl in self._impls(hook):
+            try:
+                result = self._call_impl(impl, hook, {"split": split, "context": context})
+            except _HookFailed as exc:
+                self._disable(impl.plugin_name, exc.hook, exc.error)
+                continue
+            if result is None:
+                continue
+            text = context.delta if context.streaming else context.text
+            try:
+                return check_no_text_lost(text, result)
+            except ReasoningTextLost as exc:
+                log.error(
+                    "reasoning post-processing by plugin %r dropped text, keeping the parser's "
+                    "split: %s",
+                    impl.plugin_name,
+                    exc,
+                )
+                return split
+        return split
 
 
 def discover(
     environ: Mapping[str, str] | None = None,
     factory: Callable[..., VoltaPluginManager] = VoltaPluginManager,
 ) -> VoltaPluginManager:
-    """Build a manager and load the installed plugins, honouring the two environment switches."""
+    """Build a manager and load the installed plugins, honouring the environment switches.
+
+    ``VLLM_VOLTA_PLUGINS`` filters by name, ``VLLM_VOLTA_STRICT`` makes failures errors, and
+    ``VLLM_VOLTA_TEST_PLUGINS`` adds the test-only entry-point group.
+    """
     env = os.environ if environ is None else environ
     manager = factory(strict=_env_flag(env.get(ENV_STRICT)))
-    manager.load_entrypoints(_env_names(env.get(ENV_ONLY)))
+    groups = [ENTRY_POINT_GROUP]
+    if _env_flag(env.get(ENV_TEST_PLUGINS)):
+        groups.append(TEST_ENTRY_POINT_GROUP)
+    manager.load_entrypoints(_env_names(env.get(ENV_ONLY)), groups)
     return manager
 
 

@@ -7,14 +7,20 @@ taken from the file exactly as the checkpoint states it.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
+import errno
 import json
-from collections.abc import Mapping
+import logging
+import stat
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from volta_core.checkpoint import quant_config
+from volta_core.config_check import check_config
 from volta_core.errors import UsageError
 from volta_core.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
 
@@ -33,30 +39,64 @@ def example_names() -> list[str]:
 def read_config(target: str) -> tuple[str, dict[str, Any]]:
     """Read ``target`` (a model directory, a ``config.json`` or an example name) as a dict.
 
-    Returns a display name and the parsed JSON. Raises :class:`UsageError` for a missing path,
-    malformed JSON, or an unknown example name (listing the known ones).
+    Returns a display name and the parsed JSON. Raises :class:`UsageError` with one accurate
+    line for a missing path, a symbolic link loop, something that is not a regular file (a FIFO,
+    ``/dev/null``: reading those would block or read nothing), bytes that are not UTF-8, malformed
+    JSON, or an unknown example name (listing the known ones).
     """
     path = Path(target)
-    if path.is_dir():
+    kind = _file_kind(path, target)
+    if kind == "directory":
         path = path / "config.json"
-        if not path.is_file():
+        kind = _file_kind(path, str(path))
+        if kind == "missing":
             raise UsageError(f"{target}: directory has no config.json")
-        name = target
-    elif path.is_file():
-        name = target
-    elif path.suffix == ".json" or "/" in target or target.startswith("."):
-        raise UsageError(f"{target}: no such file or directory")
-    else:
+    if kind == "missing":
+        if path.suffix == ".json" or "/" in target or target.startswith("."):
+            raise UsageError(f"{target}: no such file or directory")
         if target not in example_names():
             known = ", ".join(example_names())
             raise UsageError(f"{target!r} is not a path nor a bundled example (examples: {known})")
         text = resources.files(_EXAMPLES).joinpath(f"{target}.json").read_text()
         return f"example {target}", _parse(text, target)
+    if kind != "file":
+        raise UsageError(f"{path}: not a regular file ({kind})")
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
-    return name, _parse(text, str(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {exc.start}); a config.json is JSON text"
+        ) from exc
+    return target, _parse(text, str(path))
+
+
+def _file_kind(path: Path, shown: str) -> str:
+    """``file``, ``directory``, ``missing``, or what else ``path`` is (following links)."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if path.is_symlink():
+            raise UsageError(f"{shown}: broken symbolic link") from None
+        return "missing"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{shown}: symbolic link loop") from None
+        raise UsageError(f"{shown}: cannot read: {exc.strerror}") from None
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
@@ -64,6 +104,8 @@ def _parse(text: str, where: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{where}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
+    except RecursionError as exc:
+        raise UsageError(f"{where}: JSON nested too deeply") from exc
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a config.json must hold a JSON object")
     return data
@@ -100,19 +142,53 @@ class ModelDescription:
     layers: tuple[ModelLayer, ...]
     linear_modules: tuple[QuantLayer, ...]
     quant: QuantConfig | None
+    problems: tuple[str, ...] = ()
+    """What the engine would refuse in the config itself, each naming the field and the file."""
+    notes: tuple[str, ...] = ()
+
+
+class _DropTorchAdvice(logging.Filter):
+    """Drops transformers' "PyTorch was not found" advice: the plan needs no torch, and stderr
+    carries only the project's own lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "PyTorch was not found" not in record.getMessage()
+
+
+@contextlib.contextmanager
+def _quiet_transformers_import() -> Iterator[None]:
+    logger = logging.getLogger("transformers")
+    advice = _DropTorchAdvice()
+    logger.addFilter(advice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(advice)
+
+
+def _known_model_types() -> Any:
+    with _quiet_transformers_import():
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    return CONFIG_MAPPING_NAMES
 
 
 def _load_transformers_config(raw: Mapping[str, Any], name: str) -> Any:
-    from transformers import AutoConfig
-
-    model_type = raw.get("model_type")
-    if not isinstance(model_type, str):
-        raise UsageError(f"{name}: config has no model_type")
+    model_type = str(raw["model_type"])
+    known = _known_model_types()
+    if model_type not in known:
+        closest = difflib.get_close_matches(model_type, list(known), n=3, cutoff=0.6)
+        hint = f" (closest: {', '.join(closest)})" if closest else ""
+        raise UsageError(f"{name}: unknown model_type {model_type!r}{hint}")
+    with _quiet_transformers_import():
+        from transformers import AutoConfig
     fields = {k: v for k, v in raw.items() if k not in {"model_type", "quantization_config"}}
     try:
         return AutoConfig.for_model(model_type, **fields)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{name}: transformers cannot read this config: {exc}") from exc
+    except Exception as exc:  # transformers' own validation, in whatever type it raises
+        detail = " ".join(str(exc).split())
+        if len(detail) > 200:
+            detail = detail[:197] + "..."
+        raise UsageError(f"{name}: transformers cannot read this config: {detail}") from exc
 
 
 def _dtype_name(value: Any) -> str:
@@ -121,7 +197,26 @@ def _dtype_name(value: Any) -> str:
 
 
 def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
-    """Describe a model from its parsed ``config.json``."""
+    """Describe a model from its parsed ``config.json``.
+
+    The config is checked first (:func:`volta_core.config_check.check_config`): a field of the
+    wrong type raises :class:`UsageError`; values the engine would refuse come back in
+    ``problems`` (with no layers when the layers cannot be built from them).
+    """
+    check = check_config(raw, name)
+    quant = quant_config(raw.get("quantization_config"))
+    if not check.describable:
+        return ModelDescription(
+            name=name,
+            model_type=str(raw["model_type"]),
+            architectures=tuple(raw.get("architectures") or ()),
+            dtype=_dtype_name(raw.get("torch_dtype") or raw.get("dtype")),
+            layers=(),
+            linear_modules=(),
+            quant=quant,
+            problems=check.problems,
+            notes=check.notes,
+        )
     config = _load_transformers_config(raw, name)
     text = config.get_text_config()
     base = "model.language_model" if text is not config else "model"
@@ -129,6 +224,7 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
     layer_types = list(getattr(text, "layer_types", None) or ["full_attention"] * num_layers)
     shared = int(getattr(text, "num_kv_shared_layers", 0) or 0)
     soft_cap = getattr(text, "attn_logit_softcapping", None)
+    window = getattr(text, "sliding_window", None)
     layers = []
     for i in range(num_layers):
         layer_cfg = text.per_layer_config[i]
@@ -139,7 +235,8 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
             continue
         heads = int(layer_cfg.num_attention_heads)
         head_size = int(getattr(layer_cfg, "head_dim", None) or text.hidden_size // heads)
-        sliding = layer_type == "sliding_attention"
+        # A sliding layer with no window attends to the whole context (vLLM runs it so).
+        sliding = layer_type == "sliding_attention" and window is not None
         features = set()
         if sliding:
             features.add(AttentionFeature.SLIDING_WINDOW)
@@ -153,7 +250,7 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
                 head_size=head_size,
                 num_heads=heads,
                 num_kv_heads=int(layer_cfg.num_key_value_heads or heads),
-                sliding_window=int(text.sliding_window) if sliding else None,
+                sliding_window=int(window) if sliding else None,
                 features=frozenset(features),
                 owns_kv_cache=i < num_layers - shared,
             )
@@ -166,7 +263,9 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
         dtype=dtype,
         layers=tuple(layers),
         linear_modules=_linear_modules(text, base, layers),
-        quant=quant_config(raw.get("quantization_config")),
+        quant=quant,
+        problems=check.problems,
+        notes=check.notes,
     )
 
 

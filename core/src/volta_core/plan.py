@@ -6,12 +6,15 @@ calls, so the plan cannot drift from what the engine does.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+from volta_core import builtins
 from volta_core.checkpoint import checkpoint_kv, is_ignored
+from volta_core.declarations import FAMILIES
 from volta_core.device import Device
-from volta_core.errors import NoAttentionBackendError, UsageError
+from volta_core.errors import NoAttentionBackendError, PluginError, UsageError
 from volta_core.manager import VoltaPluginManager
 from volta_core.model import ModelDescription, ModelLayer
 from volta_core.types import (
@@ -116,12 +119,36 @@ def _kv_element_bytes(kv_dtype: str) -> int:
 
 
 def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPluginManager) -> Plan:
-    """Resolve attention per layer, quant per linear-layer kind and the KV-cache dtype."""
+    """Resolve attention per layer, quant per linear-layer kind and the KV-cache dtype.
+
+    Problems the engine would refuse are collected, never raised: the config's own (from the
+    model description), an unknown quant method, every layer no backend runs, two plugins
+    claiming a layer at one priority, and every plugin that failed in a hook while planning
+    (it is disabled and named with its hook). Only bad input raises (:class:`UsageError`).
+    """
+    known = manager.backend_names()
+    forced = options.attention_backend
+    # A name neither a plugin nor vLLM defines is a typo (exit 2); one of vLLM's own backends
+    # the host does not fall back to is a plan whose layers it cannot run (exit 1).
+    if forced is not None and forced not in known and forced not in builtins.RESERVED_BACKENDS:
+        raise UsageError(
+            f"unknown --attention-backend {options.attention_backend!r} "
+            f"(one of: {', '.join(known)})"
+        )
+    faults_before = len(manager.faults)
     device, tp = options.device, options.tensor_parallel_size
     activation, note = resolve_activation_dtype(options.dtype, model.dtype, device)
     plan = Plan(model, options, activation)
+    plan.problems += model.problems
+    plan.notes += model.notes
     if note:
         plan.notes.append(note)
+    labels = {family.hook: family.label for family in FAMILIES}
+    plan.notes += [
+        f"plugin {plugin!r} replaces vLLM's own {labels[hook]} {name!r}"
+        for plugin, hook, name in manager.replacements()
+    ]
+    plan.problems += _unknown_quant_method(model, manager)
     kv_dtype = canonical_kv_dtype(options.kv_cache_dtype, activation)
 
     checkpoint = checkpoint_kv(model.quant)
@@ -147,9 +174,30 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
     plan.problems += [f"layers {_ranges(indices)}: {error}" for error, indices in failures.items()]
     if model.quant is not None:
         for module in model.linear_modules:
-            resolution = manager.resolve_quant(model.quant, module, device)
+            try:
+                resolution = manager.resolve_quant(model.quant, module, device)
+            except PluginError as exc:  # two claims at one priority: neither is chosen
+                plan.problems.append(str(exc))
+                continue
             plan.quant.append(_quant_entry(resolution, model))
+    plan.problems += [str(fault) for fault in manager.faults[faults_before:]]
     return plan
+
+
+def _unknown_quant_method(model: ModelDescription, manager: VoltaPluginManager) -> list[str]:
+    """A ``quant_method`` neither vLLM nor any plugin knows: the engine refuses to load it."""
+    if model.quant is None or "quant_method" not in model.quant.raw:
+        return []
+    method = model.quant.method
+    known = builtins.QUANT_METHODS | {spec.name for _, spec in manager.quant_methods()}
+    if method in known:
+        return []
+    closest = difflib.get_close_matches(method, sorted(known), n=3, cutoff=0.6)
+    hint = f" (closest: {', '.join(closest)})" if closest else ""
+    return [
+        f"{model.name}: quantization_config.quant_method {method!r} is not a method vLLM or "
+        f"a plugin knows{hint}"
+    ]
 
 
 def _plan_layer(

@@ -83,6 +83,9 @@ class AttentionBackendSpec:
     vllm_name: str = "CUSTOM"
     builtin: bool = False
     notes: str = ""
+    replaces_builtin: bool = False
+    """The plugin means to take the name of one of vLLM's own backends (the plan says so);
+    without it such a name is refused, so a plugin never shadows a built-in by accident."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head_sizes", _frozen(self.head_sizes))
@@ -162,7 +165,8 @@ class QuantConfig:
     @property
     def ignore(self) -> tuple[str, ...]:
         """Module names or ``re:`` patterns the checkpoint keeps unquantized."""
-        return tuple(self.raw.get("ignore") or ())
+        ignore = self.raw.get("ignore")
+        return tuple(ignore) if isinstance(ignore, list | tuple) else ()
 
     @property
     def kv_cache_scheme(self) -> Mapping[str, Any] | None:
@@ -191,6 +195,8 @@ class QuantMethodSpec:
     name: str
     impl: str
     description: str = ""
+    replaces_builtin: bool = False
+    """The name is one of vLLM's own quant methods and the plugin means to replace it."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +335,8 @@ class ReasoningParserSpec:
     name: str
     impl: str
     description: str = ""
+    replaces_builtin: bool = False
+    """The name is one of vLLM's own parsers and the plugin means to replace it."""
 
 
 @dataclass(frozen=True)

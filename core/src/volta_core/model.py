@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from volta_core.checkpoint import quant_config
@@ -227,7 +228,7 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
     window = getattr(text, "sliding_window", None)
     layers = []
     for i in range(num_layers):
-        layer_cfg = text.per_layer_config[i]
+        layer_cfg = _layer_attention(text, i, layer_types[i])
         layer_type = layer_types[i]
         prefix = f"{base}.layers.{i}"
         if layer_type not in ATTENTION_LAYER_TYPES:
@@ -267,6 +268,37 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
         problems=check.problems,
         notes=check.notes,
     )
+
+
+#: The attention fields a layer may override (transformers' per-layer configs).
+LAYER_FIELDS = ("num_attention_heads", "head_dim", "num_key_value_heads")
+
+
+def _layer_attention(text: Any, index: int, layer_type: str) -> SimpleNamespace:
+    """One layer's attention fields (``num_attention_heads``, ``head_dim``,
+    ``num_key_value_heads``; None where the config has none).
+
+    transformers 5.14+ resolves them per layer (``per_layer_config``: Gemma-4's 512-dim global
+    layers). Earlier releases, which vLLM 0.19 and 1Cat-vLLM need for Gemma-4 (their model code
+    reads ``head_dim`` and ``global_head_dim`` from the config itself), keep a global layer's
+    head size in ``global_head_dim`` and its KV heads in ``num_global_key_value_heads`` (used
+    where ``attention_k_eq_v`` is set), and keep a newer config's ``per_layer_config`` as the
+    plain mapping it was written as.
+    """
+    per_layer = getattr(text, "per_layer_config", None)
+    if per_layer is not None and not isinstance(per_layer, Mapping):
+        layer = per_layer[index]
+        return SimpleNamespace(**{name: getattr(layer, name, None) for name in LAYER_FIELDS})
+    fields = {name: getattr(text, name, None) for name in LAYER_FIELDS}
+    if isinstance(per_layer, Mapping):
+        overrides = {int(k): v for k, v in per_layer.items()}.get(index) or {}
+        fields.update({k: v for k, v in overrides.items() if k in LAYER_FIELDS})
+    elif layer_type == "full_attention" and getattr(text, "global_head_dim", None):
+        fields["head_dim"] = text.global_head_dim
+        global_kv = getattr(text, "num_global_key_value_heads", None)
+        if global_kv and getattr(text, "attention_k_eq_v", False):
+            fields["num_key_value_heads"] = global_kv
+    return SimpleNamespace(**fields)
 
 
 def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[QuantLayer, ...]:

@@ -23,6 +23,12 @@ KV-cache allocation           the backend's                   4-D packed view ch
                               (attn_v100 declares the packed
                               shape, so its kernels read one
                               layout everywhere)
+selector's sliding window     0.19: read from the layer       ``has_sliding_window`` in the
+                              being built (no field)          selector config
+transformers for Gemma-4      before 5.14 (their code reads   5.14+ (``per_layer_config``)
+(``per_layer_configs``)       ``head_dim`` globally)
+dense FP8 weights on SM70     0.19: refused (capability       refused (capability 7.5)
+(``fp8_weights_on_sm70``)     7.5); 1Cat: its own path
 KV-cache quant gate           0.19: refuses any method with   refuses methods of fp8
 (``_init_kv_cache_quant``)    e5m2; 1Cat: allows it only      checkpoints with e5m2
                               for its own backend, forcing
@@ -111,7 +117,13 @@ class Family:
     """Class name of vLLM's routed-experts layer in ``vllm.model_executor.layers.fused_moe``."""
     delta_message_module: str
     per_layer_configs: bool
-    """Whether vLLM reads transformers' per-layer configs (Gemma-4's ``per_layer_config``)."""
+    """Whether vLLM reads transformers' per-layer configs (Gemma-4's ``per_layer_config``,
+    transformers 5.14+); a family that does not reads ``head_dim``/``global_head_dim`` from the
+    config itself and needs transformers before 5.14 for such models."""
+    fp8_weights_on_sm70: bool
+    """Whether the family runs dense FP8-weight checkpoints on SM70 (upstream's ``Fp8Config``
+    asks for compute capability 7.5 and no Volta plugin claims FP8 weights; 1Cat-vLLM
+    dequantizes them on SM70)."""
 
     def admits(self, distribution: str, version: str) -> bool:
         return distribution in self.distributions and _minor(version) in self.versions
@@ -134,6 +146,7 @@ FAMILIES: tuple[Family, ...] = (
         moe_layer="FusedMoE",
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
         per_layer_configs=False,
+        fp8_weights_on_sm70=False,
     ),
     Family(
         "1Cat-vLLM 1.2-1.3",
@@ -144,6 +157,7 @@ FAMILIES: tuple[Family, ...] = (
         moe_layer="RoutedExperts",
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
         per_layer_configs=False,
+        fp8_weights_on_sm70=True,
     ),
     Family(
         "vLLM 0.32-0.33",
@@ -154,6 +168,7 @@ FAMILIES: tuple[Family, ...] = (
         moe_layer="RoutedExperts",
         delta_message_module="vllm.entrypoints.generate.base.protocol",
         per_layer_configs=True,
+        fp8_weights_on_sm70=False,
     ),
 )
 
@@ -861,8 +876,6 @@ def make_model_config_overrides(routes_now: Callable[[], bool]) -> dict[str, typ
         base = getattr(base, "volta_base", base)  # always over vLLM's own hook (idempotent)
 
         def verify_and_update_config(vllm_config: Any, _base: type = base, _arch: str = arch):
-            if not family().per_layer_configs:
-                allow_global_layer_attributes(vllm_config.model_config)
             attention_config = vllm_config.attention_config
             chosen_before = attention_config.backend
             _base.verify_and_update_config(vllm_config)
@@ -890,23 +903,6 @@ def make_model_config_overrides(routes_now: Callable[[], bool]) -> dict[str, typ
             },
         )
     return overrides
-
-
-def allow_global_layer_attributes(model_config: Any) -> None:
-    """Let a family that predates transformers' per-layer configs read the global values.
-
-    transformers 5.16+ gives models whose layers differ (Gemma-4's 256-dim sliding and 512-dim
-    global layers) a ``per_layer_config`` and refuses ``config.head_dim`` on them
-    (``AmbiguousGlobalPerLayerAttributeError``) unless ``allow_global_per_layer_attribute_access``
-    is set; vLLM 0.19 and 1Cat-vLLM read ``head_dim``/``global_head_dim`` globally, as their
-    Gemma-4 code was written for. The flag lives in the config's ``__dict__``, so it travels
-    with the pickled config to the engine and worker processes.
-    """
-    for config in {
-        id(c): c for c in (model_config.hf_config, model_config.hf_text_config)
-    }.values():
-        if hasattr(type(config), "allow_global_per_layer_attribute_access"):
-            config.allow_global_per_layer_attribute_access = True
 
 
 def register_model_config_overrides(overrides: dict[str, type]) -> None:

@@ -453,6 +453,27 @@ def test_fp8kv_keeps_checkpoint_scales_past_vllms_gate(
     assert tuple(layer.k_scale.shape) == (1,)
 
 
+def test_a_backend_the_host_does_not_know_keeps_its_familys_kv_scale_rule(
+    manager: VoltaPluginManager, checkpoints: dict[str, Path]
+) -> None:
+    """With ``--attention-backend`` naming a backend the host does not select (1Cat-vLLM's
+    FLASH_ATTN_V100, or FLASH_ATTN elsewhere), that backend runs every layer: the checkpoint
+    scales the Volta kernels would read are not installed, and the family's own gate decides."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    name = (
+        "FLASH_ATTN_V100" if "FLASH_ATTN_V100" in AttentionBackendEnum.__members__ else "FLASH_ATTN"
+    )
+    assert not compat.attention.known_backend(manager, name)
+    raw = quant_raw(checkpoints["w4a16-kv"])
+    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    config = VllmConfig()
+    config.attention_config.backend = AttentionBackendEnum[name]
+    with set_current_vllm_config(config), pytest.raises(ValueError, match="fp8_e5m2 kv-cache"):
+        kv_gate(overrides["compressed-tensors"].from_config(copy.deepcopy(raw)))
+
+
 def test_dense_fp8_checkpoint_gets_e5m2_with_unit_scales(manager: VoltaPluginManager) -> None:
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
 

@@ -1,10 +1,14 @@
-"""Real vLLM linear layers quantized through the host's adapter and loaded like a model does.
+"""Real vLLM layers quantized through the host's adapter and loaded like a model does.
 
-Shared by ``test_vllm_linear.py`` (one rank, in process) and ``tp_worker.py`` (two ranks).
-Layers come from vLLM's own classes; their quant method comes from the adapter's
-``compressed-tensors`` config override asking the host, which asks this plugin; each checkpoint
-tensor goes through the parameter's ``weight_loader`` with the shard id a model's
-``load_weights`` passes; then vLLM's ``process_weights_after_loading`` hook runs.
+Shared by ``test_vllm_linear.py`` (one rank, in process), ``tp_worker.py`` (two ranks) and
+``test_moe.py``. Layers come from vLLM's own classes; their quant method comes from the
+adapter's ``compressed-tensors`` config override asking the host, which asks this plugin; each
+checkpoint tensor goes through vLLM's own loader (a linear parameter's ``weight_loader`` with
+the shard id a model's ``load_weights`` passes, the MoE layer's ``load_weights`` with a model's
+checkpoint names); then vLLM's ``process_weights_after_loading`` hook runs.
+
+The one place that knows how each vLLM family builds a layer is :func:`build_moe` (linear
+layers are built the same way in every family).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -118,6 +123,104 @@ def load(layer: Any, shards: list[Checkpoint], biases: list[torch.Tensor] | None
             param.weight_loader(param, tensor, *args)
     # What vLLM's process_weights_after_loading does for each module with a quant method.
     layer.quant_method.process_weights_after_loading(layer)
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """A built MoE layer: ``experts`` is vLLM's routed-experts layer (the one holding the quant
+    method and the weights). Both loaders take a model's checkpoint names relative to the
+    layer's prefix (``3.down_proj.weight_scale``): ``load_weights`` loads as the family's MoE
+    models (Qwen3, Qwen3.5) do, ``layer_load_weights`` is the routed-experts layer's own
+    ``load_weights``."""
+
+    experts: Any
+    load_weights: Callable[[Iterable[tuple[str, Any]]], Iterable[str]]
+    layer_load_weights: Callable[[Iterable[tuple[str, Any]]], Iterable[str]]
+
+
+#: The checkpoint's names of an expert's projections, as vLLM's MoE models pass them.
+CKPT_NAMES = {"gate": "gate_proj", "down": "down_proj", "up": "up_proj"}
+
+
+def _fused_moe_layer(quant_config: Any, num_experts: int, **args: Any) -> MoELayer:
+    """vLLM 0.19 and 1Cat-vLLM: the routed-experts class (``FusedMoE``; 1Cat's
+    ``RoutedExperts`` is the same class) is the layer. Its models (Qwen3/Qwen3.5 MoE...) load
+    the experts themselves: each checkpoint name is matched against the layer class's
+    ``make_expert_params_mapping`` and handed to the parameter's ``weight_loader`` with the
+    shard and expert id. The layer's own ``load_weights`` (the Transformers backend's path,
+    given the same mapping) calls the layer's ``weight_loader`` instead."""
+    from volta_core.vllm.compat import routed_experts_class
+
+    cls = routed_experts_class()
+    # (param_name, weight_name, expert_id, shard_id), names under the model's ``experts`` child.
+    mapping = cls.make_expert_params_mapping(
+        torch.nn.Module(),
+        ckpt_gate_proj_name=CKPT_NAMES["gate"],
+        ckpt_down_proj_name=CKPT_NAMES["down"],
+        ckpt_up_proj_name=CKPT_NAMES["up"],
+        num_experts=num_experts,
+    )
+    layer = cls(num_experts=num_experts, quant_config=quant_config, expert_mapping=mapping, **args)
+
+    def load_weights(weights: Iterable[tuple[str, Any]]) -> Iterator[str]:
+        # What the model's load_weights does for an expert weight (qwen3_moe.py, qwen3_5.py).
+        for name, loaded_weight in weights:
+            name = f"{layer.layer_name}.{name}"  # the prefix ends in ``experts``
+            for param_name, weight_name, expert_id, shard_id in mapping:
+                if weight_name not in name:
+                    continue
+                mapped = name.replace(weight_name, param_name)
+                param = getattr(layer, mapped.removeprefix(f"{layer.layer_name}."))
+                if param.weight_loader(
+                    param,
+                    loaded_weight,
+                    mapped,
+                    shard_id=shard_id,
+                    expert_id=expert_id,
+                    return_success=True,
+                ):
+                    yield mapped
+                    break
+
+    return MoELayer(layer, load_weights, layer.load_weights)
+
+
+def _moe_factory_layer(quant_config: Any, num_experts: int, **args: Any) -> MoELayer:
+    """vLLM 0.32-0.33: ``FusedMoEFactory`` builds a runner that owns the ``RoutedExperts``
+    layer (the checkpoint names are the layer's own, ``ckpt_names``); models load through the
+    runner's ``load_weights``, which hands the names to the layer's."""
+    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+
+    runner = FusedMoEFactory(
+        num_experts=num_experts,
+        quant_config=quant_config,
+        ckpt_names=(CKPT_NAMES["gate"], CKPT_NAMES["down"], CKPT_NAMES["up"]),
+        **args,
+    )
+    experts = runner.routed_experts
+    return MoELayer(experts, runner.load_weights, experts.load_weights)
+
+
+#: How each family builds a fused-MoE layer (``compat.Family.name``).
+MOE_BUILDERS: dict[str, Callable[..., MoELayer]] = {
+    "vLLM 0.19": _fused_moe_layer,
+    "1Cat-vLLM 1.2-1.3": _fused_moe_layer,
+    "vLLM 0.32-0.33": _moe_factory_layer,
+}
+
+
+def build_moe(quant_config: Any, *, num_experts: int, prefix: str, **args: Any) -> MoELayer:
+    """A vLLM fused-MoE layer of the installed family, its experts quantized by
+    ``quant_config``; ``args`` are the keyword arguments every family's constructor takes
+    (``top_k``, ``hidden_size``, ``intermediate_size``, ``params_dtype``, ``activation``...)."""
+    from vllm.config import get_current_vllm_config
+
+    from volta_core.vllm.compat import family
+
+    # A model registers each MoE layer by name once; the tests build the same one again.
+    get_current_vllm_config().compilation_config.static_forward_context.pop(prefix, None)
+    builder = MOE_BUILDERS[family().name]
+    return builder(quant_config, num_experts, prefix=prefix, **args)
 
 
 def run_two_ranks(script: str, env: dict[str, str]) -> list[str]:

@@ -1,7 +1,9 @@
-"""Fused MoE experts: a real vLLM ``FusedMoEFactory`` layer quantized through the adapter.
+"""Fused MoE experts: a real vLLM MoE layer quantized through the adapter.
 
-Each expert's gate, up and down projection is a compressed-tensors checkpoint made by the
-library itself, loaded through vLLM's own ``RoutedExperts`` loader (the checkpoint names a model
+The layer is built as the installed vLLM family builds it (``_vllm_layers.build_moe``: 0.19's
+``FusedMoE``, 1Cat-vLLM's ``RoutedExperts``, 0.32's ``FusedMoEFactory``). Each expert's gate, up
+and down projection is a compressed-tensors checkpoint made by the library itself, loaded
+through vLLM's own loader of that layer (the checkpoint names a model
 passes, e.g. ``3.down_proj.weight_scale``); the method's output is checked against the float64
 ``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))`` of the dequantized weights, and malformed
 checkpoints must fail at load time naming the layer and the expert. Kernels run under the
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import _vllm_layers as vl
 
 from volta_core.kernels.testing import rel_error
+from volta_core.vllm.compat import routed_experts_class
 from volta_ct_wna16.experts import experts_forward
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.moe import WNA16MoEMethod, expert_weights
@@ -68,13 +71,9 @@ def checkpoints(scheme: WeightScheme, experts: int = EXPERTS) -> Experts:
     }
 
 
-def build(scheme: WeightScheme, **factory: Any) -> Any:
-    """A vLLM MoE runner whose experts' quant method comes from the adapter's config."""
-    from vllm.config import get_current_vllm_config
-    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
-
-    # A model registers each MoE layer by name once; these tests build the same one again.
-    get_current_vllm_config().compilation_config.static_forward_context.pop(PREFIX, None)
+def build(scheme: WeightScheme, **factory: Any) -> vl.MoELayer:
+    """A vLLM MoE layer of the installed family whose experts' quant method comes from the
+    adapter's config."""
     args = {
         "num_experts": EXPERTS,
         "top_k": TOP_K,
@@ -84,18 +83,21 @@ def build(scheme: WeightScheme, **factory: Any) -> Any:
         "prefix": PREFIX,
         **factory,
     }
-    return FusedMoEFactory(quant_config=vl.engine_config(quantization_config(scheme)), **args)
+    return vl.build_moe(vl.engine_config(quantization_config(scheme)), **args)
 
 
-def load(runner: Any, ckpts: Experts) -> Any:
-    """vLLM's loader with a model's checkpoint names, then the post-load hook; the experts."""
+def load(layer: vl.MoELayer, ckpts: Experts, by_layer: bool = False) -> Any:
+    """vLLM's loader with a model's checkpoint names (as the family's models load them, or
+    ``by_layer`` the routed-experts layer's own ``load_weights``), then the post-load hook;
+    the experts."""
     named = [
         (f"{e}.{proj}.{tensor}", value)
         for (e, proj), ckpt in ckpts.items()
         for tensor, value in ckpt.tensors.items()
     ]
-    list(runner.load_weights(named))
-    experts = runner.routed_experts
+    list((layer.layer_load_weights if by_layer else layer.load_weights)(named))
+    experts = layer.experts
+    assert isinstance(experts, routed_experts_class())
     experts.quant_method.process_weights_after_loading(experts)
     return experts
 
@@ -206,6 +208,23 @@ def test_router_weight_on_input_and_expert_map(loaded, interpret, monkeypatch) -
     ref = reference(ckpts, x, weights, local_ids, on_input=True, local=lambda e: e >= 0)
     assert rel_error(out, ref) < TOLERANCE
     assert bool((out[:4] == 0).all())
+
+
+def test_the_layers_own_loader() -> None:
+    """The routed-experts layer's ``load_weights`` (0.19 and 1Cat: the Transformers backend's
+    path, which calls the layer's ``weight_loader`` rather than the parameter's) loads and
+    checks the same: a good checkpoint runs, a bad scale is refused naming the expert."""
+    scheme = WeightScheme(4, False, 32)
+    ckpts = checkpoints(scheme)
+    experts = load(build(scheme), ckpts, by_layer=True)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, HIDDEN, generator=gen).half()
+    weights, ids = routing(4, gen)
+    out = experts.quant_method.apply(experts, x, weights, ids, None, None)
+    assert rel_error(out, reference(ckpts, x, weights, ids)) < TOLERANCE
+    tensors(ckpts)["weight_scale"][5, 1] = float("nan")
+    with pytest.raises(WeightFormatError, match=f"{WHERE}: weight_scale holds 1 NaN/Inf"):
+        load(build(scheme), ckpts, by_layer=True)
 
 
 # -- bad checkpoints and layers -----------------------------------------------------------------

@@ -72,11 +72,14 @@ def atomic_launch(x, pw1, blocks, launch, out, sms):
 
 
 def time_table(x, pws, outs):
-    return time_cuda_graph(
-        lambda i: wna16_linear(x, pws[i], out=outs[i % 2]),
-        [(i,) for i in range(len(pws))],
-        replays=REPLAYS,
-    ).median_ms * 1e3
+    return (
+        time_cuda_graph(
+            lambda i: wna16_linear(x, pws[i], out=outs[i % 2]),
+            [(i,) for i in range(len(pws))],
+            replays=REPLAYS,
+        ).median_ms
+        * 1e3
+    )
 
 
 def time_atomic(x, pw1s, blocks, ln, sms, outs):
@@ -84,9 +87,12 @@ def time_atomic(x, pw1s, blocks, ln, sms, outs):
     m, n = outs[0].shape
     bufs = [torch.empty(m, n, device="cuda", dtype=torch.float32) for _ in range(2)]
     sets = [(i,) for i in range(len(pw1s))]
-    alone = time_cuda_graph(
-        lambda i: atomic_launch(x, pw1s[i], blocks, ln, bufs[i % 2], sms), sets, replays=REPLAYS
-    ).median_ms * 1e3
+    alone = (
+        time_cuda_graph(
+            lambda i: atomic_launch(x, pw1s[i], blocks, ln, bufs[i % 2], sms), sets, replays=REPLAYS
+        ).median_ms
+        * 1e3
+    )
 
     def three(i):
         b = bufs[i % 2]
@@ -111,11 +117,14 @@ def measure_layer(n, k, sym, copy_bw, sms):
         scale = ref.abs().max().item()
         outs = [torch.empty(m, n, device="cuda", dtype=torch.float16) for _ in range(2)]
         t_table = time_table(x, pws, outs)
-        t_fp16 = time_cuda_graph(
-            lambda i, x=x, outs=outs: torch.matmul(x, dense[i].t(), out=outs[i]),
-            [(0,), (1,)],
-            replays=REPLAYS,
-        ).median_ms * 1e3
+        t_fp16 = (
+            time_cuda_graph(
+                lambda i, x=x, outs=outs: torch.matmul(x, dense[i].t(), out=outs[i]),
+                [(0,), (1,)],
+                replays=REPLAYS,
+            ).median_ms
+            * 1e3
+        )
         row = {}
         for name, ln in VARIANTS.items():
             f32 = torch.zeros(m, n, device="cuda", dtype=torch.float32)

@@ -5,4 +5,4 @@ load-time preparation (:mod:`.layout`) and the vLLM method (:mod:`.linear`) are 
 when a layer uses them.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.2.1"

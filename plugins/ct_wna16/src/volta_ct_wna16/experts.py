@@ -60,9 +60,7 @@ class ExpertWeights:
 
 def _linear(pw: PackedWeights, e: int, x: torch.Tensor) -> torch.Tensor:
     zeros = pw.zeros[e] if pw.zeros is not None else None
-    return ops.linear_op(
-        x, pw.qweight[e], pw.scales[e], zeros, None, None, pw.k, pw.bits, pw.group
-    )
+    return ops.linear_op(x, pw.qweight[e], pw.scales[e], zeros, None, None, pw.k, pw.bits, pw.group)
 
 
 def _stack(parts: Iterable[PackedWeights], experts: int) -> PackedWeights:

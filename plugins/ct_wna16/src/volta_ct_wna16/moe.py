@@ -170,6 +170,9 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         layer.ct_wna16_seen = seen
         layer.ct_wna16_sizes = sizes
         layer.ct_wna16_global_experts = int(extra_weight_attrs.get("global_num_experts", e))
+        # vLLM 0.19's and 1Cat-vLLM's FusedMoE.load_weights (the Transformers backend's loader)
+        # calls the layer's weight_loader, not the parameter's: route it through the checks.
+        layer.weight_loader = functools.partial(_through_param_loader, inner=inner)
 
     def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
         name, scheme = self.prefix, self.scheme
@@ -254,19 +257,26 @@ def _check_layer(
     params_dtype: torch.dtype,
     extra_weight_attrs: Mapping[str, Any],
 ) -> None:
-    """Refuse, when the layer is built, what this method does not compute."""
+    """Refuse, when the layer is built, what this method does not compute.
+
+    ``FusedMoEConfig`` differs between vLLM families: the SwiGLU limits (1Cat: ``swiglu_limit``
+    only; 0.19: none) and TP padding (0.32+) are read where the family has them; absent, the
+    family has no such layers. A family's layer that names no checkpoint projections (0.19,
+    1Cat: its model's loader maps them) has the ``gate_proj``/``up_proj``/``down_proj`` that
+    vLLM's own compressed-tensors MoE reads there.
+    """
     moe = layer.moe_config
-    if moe.activation is not MoEActivation.SILU:
+    if moe.activation is not MoEActivation.SILU or not moe.is_act_and_mul:
+        gated = "" if moe.is_act_and_mul else " without gating"
         raise WeightFormatError(
-            f"layer {name}: activation {moe.activation.value!r}; the ct_wna16 MoE path runs "
-            "SiLU(gate) * up only"
+            f"layer {name}: activation {moe.activation.value!r}{gated}; the ct_wna16 MoE path "
+            "runs SiLU(gate) * up only"
         )
+    swiglu = (getattr(moe, f, None) for f in ("swiglu_limit", "swiglu_alpha", "swiglu_beta"))
     extras = {
         "expert biases": moe.has_bias,
-        "swiglu limit/alpha/beta": any(
-            v is not None for v in (moe.swiglu_limit, moe.swiglu_alpha, moe.swiglu_beta)
-        ),
-        "block-aligned TP padding": moe.tp_shard_with_padding,
+        "swiglu limit/alpha/beta": any(v is not None for v in swiglu),
+        "block-aligned TP padding": getattr(moe, "tp_shard_with_padding", False),
         "a padded hidden size": extra_weight_attrs.get("unpadded_hidden_size", hidden_size)
         != hidden_size,
     }
@@ -278,10 +288,8 @@ def _check_layer(
             f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
             f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
         )
-    projections: Sequence[str] = (
-        layer.ckpt_gate_proj_name,
-        layer.ckpt_up_proj_name,
-        layer.ckpt_down_proj_name,
+    projections: Sequence[str] = tuple(
+        getattr(layer, f"ckpt_{p}_proj_name", p + "_proj") for p in ("gate", "up", "down")
     )
     if tuple(projections) != EXPERT_PROJECTIONS:
         actual = expert_scheme(raw, name, projections)
@@ -350,6 +358,24 @@ def _checked_load(
             f"{where}: shape {shape} does not fit the layer's parameter "
             f"{tuple(param.shape)}: {exc or type(exc).__name__}"
         ) from exc
+
+
+def _through_param_loader(
+    param: torch.nn.Parameter,
+    loaded_weight: torch.Tensor,
+    weight_name: str,
+    shard_id: str,
+    expert_id: int,
+    return_success: bool = False,
+    *,
+    inner: Callable[..., Any],
+) -> Any:
+    """The layer's ``weight_loader``: a parameter of this method's goes through its checking
+    loader (which then calls vLLM's, ``inner``), any other straight to vLLM's."""
+    loader = getattr(param, "weight_loader", None)
+    if not (isinstance(loader, functools.partial) and loader.func is _checked_load):
+        loader = inner
+    return loader(param, loaded_weight, weight_name, shard_id, expert_id, return_success)
 
 
 def _check_complete(

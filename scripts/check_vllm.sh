@@ -114,6 +114,7 @@ setup() {
   echo "$want" > "$stamp"
 }
 
+status=0
 SECONDS=0
 setup
 setup_s=$SECONDS
@@ -121,7 +122,23 @@ setup_s=$SECONDS
 
 # vLLM's CPU platform in every process (tests/plugins/cpu_platform): these builds are CUDA builds.
 export VLLM_TARGET_DEVICE=cpu VOLTA_TEST_CPU_PLATFORM=1
-status=0
+
+if [ "$family" = 0.19 ]; then
+  # The README's install path 1 on a V100 box, resolved by pip against the package index (no
+  # install): it must pick vLLM 0.19.1 with torch 2.10.0 (CUDA 12.8, sm_70) and Triton 3.6.0.
+  echo "== 0/2 the README's vLLM 0.19.1 install resolves"
+  "$py" -m pip install -q --dry-run --ignore-installed --report "$venv/install-path.json" \
+    "vllm==0.19.1" ./core ./plugins/reasoning ./plugins/fp8kv ./plugins/attn_v100 \
+    ./plugins/ct_wna16 "transformers<5.14" 2> >(quiet_conflicts) > /dev/null
+  "$py" - "$venv/install-path.json" <<'PY' || status=1
+import json, sys
+picked = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.load(open(sys.argv[1]))["install"]}
+want = {"vllm": "0.19.1", "torch": "2.10.0", "triton": "3.6.0"}
+got = {name: picked.get(name) for name in want}
+print("== install path 1 resolves to", got, "| transformers", picked.get("transformers"))
+sys.exit(0 if got == want else 1)
+PY
+fi
 
 SECONDS=0
 echo "== 1/2 tests/vllm_families: the touchpoints against $family"

@@ -15,7 +15,7 @@ from volta_core.manager import (
     get_plugin_manager,
 )
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "ENTRY_POINT_GROUP",

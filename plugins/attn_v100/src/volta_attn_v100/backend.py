@@ -10,6 +10,12 @@ head sizes its validation did not check, and Gemma-4's 512-dim layers reached th
 vLLM writes the new tokens' K/V before attention (``forward_includes_kv_cache_update = False``
 and :meth:`VoltaAttentionImpl.do_kv_cache_update`); ``forward`` then attends over the paged
 cache only, which covers chunked prefill, prefix caching and mixed batches.
+
+Checks sit where vLLM's data is on the host: every layer's fp8 scales once, when the metadata
+builder is made (after the weights are loaded); each step's lengths in
+:meth:`VoltaAttentionMetadataBuilder.build`, once for all layers, from the CPU copies vLLM
+keeps. The per-layer cache write and attention read nothing back from the GPU, in eager steps
+as in captured ones: a read-back there waits for the GPU to drain at every layer.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from vllm.v1.kv_cache_interface import AttentionSpec
 from volta_attn_v100.configs import HEAD_SIZES, MAX_DECODE_QUERY_LEN, kv_dtype_refusal
 from volta_attn_v100.ops import (
     AttentionInputError,
+    check_lengths,
     default_num_splits,
+    kv_scales,
     paged_attention,
     write_kv_cache,
 )
@@ -68,6 +76,9 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
     CUDA graphs: uniform batches (decode, or decode with speculative tokens) are graph-safe
     because the decode kernel reads lengths from device tensors and the partition count
     depends only on the number of requests and the model's maximum length.
+
+    Made after the model's weights are loaded, it checks the fp8 scales of its layers (found
+    in vLLM's ``static_forward_context``) once; :meth:`build` checks each step's lengths.
     """
 
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
@@ -85,6 +96,13 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
         self.max_model_len = model_config.max_model_len
         self.cache_format = KV_CACHE_DTYPES.get(vllm_config.cache_config.cache_dtype, "float16")
         self.graphs = vllm_config.compilation_config.cudagraph_mode != CUDAGraphMode.NONE
+        self.block_size = kv_cache_spec.block_size
+        layers = vllm_config.compilation_config.static_forward_context
+        for name in layer_names:
+            layer = layers.get(name)
+            impl = getattr(layer, "impl", None)
+            if isinstance(impl, VoltaAttentionImpl):
+                impl.check_scales(layer, device)
 
     def build(
         self,
@@ -93,6 +111,20 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
         fast_build: bool = False,
     ) -> VoltaAttentionMetadata:
         m = common_attn_metadata
+        # Per-sequence CPU lengths exist from vLLM 0.32 on (upper bounds under asynchronous
+        # speculative decoding, CommonAttentionMetadata.seq_lens_cpu_upper_bound); 0.19's
+        # seq_lens_cpu property copies them from the device, so there max_seq_len bounds
+        # every sequence.
+        seq_lens_cpu = getattr(m, "seq_lens_cpu_upper_bound", None)
+        if seq_lens_cpu is None:
+            seq_lens_cpu = torch.full((m.num_reqs,), m.max_seq_len, dtype=torch.int32)
+        check_lengths(
+            m.query_start_loc_cpu,
+            seq_lens_cpu,
+            m.num_actual_tokens,
+            self.block_size,
+            m.block_table_tensor.shape[1],
+        )
         length = self.max_model_len if self.graphs else m.max_seq_len
         return VoltaAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
@@ -270,6 +302,12 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             return None, None
         return layer._k_scale, layer._v_scale
 
+    def check_scales(self, layer: AttentionLayer, device: torch.device) -> None:
+        """Refuse fp8 scales that are not finite and positive (reads them back to the host:
+        called once per layer, by the metadata builder, never in a step)."""
+        k_scale, v_scale = self._scales(layer)
+        kv_scales(k_scale, v_scale, self.num_kv_heads, device, check_values=True)
+
     def do_kv_cache_update(
         self,
         layer: AttentionLayer,
@@ -287,7 +325,7 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             kv_cache_dtype=self.cache_format,
             k_scale=k_scale,
             v_scale=v_scale,
-            check_values=not _capturing(key),
+            check_values=False,
         )
 
     def forward(
@@ -335,11 +373,6 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             num_splits=attn_metadata.num_splits
             if attn_metadata.max_query_len <= MAX_DECODE_QUERY_LEN
             else None,
-            check_bounds=not _capturing(query),
+            check_bounds=False,
         )
         return output
-
-
-def _capturing(t: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured (no host synchronisation allowed then)."""
-    return t.is_cuda and torch.cuda.is_current_stream_capturing()

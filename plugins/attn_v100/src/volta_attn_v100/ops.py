@@ -149,15 +149,18 @@ def _unit_scale(device: torch.device) -> torch.Tensor:
     return _UNIT_SCALES[device]
 
 
-def _scales(
+def kv_scales(
     k_scale: torch.Tensor | float | None,
     v_scale: torch.Tensor | float | None,
     num_kv_heads: int,
     device: torch.device,
+    *,
     check_values: bool,
 ) -> KVScales:
     """Scales as float32 vectors; with ``check_values`` also finite and positive (the cache
-    stores ``x / scale``, as the fp8kv plugin writes it)."""
+    stores ``x / scale``, as the fp8kv plugin writes it). Checking the values reads them back
+    to the host, so the vLLM backend checks each layer's scales once, when its metadata
+    builder is made after the weights are loaded, and never in a step."""
     out = []
     for name, value in (("k_scale", k_scale), ("v_scale", v_scale)):
         if value is None:
@@ -177,6 +180,51 @@ def _scales(
     return KVScales(out[0], out[1])
 
 
+def check_lengths(
+    query_start_loc: torch.Tensor,
+    seq_lens: torch.Tensor,
+    num_tokens: int,
+    block_size: int,
+    block_table_columns: int,
+) -> None:
+    """The bounds a step's lengths decide, from CPU tensors: query offsets that start at 0
+    and end within ``num_tokens``, no sequence with more new tokens than tokens in all (or
+    fewer than none), and the longest sequence's blocks within the block table's columns.
+
+    ``seq_lens`` may be upper bounds (vLLM 0.32's ``seq_lens_cpu_upper_bound``, or
+    ``max_seq_len`` for every sequence): a bound only makes the check looser, never wrong.
+    """
+    num_seqs = seq_lens.shape[0]
+    if query_start_loc.shape != (num_seqs + 1,):
+        _fail(
+            f"{num_seqs} sequences need query_start_loc of {num_seqs + 1} entries, got "
+            f"{tuple(query_start_loc.shape)}"
+        )
+    if num_seqs == 0:
+        return
+    first, last = int(query_start_loc[0]), int(query_start_loc[-1])
+    if first != 0 or last > num_tokens:
+        _fail(
+            f"query_start_loc must start at 0 and end within {num_tokens} tokens, "
+            f"got {query_start_loc.tolist()}"
+        )
+    longest = int(seq_lens.max())
+    pages = -(-longest // block_size)
+    if pages > block_table_columns:
+        _fail(
+            f"a sequence of {longest} tokens needs {pages} blocks but the block "
+            f"table has {block_table_columns} columns"
+        )
+    q_lens = query_start_loc.diff()
+    bad = (q_lens < 0) | (q_lens > seq_lens)
+    if bool(bad.any()):
+        seq = int(bad.nonzero()[0, 0])
+        _fail(
+            f"sequence {seq} has {int(q_lens[seq])} query tokens but only {int(seq_lens[seq])} "
+            "tokens in all"
+        )
+
+
 def check_inputs(
     query: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -188,10 +236,14 @@ def check_inputs(
     *,
     check_bounds: bool,
 ) -> None:
-    """Shapes, dtypes, devices and (when ``check_bounds``) the block table's targets.
+    """Shapes, dtypes, devices and (when ``check_bounds``) the lengths and the block table's
+    targets.
 
     ``check_bounds`` reads the block table, sequence lengths and query offsets back to the host
-    (a synchronisation), so CUDA-graph captured decode passes False and relies on the engine.
+    (a synchronisation), so the vLLM backend passes False: its metadata builder checks the
+    lengths once a step from vLLM's host copies (:func:`check_lengths`), and the block ids
+    behind the block table and slots come from vLLM's block pool, which only holds ids below
+    the cache's block count (``BlockPool.__init__`` in ``vllm/v1/core/block_pool.py``).
     """
     if query.dim() != 3:
         _fail(f"query must be [num_tokens, num_heads, head_size], got shape {tuple(query.shape)}")
@@ -262,22 +314,12 @@ def check_inputs(
         _fail(f"sinks must have one value per query head ({num_heads}) on {query.device}")
     if not check_bounds or num_seqs == 0:
         return
-    starts = query_start_loc.tolist()
-    lens = seq_lens.tolist()
-    if starts[0] != 0 or starts[-1] > num_tokens:
-        _fail(f"query_start_loc must start at 0 and end within {num_tokens} tokens, got {starts}")
-    pages_needed = [math.ceil(n / block_size) for n in lens]
-    if max(pages_needed) > block_table.shape[1]:
-        _fail(
-            f"a sequence of {max(lens)} tokens needs {max(pages_needed)} blocks but the block "
-            f"table has {block_table.shape[1]} columns"
-        )
-    for seq, (n, q0, q1) in enumerate(zip(lens, starts[:-1], starts[1:], strict=True)):
-        if q1 < q0 or q1 - q0 > n:
-            _fail(f"sequence {seq} has {q1 - q0} query tokens but only {n} tokens in all")
+    lens = seq_lens.cpu()
+    check_lengths(query_start_loc.cpu(), lens, num_tokens, block_size, block_table.shape[1])
+    pages_needed = (lens.to(torch.int64) + block_size - 1) // block_size
     used = (
         torch.arange(block_table.shape[1], device=block_table.device)[None, :]
-        < torch.tensor(pages_needed, device=block_table.device)[:, None]
+        < pages_needed.to(block_table.device)[:, None]
     )
     rows = block_table[:num_seqs]
     bad = used & ((rows < 0) | (rows >= kv_cache.shape[0]))
@@ -349,6 +391,8 @@ def paged_attention(
     :param split_policy: how the default partition count fills the GPU (default: the shipped
         one for the KV dtype and device; the benchmark sweep passes others).
     :param path: ``"decode"`` or ``"prefill"`` to force a kernel; default picks by query length.
+    :param check_bounds: also check the lengths, the block table's entries and the scales'
+        values, which reads them back to the host (:func:`check_inputs`).
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
     check_inputs(
@@ -371,7 +415,7 @@ def paged_attention(
     if num_seqs == 0 or query.shape[0] == 0:
         return out
     num_kv_heads = kv.shape[1]
-    scales = _scales(k_scale, v_scale, num_kv_heads, query.device, check_bounds)
+    scales = kv_scales(k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds)
     sinks_f32 = sinks.to(torch.float32).contiguous() if sinks is not None else scales.k
     args = _Common(
         query=query,
@@ -634,7 +678,8 @@ def write_kv_cache(
 
     Slot ``s`` is block ``s // block_size``, offset ``s % block_size``; negative slots are
     padding and are skipped. An fp8 cache stores ``fp8(x * (1/scale))`` (one round to nearest
-    even from float32, saturating), the fp8kv plugin's format.
+    even from float32, saturating), the fp8kv plugin's format. ``check_values`` also checks
+    the slots against the cache and the scales' values, which reads them back to the host.
     """
     kv = cache_view(kv_cache, kv_cache_dtype)
     if key.dim() != 3 or value.shape != key.shape:
@@ -662,7 +707,7 @@ def write_kv_cache(
         return
     from volta_attn_v100.kernels import cache_write_kernel
 
-    scales = _scales(k_scale, v_scale, num_kv_heads, key.device, check_values)
+    scales = kv_scales(k_scale, v_scale, num_kv_heads, key.device, check_values=check_values)
     cache_write_kernel[(num_tokens, num_kv_heads)](
         key,
         value,

@@ -453,10 +453,10 @@ def test_fp8kv_keeps_checkpoint_scales_past_vllms_gate(
     assert tuple(layer.k_scale.shape) == (1,)
 
 
-def test_a_backend_the_host_does_not_know_keeps_its_familys_kv_scale_rule(
+def test_a_backend_of_vllms_own_keeps_its_familys_kv_scale_rule(
     manager: VoltaPluginManager, checkpoints: dict[str, Path]
 ) -> None:
-    """With ``--attention-backend`` naming a backend the host does not select (1Cat-vLLM's
+    """With ``--attention-backend`` naming a backend that is not a plugin's (1Cat-vLLM's
     FLASH_ATTN_V100, or FLASH_ATTN elsewhere), that backend runs every layer: the checkpoint
     scales the Volta kernels would read are not installed, and the family's own gate decides."""
     from vllm.config import VllmConfig, set_current_vllm_config
@@ -465,7 +465,7 @@ def test_a_backend_the_host_does_not_know_keeps_its_familys_kv_scale_rule(
     name = (
         "FLASH_ATTN_V100" if "FLASH_ATTN_V100" in AttentionBackendEnum.__members__ else "FLASH_ATTN"
     )
-    assert not compat.attention.known_backend(manager, name)
+    assert not compat.attention.plugin_backend(manager, name)
     raw = quant_raw(checkpoints["w4a16-kv"])
     overrides = compat.make_quantization_overrides(manager, lambda: SM70)
     config = VllmConfig()
@@ -951,3 +951,25 @@ def test_plan_reads_gemma4_layers_with_this_environments_transformers() -> None:
         import transformers
 
         assert tuple(int(p) for p in transformers.__version__.split(".")[:2]) < (5, 14)
+
+
+@pytest.mark.skipif(
+    FAMILY.distributions != ("1cat-vllm",), reason="FLASH_ATTN_V100 is 1Cat-vLLM's own backend"
+)
+def test_1cats_flash_attn_v100_runs_when_named_and_never_on_a_512_dim_layer(
+    manager: VoltaPluginManager, custom_slot: Any
+) -> None:
+    """An explicit ``--attention-backend FLASH_ATTN_V100`` is honoured on SM70 for the head
+    sizes its kernels have; a Gemma-4 512-dim layer is refused at startup with the reason
+    (1Cat's own validation lets it through to a kernel without a 512 path)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from volta_core.errors import NoAttentionBackendError
+
+    cuda = cuda_platform_module()
+    volta = at_capability(compat.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0))
+    named = AttentionBackendEnum["FLASH_ATTN_V100"]
+    path = volta.get_attn_backend_cls(named, selector(128), num_heads=8)
+    assert path == named.get_path()
+    with pytest.raises(NoAttentionBackendError, match="head size 512 is not one of"):
+        volta.get_attn_backend_cls(named, selector(512), num_heads=8)

@@ -3,8 +3,9 @@
 The host falls back to these only where they are valid for a layer. The declarations are read
 from vLLM 0.32/0.33 (``vllm/v1/attention/backends/triton_attn.py``): TRITON_ATTN accepts any
 head size of at least 32 and block sizes that are multiples of 16, but its impl raises for any
-fp8 KV cache below SM89 and for a bf16 KV cache below SM80 (FACTS.md 3), which
-``kv_dtype_min_capability`` records so a plan never picks it where it would fail.
+fp8 KV cache below SM89 and for a bf16 KV cache below SM80 (``TritonAttentionImpl``'s
+constructor), which ``kv_dtype_min_capability`` records so a plan never picks it where it
+would fail.
 """
 
 from __future__ import annotations
@@ -31,13 +32,39 @@ TRITON_ATTN = AttentionBackendSpec(
 #: Built-in backends in the order the host falls back to them.
 BUILTIN_BACKENDS: tuple[AttentionBackendSpec, ...] = (TRITON_ATTN,)
 
+#: 1Cat-vLLM's own V100 backend (CUDA WMMA), declared from its
+#: ``vllm/v1/attention/backends/flash_attn_v100.py``: SM70 only, head sizes 64, 128 and 256
+#: (``get_supported_head_sizes``; its validation asks TRITON_ATTN's ``supports_head_size``, which
+#: let Gemma-4's 512-dim layers through to a kernel that has no 512 path), fp16, fp16 or e5m2
+#: KV, block sizes of 16; what its fast paths lack it hands to the Triton code it subclasses.
+FLASH_ATTN_V100 = AttentionBackendSpec(
+    name="FLASH_ATTN_V100",
+    impl="vllm.v1.attention.backends.flash_attn_v100:FlashAttnV100Backend",
+    priority=0,
+    min_capability=(7, 0),
+    max_capability=(7, 0),
+    dtypes=frozenset({"float16"}),
+    kv_cache_dtypes=frozenset({"float16", "fp8_e5m2"}),
+    head_sizes=frozenset({64, 128, 256}),
+    block_size_multiple=16,
+    features=frozenset(AttentionFeature),
+    vllm_name="FLASH_ATTN_V100",
+    builtin=True,
+    notes="1Cat-vLLM 1.2-1.3 only; used only when named with --attention-backend",
+)
+
+#: Built-ins that exist in one vLLM family only: judged when named with
+#: ``--attention-backend``, never a fallback (the host does not know which family will run).
+NAMED_ONLY_BACKENDS: tuple[AttentionBackendSpec, ...] = (FLASH_ATTN_V100,)
+
 
 def _names(text: str) -> frozenset[str]:
     """A set of names written one after another, separated by white space."""
     return frozenset(text.split())
 
 
-#: Every attention backend name vLLM 0.32 itself defines (``AttentionBackendEnum`` members).
+#: Every attention backend name vLLM 0.32 itself defines (``AttentionBackendEnum`` members), and
+#: 1Cat-vLLM's ``FLASH_ATTN_V100``.
 #: Reserved: a plugin backend of one of these names would be confused with vLLM's own in
 #: ``--attention-backend``, listings and the engine's registry, unless it says it replaces it.
 RESERVED_BACKENDS = _names(
@@ -51,6 +78,7 @@ RESERVED_BACKENDS = _names(
     ROCM_AITER_UNIFIED_ATTN ROCM_ATTN ROCM_FLASHMLA_SPARSE_DSV4 ROCM_SEGMENTED_ATTN
     TOKENSPEED_MLA TORCH_SDPA TRITON_ATTN TRITON_ATTN_DIFFKV TRITON_FLASHINFER TRITON_FLASH_ATTN
     TRITON_MLA TRITON_MSA TURBOQUANT ULTRAQUANT XPU_MLA_SPARSE
+    FLASH_ATTN_V100
     """
 )
 

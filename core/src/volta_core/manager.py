@@ -497,12 +497,14 @@ class VoltaPluginManager:
         """
         candidates = [spec for _, spec in self.attention_backends()]
         taken = {spec.name for spec in candidates}
-        fallbacks = [b for b in builtins.BUILTIN_BACKENDS if b.name not in taken]
+        named = builtins.NAMED_ONLY_BACKENDS if forced is not None else ()
+        fallbacks = [b for b in (*builtins.BUILTIN_BACKENDS, *named) if b.name not in taken]
         return select_backend(layer, device, [*candidates, *fallbacks], forced)
 
     def backend_names(self) -> list[str]:
-        """Every name ``--attention-backend`` accepts: plugin backends and vLLM's built-ins."""
-        specs = [spec for _, spec in self.attention_backends()] + list(builtins.BUILTIN_BACKENDS)
+        """Every name ``--attention-backend`` accepts: plugin backends and the built-ins."""
+        specs = [spec for _, spec in self.attention_backends()]
+        specs += [*builtins.BUILTIN_BACKENDS, *builtins.NAMED_ONLY_BACKENDS]
         return sorted({n for spec in specs for n in (spec.name, spec.vllm_name) if n != "CUSTOM"})
 
     def resolve_quant(

@@ -72,8 +72,14 @@ def to_attention_layer(layer: SelectorLayer) -> AttentionLayer:
 
 def known_backend(manager: VoltaPluginManager, name: str) -> bool:
     """Whether ``name`` is a backend the host can select (a plugin's or a declared built-in)."""
-    specs = [spec for _, spec in manager.attention_backends()] + list(builtins.BUILTIN_BACKENDS)
+    specs = [spec for _, spec in manager.attention_backends()]
+    specs += [*builtins.BUILTIN_BACKENDS, *builtins.NAMED_ONLY_BACKENDS]
     return any(name in (spec.name, spec.vllm_name) for spec in specs)
+
+
+def plugin_backend(manager: VoltaPluginManager, name: str) -> bool:
+    """Whether ``name`` is a plugin's backend (one that runs the plugins' KV-cache format)."""
+    return any(name == spec.name for _, spec in manager.attention_backends())
 
 
 def select(

@@ -527,10 +527,10 @@ class _HostQuant:
         if (
             method is kv_cache.KVMethod.CHECKPOINT_SCALES
             and chosen is not None
-            and not attention.known_backend(self.manager, chosen)
+            and not attention.plugin_backend(self.manager, chosen)
         ):
-            # A backend the host does not know (1Cat-vLLM's FLASH_ATTN_V100...) runs every
-            # layer: its family's own scale rule applies, not the scales the host's kernels read.
+            # vLLM's or the family's own backend (1Cat-vLLM's FLASH_ATTN_V100...) runs every
+            # layer: the family's scale rule applies, not the scales the plugins' kernels read.
             method = kv_cache.KVMethod.ENGINE
         report.event("attention_kv_method", method=method.value, quant_method=config.method)
         return method

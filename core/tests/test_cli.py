@@ -229,3 +229,21 @@ def test_plugins_lists_status_version_and_what_each_provides(
         "reason: failed in volta_attention_backends: volta_attention_backends returned str" in out
     )
     assert "Traceback" not in err
+
+
+def test_plan_judges_1cats_flash_attn_v100_when_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """1Cat-vLLM's own V100 backend is a name ``--attention-backend`` takes (not a typo): every
+    layer goes to it where its kernels have the head size; Gemma-4's 512-dim layers are a
+    problem naming it (1Cat's validation would let them reach a kernel without a 512 path)."""
+    code, out, _ = run_cli(
+        capsys, "plan", "gemma-4-dual-head", "--attention-backend", "FLASH_ATTN_V100", "--json"
+    )
+    plan = json.loads(out)
+    assert code == 1
+    backends = {(layer["head_size"], layer["backend"]) for layer in plan["attention"]}
+    assert (256, "FLASH_ATTN_V100") in backends
+    assert all(backend is None for size, backend in backends if size == 512)
+    assert any("FLASH_ATTN_V100: head size 512" in p for p in plan["problems"])
+    code, out, _ = run_cli(capsys, "plan", "gemma-4-dual-head", "--json")
+    assert code == 0
+    assert {layer["backend"] for layer in json.loads(out)["attention"]} == {"VOLTA_ATTN_V100"}

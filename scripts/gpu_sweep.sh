@@ -2,7 +2,8 @@
 # One device call for tuning: the GPU tests of the kernels being tuned (so a variant that is
 # adopted has been checked on the GPU), then each plugin's sweep, one at a time, alone on the
 # GPU. Logs land under $OUT/<part>/ and, packed, in $OUT/logs.tar.gz (the device returns few
-# files).    OUT=/some/dir bash scripts/gpu_sweep.sh
+# files); a sweep worth keeping goes to docs/perf/<plugin>/<topic>/.
+#   OUT=/some/dir bash scripts/gpu_sweep.sh
 # PLUGINS="attn_v100 ct_wna16" (default both) picks the plugins; ATTN_PARTS (default "sweep")
 # the attention benchmark's parts, e.g. "sweep,decode" for the main decode table after the sweep.
 set -uo pipefail

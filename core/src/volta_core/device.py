@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from volta_core.errors import UsageError
 
 #: First compute capability with hardware e4m3 (fp8e4nv) conversion (Ada, SM89). Below it Triton
-#: refuses ``fp8e4nv`` (FACTS.md 2), so e5m2 is the only FP8 KV format there.
+#: refuses ``fp8e4nv`` (docs/kernels.md#sm70-facts), so e5m2 is the only FP8 KV format there.
 FP8_E4M3_MIN_CAPABILITY: tuple[int, int] = (8, 9)
 
 #: First compute capability with bf16 arithmetic (Ampere). Volta runs fp16.

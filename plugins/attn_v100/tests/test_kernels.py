@@ -118,7 +118,7 @@ def test_window_with_speculative_queries(monkeypatch, num_splits, tail, halves) 
     launcher picks by partition length and device, and the interpreter runs SM70 tiles). The
     one-stage loop takes the masked tiles on both sides of the whole ones; when it skipped the
     gap wrongly, the other window tests passed and this one failed
-    (``results/masked_one_stage/``)."""
+    (``docs/perf/attn_v100/masked_one_stage/``)."""
     from volta_attn_v100 import ops
 
     monkeypatch.setattr(ops, "one_stage_tail", lambda *args: tail)

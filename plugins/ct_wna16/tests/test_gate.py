@@ -106,9 +106,9 @@ def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
 )
 def test_the_dot_tiles_take_the_split_counts_run_16_found_fastest(n, k, decode, gemm) -> None:
     """Run 16 timed every split count on the H100 (132 SMs) and the balanced counts follow:
-    at 2-16 tokens (call 2, ``results/run16/call2/probe_counts.log``) and at 64 (call 4) they
-    were the fastest or within 1 us of it; the programs-per-SM rule before them chose 14, 3,
-    14 and 10, and 4, 1, 4 and 3."""
+    at 2-16 tokens (call 2, ``docs/perf/ct_wna16/run16/call2/probe_counts.log``) and at 64
+    (call 4) they were the fastest or within 1 us of it; the programs-per-SM rule before them
+    chose 14, 3, 14 and 10, and 4, 1, 4 and 3."""
     sm90 = (9, 0)
     for m, splits in ((2, decode), (4, decode), (16, decode), (64, gemm)):
         launch = configs.choose(m, n, sm90, 4)

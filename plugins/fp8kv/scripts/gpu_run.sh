@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session for vllm-volta-fp8kv: GPU tests, memcheck over them, benchmarks; table last.
 # Run from the repository root on a CUDA machine: bash plugins/fp8kv/scripts/gpu_run.sh OUTDIR
+# (a run worth keeping goes to docs/perf/fp8kv/, never under plugins/).
 set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR}
 mkdir -p "$out"

@@ -6,7 +6,8 @@ backend; both encode and decode through these functions, so the codes a cache ho
 depend on which plugin wrote them. Encoding and decoding are done in integer arithmetic on the
 float32 bit pattern.
 
-Why integers and not Triton's fp8 casts (FACTS.md 2): ``fp8e4nv`` does not compile below SM89,
+Why integers and not Triton's fp8 casts (docs/kernels.md#sm70-facts): ``fp8e4nv`` does not
+compile below SM89,
 Triton 3.9 breaks every cast to ``fp8e5`` on sm_70, Triton's own sm<80 e5m2 encoder rounds ties
 away from zero, and the interpreter's fp8 conversions are wrong. Shifts, adds and compares
 compile on every target and run the same in the interpreter, and the cache only ever holds

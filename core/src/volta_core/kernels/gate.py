@@ -1,6 +1,7 @@
 """The SM70 compile gate: prove a Triton kernel fits a V100 without having one.
 
-Triton compiles for any NVIDIA target on a machine with no GPU (FACTS.md 1). The gate compiles
+Triton compiles for any NVIDIA target on a machine with no GPU (``triton.compile`` with a
+``GPUTarget``; docs/kernels.md#sm70-facts). The gate compiles
 one launch configuration for ``GPUTarget("cuda", capability, 32)``, runs the bundled ``ptxas -v``
 on the PTX for the register and spill figures (Triton itself only learns them when it loads the
 binary on a GPU), reads the shared memory Triton allocated from the compile metadata, and

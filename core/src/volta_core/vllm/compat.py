@@ -607,7 +607,8 @@ def make_quantization_overrides(
             return super().get_quant_method(layer, prefix)
 
     class VoltaFp8Config(Fp8Config):
-        """vLLM's fp8 config; an e5m2 cache the host accepted gets unit scales (seed 004)."""
+        """vLLM's fp8 config; an e5m2 cache the host accepted gets unit scales (e5m2 needs no
+        scales to hold fp16 values; 1CatAI/1Cat-vLLM#54 boots dense FP8 checkpoints so)."""
 
         volta_raw: dict[str, Any]
 

@@ -69,11 +69,14 @@ def attention_kv_method(config: QuantConfig, decision: KVDecision | None) -> KVM
     """Which KV-cache method an attention layer of this checkpoint gets.
 
     - A compressed-tensors checkpoint without ``kv_cache_scheme`` is weight-only: it ships no
-      KV scales, so its attention layers get no KV-cache method at all (seed 000), whatever
-      the KV dtype.
+      KV scales, so its attention layers get no KV-cache method at all, whatever the KV
+      dtype (vLLM's ``CompressedTensorsConfig.get_quant_method`` gives every attention layer
+      one, and its fp8_e5m2 gate then refuses the cache; vllm-project/vllm#45040 dropped that
+      for checkpoints without ``kv_cache_scheme``).
     - An e5m2 cache the host accepted: the checkpoint's scales where an accepting verdict says
       it uses them (``scales`` starting with ``checkpoint``) and the checkpoint has some, unit
-      scales otherwise (seed 004: dense FP8-weight checkpoints boot with unit scales).
+      scales otherwise (e5m2 needs no scales, so dense FP8-weight checkpoints boot with unit
+      ones, as 1CatAI/1Cat-vLLM#54 lets them).
     - Everything else, and no decision (no device to judge for, or no plugin had an opinion):
       the engine's own method and rule.
     """

@@ -4,8 +4,9 @@ The host's adapter binds :class:`VoltaAttentionBackend` to ``AttentionBackendEnu
 every process, so ``get_name()`` returns ``"CUSTOM"`` (``Attention.__init__`` looks the member up
 by that name). The class methods vLLM validates with agree with the plugin's declaration
 (:data:`volta_attn_v100.plugin.SPEC`): ``supports_head_size`` is answered from the same head-size
-set as the declaration, which is the fork's FLASH_ATTN_V100 bug fixed (seed 004: it declared
-head sizes its validation did not check, and Gemma-4's 512-dim layers reached the kernel).
+set as the declaration, which 1Cat-vLLM's FLASH_ATTN_V100 does not do: it declares head sizes
+64/128/256 but validates through TRITON_ATTN's ``supports_head_size``, so Gemma-4's 512-dim
+layers reached its kernel (``vllm/v1/attention/backends/flash_attn_v100.py``).
 
 vLLM writes the new tokens' K/V before attention (``forward_includes_kv_cache_update = False``
 and :meth:`VoltaAttentionImpl.do_kv_cache_update`); ``forward`` then attends over the paged

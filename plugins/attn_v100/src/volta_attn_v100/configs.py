@@ -4,9 +4,9 @@ Pure Python (no torch, no triton): the plugin module reads the declared limits a
 and ``volta_kernel_configs`` lists every launch configuration without compiling anything.
 
 SM70 and SM80+ get separate tiles. On SM70 ``tl.dot`` runs on the FMA units and the register
-file is the limit (FACTS.md 2): small key tiles (16..32 keys), 4 warps, one stage since
-``num_stages`` does nothing there. On SM80+ (the H100 used for measurements) ``tl.dot`` runs on
-tensor cores: larger tiles and two stages of software pipelining.
+file is the limit (docs/kernels.md#sm70-facts): small key tiles (16..32 keys), 4 warps, one
+stage since ``num_stages`` does nothing there. On SM80+ (the H100 used for measurements)
+``tl.dot`` runs on tensor cores: larger tiles and two stages of software pipelining.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ MAX_SPLITS = 64
 KV_POINTER_TYPES: dict[str, str] = {"float16": "*fp16", "fp8_e5m2": "*u8", "fp8_e4m3": "*u8"}
 
 #: The lowest compute capability that converts fp8 e4m3 in hardware: Triton's ``fp8e4nv`` does
-#: not compile below SM89 (FACTS.md 2), and the fp8kv plugin refuses e4m3 caches there, so an
-#: e4m3 cache is declared, launched and compiled from SM89 on only.
+#: not compile below SM89 (docs/kernels.md#sm70-facts), and the fp8kv plugin refuses e4m3
+#: caches there, so an e4m3 cache is declared, launched and compiled from SM89 on only.
 E4M3_MIN_CAPABILITY = (8, 9)
 
 #: Declared KV dtypes that need more than the plugin's minimum capability.
@@ -51,7 +51,7 @@ KV_FORMAT_CODES: dict[str, int] = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
 #: exact, since e5m2 and e4m3 values are all fp16 values. e5m2 is the high byte of an fp16
 #: (``byte << 8``, SM70 and the interpreter) or converted in hardware (SM89+); e4m3 is
 #: converted in hardware (SM89+) or, under the interpreter, decoded in integer arithmetic by
-#: the host's codec (the interpreter's own fp8 conversions are wrong, FACTS.md 2).
+#: the host's codec (the interpreter's own fp8 conversions are wrong: docs/kernels.md#sm70-facts).
 FP8_E5M2_SHIFT = 0
 FP8_E5M2_NATIVE = 1
 FP8_E4M3_NATIVE = 2
@@ -127,10 +127,9 @@ def last_wave_fill(programs: int, slots: int) -> float:
 
 
 #: The shipped split policy of fp16 decode on SM80+: its sm_90 programs take 116-150
-#: registers a thread (4 warps), 3-4 per SM. H100, 32/8 heads, fp16 (one call,
-#: `results/splits/`): 8 x 8K 96.5 us with 6 partitions against 98.2 with the previous
-#: policy's 5, 4 x 8K 52.9 (12) against 54.6 (9), 2 x 8K 31.9 (24) against 32.7 (17); 1 x 8K
-#: keeps 32 (20.6 us against 21.8 with 31), 32 x 16K keeps 2.
+#: registers a thread (4 warps), 3-4 per SM; filling whole waves of them made 2-8 x 8K 2-3%
+#: faster on the H100 than the previous policy's counts
+#: (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#splits).
 DEFAULT_SPLIT_POLICY = SplitPolicy()
 
 #: fp8 decode on SM80+ (255 registers a thread at sm_90: 2 programs per SM), and every dtype on
@@ -152,8 +151,9 @@ def head_halves(kv_fp8: bool, capability: tuple[int, int]) -> bool:
     where the converted e5m2 tiles feed ``tl.dot`` from registers and whole ones spilled (H100:
     fp8 decode 0.70-0.76x the fp16 time whole, 0.61-0.63x in halves). fp16 tiles go from
     shared memory straight to the tensor cores, and on SM70 the dot is FMA: whole there. Head
-    pad 512 too: its 16-row fp8 decode on the H100 (one call, 32/16 heads) took 992 us at
-    16 x 8K in halves against 1107 whole with the same tile (:func:`decode_tiles`)."""
+    pad 512 too: its 16-row fp8 decode on the H100 (32/16 heads) took 992 us at 16 x 8K in
+    halves against 1107 whole with the same tile (:func:`decode_tiles`;
+    docs/perf/attn_v100/PERFORMANCE_HISTORY.md#head512)."""
     return kv_fp8 and not is_sm70_class(capability)
 
 
@@ -189,16 +189,12 @@ def scores_ahead(kv_fp8: bool, capability: tuple[int, int], keys_per_partition: 
     :data:`AHEAD_MIN_KEYS` keys.
 
     The fp8 loop's pace is set by each iteration's dependent chain at two programs per SM;
-    with the next tile's Q.K beside this tile's softmax and P.V, two H100 calls
-    (``results/fp8_ahead/``, 32/8 heads, x fp16 time) gave 64 x 8K 0.610 -> 0.597 and 0.611 ->
-    0.597, 32 x 16K 0.606 -> 0.596 and 0.602 -> 0.593, 128 x 8K 0.609 -> 0.596 and 0.608 ->
-    0.597, 64 x 4K 0.621 -> 0.614 and 0.618 -> 0.610, 16 x 8K (4K keys a partition) 0.620 ->
-    0.612 twice. The first tile's keys are then loaded before the loop, outside its software
-    pipeline, which cost short partitions more than the loop gained: 128 x 2K 0.636 -> 0.648
-    and 0.634 -> 0.646, 1 x 8K (256 keys a partition) 0.862 -> 0.885. A form with every load
-    in the pipeline (one more iteration, the first scoring nothing) was slower everywhere.
-    fp16 in halves with scores ahead was within 3% of its shipped loop on every shape, and 9%
-    slower at 32 x 16K: fp16 keeps its loop."""
+    with the next tile's Q.K beside this tile's softmax and P.V, fp8 decode on the H100 took
+    1-2% less time where a partition holds 4K keys or more (64 x 8K 0.610 -> 0.597 of fp16's
+    time). The first tile's keys are then loaded before the loop, outside its software
+    pipeline, which costs short partitions more than the loop gains (1 x 8K, 256 keys a
+    partition: 0.862 -> 0.885). fp16 gained nothing (up to 9% slower) and keeps its loop
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#fp8_ahead)."""
     return head_halves(kv_fp8, capability) and keys_per_partition >= AHEAD_MIN_KEYS
 
 
@@ -219,10 +215,9 @@ def fp16_partials(capability: tuple[int, int], combine_rows: int) -> bool:
     partition's rows is half the bytes. A normalised partial is a weighted mean of V rows, so
     fp16 holds its range; the combine weighs it back by its sum in fp32.
 
-    H100 (``results/fp16_partials/``): 64/8 heads (8 rows) 1 x 8K fp16 18.59 -> 17.93 us and
-    fp8 17.18 -> 15.69, every other split 64/8 shape 0-4% faster; but with 4 rows (32/8
-    heads) fp8 1 x 8K took 23% longer, 1 x 1K 9-20% and fp16 32 x 16K 11%, so 4-row combines
-    keep fp32. SM70 was not measured and keeps fp32."""
+    On the H100 this made 8-row combines (64/8 heads) 0-9% faster (fp8 1 x 8K 17.18 -> 15.69
+    us) and 4-row ones up to 23% slower, so those keep fp32; SM70 was not measured and keeps
+    fp32 (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#fp16_partials)."""
     return not is_sm70_class(capability) and combine_rows >= FP16_PARTIAL_MIN_ROWS
 
 
@@ -234,17 +229,13 @@ def one_stage_tail(capability: tuple[int, int], num_splits: int, keys_per_partit
     walks, as for :func:`scores_ahead`).
 
     A masked-tile loop on the software pipeline costs its prologue and drain after the whole
-    tiles' even where it runs no tile: 1.4 us of a 19.4 us 1 x 8K fp16 decode in a copy of the
-    loop (``results/decode_generality/``, H100). In the shipped kernel, one stage for every
-    split launch took 1 x 8K fp16 from 57.4/54.5% to 59.7/56.2% of copy (32/8, 64/8 heads) and
-    every batch-1 shape 1-11% faster, but 32 x 16K fp16 (two partitions of 8192 keys) 14-15%
-    slower, not traced (``results/masked_one_stage/split_only/``); unsplit launches, which
-    fill the GPU with programs, need the registers more (118 -> 150 at sm_90, 15-18% slower,
-    ``results/masked_one_stage/``). Where the partitions hold exactly 4096 keys, the fp8
-    launch with scores ahead took 2-6% less time with one stage at head size 128 and 3.5% more
-    at 512 (16 x 8K; ``results/constexpr_tail/h200/``, an H200). SM70 keeps the two loops:
-    there every loop has one stage anyway, and the one-stage form of head size 64 spilled
-    4-8 B at sm_70."""
+    tiles' even where it runs no tile (1.4 us of a 19.4 us 1 x 8K fp16 decode on the H100).
+    One stage made every batch-1 split shape 1-11% faster; partitions of 8192 keys (32 x 16K
+    fp16) were 14-15% slower with it, and unsplit launches, which fill the GPU with programs,
+    need the registers more (118 -> 150 at sm_90, 15-18% slower), so both keep the pipelined
+    loop. SM70 keeps the two loops: there every loop has one stage anyway, and the one-stage
+    form of head size 64 spilled 4-8 B at sm_70
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#decode_generality, #constexpr_tail)."""
     return (
         not is_sm70_class(capability)
         and num_splits > 1
@@ -261,9 +252,8 @@ def ahead_tiles(tiles: Tiles, head_size: int) -> Tiles:
     :data:`AHEAD_STAGES` stages for heads up to 128 (padded).
 
     Without scores ahead, 3 stages made the 128-key fp8 tile 6-9% slower (2 stayed); with
-    them, one H100 call (``results/fp8_ahead/probe_stages.log``, head size 128, 32/8 heads, x
-    fp16 time) gave 64 x 4K 0.610 -> 0.587, 64 x 8K 0.594 -> 0.568, 16 x 8K 0.612 -> 0.588,
-    32 x 16K 0.595 -> 0.572, and 128 x 2K (no scores ahead there) 0.633 either way. Heads of
+    them, 3 stages took 4% off fp8 decode at head size 128 on the H100 (64 x 8K 0.594 ->
+    0.568 of fp16's time; docs/perf/attn_v100/PERFORMANCE_HISTORY.md#ahead_stages). Heads of
     256 and 512 keep 2 stages: at sm_90 their 3-stage builds spilled 100-2108 B (2 stages
     with scores ahead: 60-2084 B), and they were not timed on 3.
     """
@@ -302,10 +292,10 @@ def kv_heads_per_program(
     fills the GPU unsplit, else 1. A program walking ``P`` heads reads their tiles in turn on
     one software pipeline, every row masked to its own head's tiles, so the batch runs ``P``
     times fewer programs, each ``P`` times longer: fewer program starts and pipeline drains,
-    which is what an fp8 cache read in halves is short of. H100, fp8 time over fp16 time with
-    1, 2 and 4 heads a program (``results/kv_heads4/``): 32/8 heads 128 x 2K 0.634, 0.600,
-    0.574; 128 x 4K 0.596, 0.580, 0.577 (0.565 as shipped); 64 x 4K 0.586, 0.573 (0.750 with
-    four: 128 programs fill half a wave); 64/8 heads 128 x 2K 0.635, 0.599.
+    which is what an fp8 cache read in halves is short of: on the H100, 32/8 heads 128 x 2K
+    took 0.634, 0.600 and 0.574 of fp16's time with 1, 2 and 4 heads a program, and four heads
+    lost where their grid filled half a wave (64 x 4K: 0.750)
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#kv_heads4).
 
     Taken where :func:`can_pair_kv_heads`; ``P`` divides the KV heads; the ``P`` heads' rows
     (``rows_per_kv_head``: query tokens x padded head group, the whole group in one program)
@@ -390,12 +380,12 @@ MIN_COMBINE_ROWS = 4
 COMBINE_FLOATS = 4096
 
 #: Partial floats per step of the wide combine (:func:`wide_combine`): all 32 partitions of
-#: 4 rows x 128 in one L2 round trip, 16 of 8 rows. H100, 32/8 heads, fp16 (two calls): 1 x 8K
+#: 4 rows x 128 in one L2 round trip, 16 of 8 rows. H100, 32/8 heads, fp16: 1 x 8K
 #: 18.6-19.1 us against 20.0-20.4 with :data:`COMBINE_FLOATS`, 64/8 19.8-20.1 against
 #: 22.0-23.1, 1 x 32K 52.2-54.2 against 53.9-55.0. The combine then takes 168-186 registers
 #: at sm_90, so an SM holds 2 programs instead of 3-4: 32 x 16K (512 programs) took 806-828 us
 #: with it against 689-714, and fp8 at 8 x 8K (255 registers either way, more spilled) 65.2
-#: against 62.1.
+#: against 62.1 (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#wide_combine).
 WIDE_COMBINE_FLOATS = 16384
 
 #: Most decode programs per SM for which a launch takes the wide combine.
@@ -428,13 +418,11 @@ def wide_combine(
     narrow step already.
 
     fp8 decode programs take 255 registers either way and spill more with the wide combine,
-    which lost where it saves little: H100, head size 128 (``results/fp8_wide/``, x fp16
-    time, narrow -> wide) 32/8 8 x 8K (4 partitions) 0.603 -> 0.606, 4 x 8K (8) 0.633 ->
-    0.638, 1 x 1K (16) 1.048 -> 1.061, 2 x 32K (16) 0.595 -> 0.594; with 32 partitions, whose
-    narrow combine takes 4 steps at 32/8 heads and 8 at 64/8, it won: 1 x 8K 0.811 -> 0.767
-    (32/8) and 0.886 -> 0.773 (64/8), 1 x 32K 0.652 -> 0.635 and 0.679 -> 0.650. Larger fp8
-    heads, which spill 84-160 B at sm_90 already, were not timed with it and keep the narrow
-    step."""
+    which lost up to 1.2% on the H100 where it saves little (4-16 partitions) and won 3-13%
+    with 32 partitions, whose narrow combine takes 4 steps at 32/8 heads and 8 at 64/8 (1 x 8K
+    at 64/8: 0.886 -> 0.773 of fp16's time; docs/perf/attn_v100/PERFORMANCE_HISTORY.md#fp8_wide).
+    Larger fp8 heads, which spill 84-160 B at sm_90 already, were not timed with it and keep
+    the narrow step."""
     if is_sm70_class(capability) or num_programs > WIDE_COMBINE_PROGRAMS_PER_SM * num_sms:
         return False
     if not kv_fp8:
@@ -525,10 +513,11 @@ def decode_tiles(
     logits were loaded before the key loop (ptxas held the thread to 128 registers); 16 warps
     take 93-104 registers there. On SM80+ an fp8 cache takes twice the keys per tile of fp16, so
     one tile moves the same bytes in half the iterations. Head pad 512 takes 32 keys on 4 warps
-    with 16 rows for both dtypes (H100, 32/16 heads, one call: 16 x 8K fp16 1409 us, 101.9% of
+    with 16 rows for both dtypes (H100, 32/16 heads: 16 x 8K fp16 1409 us, 101.9% of
     copy, against 1524 on 8 warps; fp8 992 against 1502; 64 keys on 8 warps within 1%), and 16
     keys on 8 warps with 32 rows (sm_90: no spill for fp16, 600 B for fp8 in halves; the 4-warp
-    32-row tiles of smaller heads spilled 240 B and 2.9 KB there; not timed).
+    32-row tiles of smaller heads spilled 240 B and 2.9 KB there; not timed). History:
+    docs/perf/attn_v100/PERFORMANCE_HISTORY.md#head512.
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
@@ -561,12 +550,13 @@ def prefill_tiles(head_size: int, capability: tuple[int, int], max_query_len: in
     16 rows on 8 warps at 256 and 512 (512 gated in its specialized build only,
     :func:`aligned_strides_required`).
 
-    On SM80+ (H100, 32/8 heads, 16K new tokens, one call, both tiles with the one-loop
-    kernel): 128 keys per tile won from 1024-token queries on (1.82-1.84 ms against 2.06 at
-    4 x 4096, 1.02-1.05 against 1.08-1.11 at 8 x 2048, 0.649-0.650 against 0.662-0.665 at
-    16 x 1024; fp8 KV at 8 x 2048 1.04-1.10 against 1.24-1.27), 64 keys at 512 (0.424-0.428
-    against 0.437-0.440). The query length is known on the host for every prefill launch
-    (vLLM runs attention outside its CUDA graphs when a step holds a prefill).
+    On SM80+ (H100, 32/8 heads, 16K new tokens, both tiles with the one-loop kernel;
+    docs/perf/attn_v100/PERFORMANCE_HISTORY.md#prefill_one_loop): 128 keys per tile won from
+    1024-token queries on (1.82-1.84 ms against 2.06 at 4 x 4096, 1.02-1.05 against 1.08-1.11
+    at 8 x 2048, 0.649-0.650 against 0.662-0.665 at 16 x 1024; fp8 KV at 8 x 2048 1.04-1.10
+    against 1.24-1.27), 64 keys at 512 (0.424-0.428 against 0.437-0.440). The query length is
+    known on the host for every prefill launch (vLLM runs attention outside its CUDA graphs
+    when a step holds a prefill).
     """
     pad = head_pad(head_size)
     if is_sm70_class(capability):
@@ -686,9 +676,9 @@ def cache_offsets_32(span: int) -> bool:
     64-bit ones. Each partial sum of a row's offset is at most the cache's highest offset, so
     32 bits hold them wherever that one fits. vLLM sizes one cache per layer (or per group of
     layers sharing it), so only a cache of 2^31 elements or more, 4 GiB of fp16 or 2 GiB of
-    e5m2, takes the 64-bit build. H100 (``results/offsets_32/``): every decode shape timed was
-    0-2.5% faster with 32-bit offsets but one (0.7% slower), 64/8 1 x 8K fp16 18.89 -> 18.55
-    us, and prefill 0-2.4%; the outputs were bit-identical."""
+    e5m2, takes the 64-bit build. On the H100 32-bit offsets made every decode shape timed but
+    one (0.7% slower) 0-2.5% faster and prefill 0-2.4%, with bit-identical outputs
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#offsets_32)."""
     return span <= OFFSETS_32_SPAN
 
 

@@ -199,8 +199,9 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
     (each compiles for sm_90 without spills; their results are in the README). The dot list is
     shared by 4 and 16 tokens (one compile serves both). Above 32 tokens: split-K tiles of 64
     and 128 rows with 64 inputs per step (one interleaved dot per step, the GEMM's tile)
-    against the GEMM kernel and dequantize-then-cuBLAS; run 9's tiles of 32-128 rows with one
-    dot per word slot were 1.5-9x slower and are left out.
+    against the GEMM kernel and dequantize-then-cuBLAS; tiles of 32-128 rows with one dot per
+    word slot were 1.5-9x slower and are left out
+    (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run9).
     """
     if m == 1:
         return [

@@ -4,11 +4,12 @@ Kept free of torch and triton: the plugin's ``volta_kernel_configs`` hook return
 :func:`kernel_configs`, and the launcher (:mod:`volta_ct_wna16.ops`) asks :func:`choose` for the
 launch of each call, so the gate checks exactly the configurations that run.
 
-Two tables. On SM70 ``tl.dot`` runs on the FMA units (FACTS.md 2), so decode tiles are modest
-(no spills) and one to four tokens use the plain-FMA GEMV rather than a dot padded to 16 rows;
-above 32 tokens the weights are dequantized once and the product goes to cuBLAS, which still
-has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80 and newer (the H100
-the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are wider.
+Two tables. On SM70 ``tl.dot`` runs on the FMA units (docs/kernels.md#sm70-facts), so decode
+tiles are modest (no spills) and one to four tokens use the plain-FMA GEMV rather than a dot
+padded to 16 rows; above 32 tokens the weights are dequantized once and the product goes to
+cuBLAS, which still has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80
+and newer (the H100 the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles
+are wider.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ class Table:
 
 SM70 = Table(
     # uint8 zero points: the GEMV is bandwidth-bound, more so on a V100 (900 GB/s for 80 SMs)
-    # than on the H100 where they gained (run 15, below); not measured on SM70.
+    # than on the H100 where they gained (SM90 table below); not measured on SM70.
     gemv=Launch(
         SPLITK,
         block_m=1,
@@ -144,23 +145,14 @@ SM70 = Table(
 
 # block_k 128: 16 words per slot, so each word slot is its own dot (no interleaving).
 # num_stages 3 is what Triton used before the tables named it (its default on CUDA).
-# 2-16 tokens: 256 outputs at 2 programs per SM, from run 8's sweep (after the in-place
-# dequantization): M=16 5120x5120 26.3 -> 19.7 us, 27648x5120 57.7 -> 52.2, 5120x27648
-# 63.5 -> 56.2; 7168x5120 was 8-11% slower (M=16 22.4 -> 24.3 us). Run 9 kept it: the
-# 128-output tile with a reduction fan-in of 4 at 4 per SM was 4-7% faster at M=4
-# symmetric, but in run 9's benchmark 12-21% slower at M=4 asymmetric (5120x27648 68.7 us
-# against 56.9 in run 8), and 12-33% slower at M=16.
-# Run 12 (`results/run12/`), after the tile's activations and zero points became pipelined
-# copies and its weights subnormals scaled after the dot: kept. At M=16, 3 or 4 programs
-# per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower on the large layers
-# (27648x5120 symmetric 46.6 us here, 49.2-66.0 for the others).
-# Run 15 (`results/run15/`): the splits add their partials atomically (`Launch.atomic`).
-# Against the tree in one call (call 8, `probe_reduce.log`, best of two alternating runs,
-# symmetric) at 2-16 tokens: 5120x5120 11.6-14.2 against 14.6-18.4 us, 7168x5120 15.8-18.5
-# against 18.7-22.4, 27648x5120 37.5-43.6 against 39.4-46.2, 5120x27648 37.6-44.4 against
-# 41.0-48.8; at 32 tokens 22.4 / 29.7, 27.5 / 32.5, 71.1 / 76.9, 79.5 / 83.0. The tail after
-# the last split is one read of the summed tile instead of the tree's round trips, and no
-# partial tiles are stored.
+# 2-32 tokens: 256 outputs at 2 programs per SM, the best tile overall in the H100 sweeps at
+# 4 and 16 tokens: a 128-output tile was 4-7% faster at 4 tokens symmetric but 12-33% slower
+# elsewhere; more programs per SM, 4 stages, 8 warps and 128- or 512-output tiles were slower
+# on the large layers (the previous tile stayed 8-11% faster on 7168x5120). The splits add
+# their partials atomically into one fp32 tile (`Launch.atomic`): the tail after the last
+# split is one read of the summed tile instead of a reduction tree's round trips, 4-25%
+# faster at 2-32 tokens.
+# History: docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run8, #run9, #run12, #run15.
 _SM90_DOT = Launch(
     SPLITK,
     block_m=16,
@@ -194,73 +186,37 @@ warps, programs per SM, fan-in and zero-point form only."""
 
 
 SM90 = Table(
-    # The 1-token tile. Runs 3-5 (H100) chose 256 outputs x 1 warp at 8 programs per SM
-    # below 8192 outputs and 512 x 2 warps from there on. Run 6's sweep (on an H200: the
-    # device lent that call was one), after the GEMV loop went from 5.2 to 3.9-4.0 SASS
-    # instructions per weight: the 512 x 2-warp tile (its activations now one cp.async tile
-    # per iteration) at 4 programs per SM was best or within 0.7 us on every narrow shape
-    # (5120x5120 11.7 us against 13.0 for the old narrow tile, 7168x5120 12.7 against 14.5,
-    # 5120x27648 30.6 against 38.3), and at 8 per SM best at 27648x5120 (32.4 us, 36.5 at 4
-    # per SM). So one tile; the output count picks the programs per SM. Run 9's sweep (H100,
-    # with the reduction tree, fan-in 4-16 at 4-12 programs per SM) kept the tile: best or
-    # within 1.1 us on every shape and both symmetries. A follow-up on 27648x5120 (5 to 9 per
-    # SM, twice each): 5 per SM took 33.9 us symmetric and 34.1-34.5 asymmetric, 6 34.1-34.8,
-    # 7 34.6-35.4, 8 (shipped until then) 36.8-38.4, 9 37.2-38.5. At 8 the grid (1080
-    # programs) is larger than the 1056 the SMs hold at once (8 each at 128 registers x 64
-    # threads), so 24 programs ran after the rest. Fan-in 16 on the wide tile (its 13 splits
-    # then sum in one level; 144 registers, 7 per SM): 33.4-33.8 us against 33.8-34.4 at 8,
-    # both symmetries, three repetitions (`results/run9/wide_fan_in.log`). Run 11 (H100,
-    # `results/run11/`): the wide tile on 4 warps instead of 2 (64 and 80 registers, the same
-    # grid) took 27648x5120 from 33.0-33.7 to 31.7-32.3 us (3.18-3.21x fp16). One SM then
-    # holds 20 warps instead of 10 to hide each word's load-to-FMA chain. On the narrow
-    # shapes, 4 warps gained on a short input (5120x5120 11.9 -> 10.8 us) but lost on a long
-    # one (5120x27648 asymmetric 32.4 -> 33.5). The narrow tile stays on 2 warps.
-    # Run 15 (`results/run15/`): asymmetric zero points as uint8 (one byte a group and output
-    # instead of two) took this tile's layers from 34.0 to 33.1 us (5120x27648), 12.7 to 12.2
-    # (5120x5120) and 14.3 to 13.7 (7168x5120); on the wide tile below they cost 0.2-0.8 us
-    # (27648x5120 32.4 -> 32.6-33.2), so it keeps fp16 ones.
-    # Run 16 (`results/run16/`): both GEMV tiles add their splits atomically, as the dot tile
-    # does since run 15. Call 1, against the tree in the same call (best of two alternating
-    # runs, symmetric / asymmetric): 5120x5120 11.7 / 12.1 -> 10.9 / 10.8 us, 7168x5120
-    # 12.8 / 13.8 -> 12.2 / 12.0, 5120x27648 32.1 / 32.7 -> 30.5 / 30.5, and on the wide tile
-    # 27648x5120 31.4 / 31.9 -> 29.6 / 31.7.
+    # The 1-token tile: 512 outputs x 2 warps at 4 programs per SM, best or within 1.1 us of
+    # the best on every layer of the sweeps. From 8192 outputs the wide tile: 4
+    # warps (20 resident warps an SM hide each word's load-to-FMA chain: 27648x5120 33.0 ->
+    # 31.7 us) at 5 programs per SM (at 8 the grid outgrew what the SMs hold at once and a
+    # remainder ran after the rest) with a reduction fan-in of 16. Asymmetric zero points as
+    # uint8 on the narrow tile, where they saved 3-4%; the wide tile keeps fp16 ones (uint8
+    # cost it 0.2-0.8 us). Both add their splits atomically (1-13% faster than the tree).
+    # History: docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run6, #run9, #run11, #run15, #run16.
     gemv=_SM90_GEMV,
     wide_gemv=(
         8192,
         replace(_SM90_GEMV, num_warps=4, programs_per_sm=5, reduce_unroll=16, byte_zeros=False),
     ),
-    # Run 16 call 7 (`results/run16/call7/probe_tiles.log`): on the narrow layers with 5120
-    # inputs the GEMV on 4 warps at 6 programs per SM took 5120x5120 9.9 / 10.0 us (symmetric
-    # / asymmetric) against 10.8 / 10.8 for the table's 2 warps at 4, and 7168x5120 11.6 /
-    # 11.7 against 12.2 / 12.2; on 5120x27648 29.1 / 31.3 against 29.7 / 29.3 (run 11 saw the
-    # same: 4 warps gained on a short input and lost on a long one). Between 5120 and 27648
-    # inputs it was not measured.
+    # Short inputs (at most 8192): 4 warps at 6 programs per SM, 4-8% faster than the narrow
+    # tile on the layers of 5120 inputs; on a long input (5120x27648) 4 warps lose, and between
+    # 5120 and 27648 inputs it was not measured (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run16).
     short_gemv=(8192, replace(_SM90_GEMV, num_warps=4, programs_per_sm=6)),
     small=_SM90_DOT,
     decode=_SM90_DOT,
-    # Up to 32 tokens (two 16-row blocks per output tile), from run 9's follow-up
-    # (`results/run9/decode_tile_m32_m64_m128.log`): at M=32 this tile against the GEMM
-    # 5120x5120 29.6 against 46.1 us, 7168x5120 37.6 / 45.4, 27648x5120 100.2 / 107.1,
-    # 5120x27648 98.3 / 243.1 (asymmetric 128.8 / 246.6). At 64 it won on 5120x27648 only
-    # (173.0 / 245.5) and lost on 7168x5120 and 27648x5120 (58-62 / 45.5, and 107.5 for the
-    # GEMM on 27648x5120).
+    # Up to 32 tokens (two 16-row blocks per output tile): at 32 this tile beat the GEMM on
+    # every layer timed (5120x27648 98.3 against 243.1 us), at 64 only on 5120x27648
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run9).
     decode_max_m=32,
     # 33-191 tokens: a 64x64x64 dequantized tile with split-K (the split-K kernel's
-    # interleaved-dot path and its reduction tree), from run 9's follow-up
-    # (`results/run9/splitk_gemm_tiles.log`). The GEMM kernel has no split-K, so a layer with
-    # few output tiles and a long input ran on few SMs: 5120x27648 at 64 tokens is 80 tiles of
-    # 432 steps each, 249.1 us against 121.1 here at 2 programs per SM (5120x5120 45.6 -> 29.1,
-    # 7168x5120 45.7 -> 36.1, 27648x5120 108.4 -> 109.5). At 128 tokens this tile at 2 per SM
-    # against dequantize-then-cuBLAS: 5120x5120 42.5 / 52.1, 5120x27648 186.5 / 236.0
-    # (asymmetric 206.1 / 235.9), 27648x5120 203.6 / 230.1, 7168x5120 67.2 / 64.3; at 256 the
-    # dequantization won everywhere (56.6 / 80.3 on 5120x5120, 248.5 / 358.3 on 5120x27648).
-    # 192, between the two, was not measured.
-    # Run 16 call 4 (`results/run16/call4/probe_counts.log`) timed every split count at 64
-    # tokens. The programs-per-SM rule's counts (4, 1, 4, 3 on 5120x5120, 27648x5120,
-    # 5120x27648, 7168x5120) took 29.0, 107.2, 123.6 and 36.1 us symmetric (asymmetric 30.5,
-    # 125.3, 130.2, 37.8); the balanced counts with 3 resident and a fixed cost of 3 steps
-    # (fitted to those timings: 8, 3, 8, 3) took 27.5, 101.8, 98.3, 36.1 (28.0, 105.6, 105.0,
-    # 37.8), within 1.2 us of the fastest count on all eight.
+    # interleaved-dot path). The GEMM kernel has no split-K, so a layer with few output tiles
+    # and a long input ran on few SMs (5120x27648 at 64 tokens: 249.1 us against 121.1 here);
+    # from 192 tokens dequantize-then-cuBLAS (it won everywhere at 256, this tile mostly at
+    # 128; 192 itself was not measured). The split count is balanced_splits' with 3 resident
+    # programs and a fixed cost of 3 steps, fitted to a sweep of every count at 64 tokens:
+    # within 1.2 us of the fastest on all eight layer/symmetry cases.
+    # History: docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run9, #run16.
     gemm=Launch(
         SPLITK,
         block_m=64,
@@ -278,11 +234,10 @@ SM90 = Table(
     # Fused MoE: 128 inputs per step (one dot per word slot; a group-128 tile loads one row
     # of scales and zero points); 16 rows while the routed rows per expert are few (decode:
     # most blocks hold one or two), 64 rows on 128 outputs from 16 rows per expert on average.
-    # Run 13 (`results/run13/call2/probe_moe.log`, Qwen3-30B-A3B layer, both symmetries): the
-    # 128-output decode tile took M=1 21.3-22.3 us against 23.3-24.1 for 64 outputs (8 per
-    # SM: 23.0-24.2), M=16 110.6-122.0 against 132.7-138.1; 32 outputs, 256 inputs per step,
-    # 2 or 8 warps and 4 stages were slower. At 1024 tokens the 64x128x64 tile took 540-634
-    # us, 128x128x64 on 8 warps 517-625, 64-row tiles of 128 inputs per step 1308-1742.
+    # On a Qwen3-30B-A3B layer the 128-output decode tile was 7-17% faster than 64 outputs
+    # (32 outputs, 256 inputs per step, 2 or 8 warps and 4 stages were slower); at 1024
+    # tokens 64x128x64 was within 5% of 128x128x64 on 8 warps and less than half the time of
+    # 128 inputs per step (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run13).
     moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
     moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
 )
@@ -374,11 +329,11 @@ def balanced_splits(tiles: int, k_blocks: int, resident: int, cost: float, sm_co
     atomic sum after its last step), and one with fewer than ``resident`` programs gains
     nothing from it (a lone program waits on its own loads). So the time is taken as
     ``max(ceil(programs / sm_count), resident) * (steps + cost)``; ties go to fewer splits.
-    Run 16's sweep of every split count on the H100 (``results/run16/``) ranked the counts
-    of the 2-16-token tile this way: the wave edge (280 programs, where 264 run at once) cost
-    2.7-4.4 us on 7168x5120 and 5120x27648. The search walks every step count (about 20-40
-    us in Python for a 27648-input layer), so its answers are cached: the launcher asks once
-    per layer shape and token count, not on every call.
+    A sweep of every split count on the H100 ranked the 2-16-token tile's counts this way: the
+    wave edge (280 programs, where 264 run at once) cost 2.7-4.4 us on 7168x5120 and
+    5120x27648 (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run16). The search walks every
+    step count (about 20-40 us in Python for a 27648-input layer), so its answers are cached:
+    the launcher asks once per layer shape and token count, not on every call.
     """
     if min(tiles, k_blocks, resident, sm_count) < 1:
         raise ValueError(

@@ -35,7 +35,7 @@ Kernels, chosen by :mod:`volta_ct_wna16.configs`:
   input with atomic fp32 partials.
 * :func:`wna16_dequant_kernel` writes ``dequant(W).T`` (``[K, N]`` fp16), for the prefill path that
   hands the product to cuBLAS (tensor cores on a V100, which Triton's ``tl.dot`` no longer uses
-  there: FACTS.md 2).
+  there: docs/kernels.md#sm70-facts).
 """
 
 from __future__ import annotations
@@ -664,10 +664,10 @@ def _accumulate_splits(
     split-K pattern of the tree (barrier, one release-acquire increment at GPU scope), but the
     last arriver reads the sums by atomically adding zero, not by loads: loads past L1
     (``.cg``, as the tree reads its partials) returned sums missing some splits' adds on the
-    H100 (5120x5120 at 2 and 16 tokens: relative error 0.06-0.76; run 15 calls 3 and 4, the
-    second with a release add by every thread before the barrier, which did not help and
-    is not needed: the barrier orders every thread's adds before the counting thread's
-    release); read by atomics they were right on every tile tried (calls 5 and 8).
+    H100 (5120x5120 at 2 and 16 tokens: relative error 0.06-0.76; a release add by every
+    thread before the barrier did not help and is not needed, since the barrier orders every
+    thread's adds before the counting thread's release); read by atomics they were right on
+    every tile tried (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15).
     The last arriver writes zeros back to the accumulators and the counter, so the next
     launch finds them zero. The order of the adds is the order the splits reach L2, so the
     fp32 sum (and, rarely, the fp16 output's last bit) can differ between launches.

@@ -1,6 +1,7 @@
 """From checkpoint tensors to the kernels' layout, with every check done before any launch.
 
-compressed-tensors ``pack-quantized`` (FACTS.md 4): ``weight_packed`` int32 ``[N, ceil(K/pack)]``
+compressed-tensors ``pack-quantized`` (as the compressed-tensors library writes it, which the
+tests use to make real checkpoints): ``weight_packed`` int32 ``[N, ceil(K/pack)]``
 (offset-binary values along the input dimension), ``weight_scale`` ``[N, groups]``,
 ``weight_zero_point`` int32 ``[ceil(N/pack), groups]`` packed along the *output* dimension, and
 ``weight_shape`` ``[N, K]``. The kernels want the output dimension contiguous (each tile load is
@@ -42,8 +43,9 @@ class PackedWeights:
     no 1-token GEMV reads them: stacked MoE experts). The 1-token GEMV loads zero points where
     it uses them, one per output and group, and is bandwidth-bound on them as on the weights:
     1 byte instead of 2 took an asymmetric 5120x27648 layer from 34.0 to 33.1 us on the H100
-    (run 15). Kept beside ``zeros`` (one more byte per group and output, 0.8% of a group-128
-    int4 layer) because the dot tiles need the 2-byte rows.
+    (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15). Kept beside ``zeros`` (one more byte
+    per group and output, 0.8% of a group-128 int4 layer) because the dot tiles need the
+    2-byte rows.
     """
 
     qweight: torch.Tensor

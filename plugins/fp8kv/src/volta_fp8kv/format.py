@@ -3,7 +3,8 @@
 This module is the contract with the attention kernels (``vllm-volta-attn-v100`` reads what this
 plugin writes; plugins never import each other, so that side follows this text and the README).
 
-Layout (vLLM 0.32/0.33, FACTS.md 3): each attention layer's cache is a 4-D tensor with logical
+Layout (vLLM 0.32/0.33: ``vllm/v1/kv_cache_interface.py`` and ``KVCacheLayout``): each
+attention layer's cache is a 4-D tensor with logical
 shape ``[num_blocks, num_kv_heads, block_size, head_size_k + head_size_v]``: K in the first
 ``head_size_k`` entries of the last dim, V in the next ``head_size_v``. The physical order of the
 first three dims is whatever vLLM's ``KVCacheLayout`` chose: kernels take the strides of those

@@ -48,9 +48,10 @@ def volta_reasoning_postprocess(
 ) -> ReasoningSplit | None:
     """Truncation policy: a non-streaming result cut by ``max_tokens`` never comes back blanked.
 
-    Seed 004: a fork re-decoded content from the empty content-id list of a truncated output and
-    returned ``""``. For ``finish_reason == "length"``, a split that loses text, or that blanks
-    content to ``""`` where none exists, is replaced by this plugin's split of the whole text.
+    An engine parser (1Cat-vLLM's; 1CatAI/1Cat-vLLM#47 and #52) re-decoded content from the
+    empty content-id list of a truncated output and returned ``""``. For ``finish_reason ==
+    "length"``, a split that loses text, or that blanks content to ``""`` where none exists, is
+    replaced by this plugin's split of the whole text.
     The mode is the context's ``in_reasoning`` (decided from the prompt by the adapter); when the
     engine did not say, it is guessed from the incoming split (reasoning present means a think
     block was open). The output's own leading ``<think>`` is recognised either way. Anything else,

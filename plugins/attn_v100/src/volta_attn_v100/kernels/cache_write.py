@@ -5,7 +5,7 @@ nearest even from float32 and saturated (57344 for e5m2, 448 for e4m3), produced
 shared codec (:mod:`volta_core.kernels.fp8`) so this cache holds exactly what the fp8kv kernels
 would write.
 The reciprocal scales are formed by the caller in IEEE float32. No fp8 conversion instruction is
-used: SM70 lacks one and the Triton interpreter gets them wrong (FACTS.md 2).
+used: SM70 lacks one and the Triton interpreter gets them wrong (docs/kernels.md#sm70-facts).
 """
 
 from __future__ import annotations

@@ -412,8 +412,9 @@ def attend(
     stage instead: those below the whole range (with a window, the tiles its start cuts) and
     those above it (the sequence's last tile, the speculative queries' diagonal). A masked
     loop on the pipeline cost 1 x 8K fp16 decode 1.4 us even where it ran no tile, its
-    prologue and drain after the whole tiles' (`results/decode_generality/`, H100: 19.4 ->
-    18.0 us at 32/8 heads in a copy of this loop); with one stage it costs nothing there. A
+    prologue and drain after the whole tiles' (19.4 -> 18.0 us at 32/8 heads on the H100, in a
+    copy of this loop: docs/perf/attn_v100/PERFORMANCE_HISTORY.md#decode_generality); with one
+    stage it costs nothing there. A
     tile is then whole, window or not, when every key in it is inside the window of the
     highest query, ``seq_len - 1``, hence of all the rows.
     """

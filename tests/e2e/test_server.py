@@ -54,6 +54,9 @@ def server(
     env = engine_env(
         VLLM_VOLTA_REPORT_DIR=str(report_dir),
         VLLM_VOLTA_DEVICE="sm70",
+        # The raising test plugin's post-processor raises on every answer the model gives: the
+        # host disables it at the first, and every split below must be the parser's all the same.
+        VOLTA_TEST_RAISE_ON="answer",
         **fp8_kv_attention("volta", attention_log),
     )
     args = cli_args(kv_cache_dtype="fp8_e5m2", reasoning_parser="qwen3-volta")
@@ -130,6 +133,23 @@ def test_plugins_applied_in_api_server_engine_core_and_worker(
         }
     ]
     assert not [e for r in roles.values() for e in events(r, "failed")]
+
+
+def test_a_plugin_raising_while_serving_is_disabled_and_changes_no_answer(
+    server: Server, report_dir: Path
+) -> None:
+    """The raising test plugin's post-processor raises on the model's answer: the API server
+    disables it, reports it, and the split is the parser's (the other tests here check each)."""
+    message = chat(server, max_tokens=32)["message"]
+    assert (message["reasoning"], message["content"]) == expected_split(
+        THINKING_OUTPUT, in_reasoning=True
+    )
+    main = by_role(read_reports(report_dir))["main"]
+    failed = events(main, "plugin_failed")
+    assert [(e["plugin"], e["hook"]) for e in failed] == [
+        ("test_raising", "volta_reasoning_postprocess")
+    ]
+    assert "raises in volta_reasoning_postprocess on purpose" in failed[0]["error"]
 
 
 def test_fp8_e5m2_on_weight_only_w4a16_boots_and_generates(server: Server) -> None:

@@ -144,6 +144,7 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "dense": tiny_model.write_dense(root / "dense"),
         "w4a16-kv": tiny_model.write_w4a16(root / "w4a16-kv", fp8_kv_scheme="tensor"),
+        "w4a16-kv-head": tiny_model.write_w4a16(root / "w4a16-kv-head", fp8_kv_scheme="attn_head"),
     }
 
 
@@ -382,7 +383,7 @@ def quant_raw(checkpoint: Path) -> dict[str, Any]:
     return json.loads((checkpoint / "config.json").read_text())["quantization_config"]
 
 
-def kv_gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2") -> Any:
+def kv_gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2", num_kv_heads: int = 1) -> Any:
     """vLLM's own KV-cache initialisation of an attention layer, its e5m2 gate included."""
     from vllm.model_executor.layers.attention import Attention
     from vllm.model_executor.layers.attention.attention import _init_kv_cache_quant
@@ -390,7 +391,7 @@ def kv_gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2") -> Any:
     layer = Attention.__new__(Attention)
     torch.nn.Module.__init__(layer)
     layer.kv_cache_dtype = kv_cache_dtype
-    layer.num_kv_heads = 1
+    layer.num_kv_heads = num_kv_heads
     _init_kv_cache_quant(layer, quant_config, "model.layers.0.self_attn.attn")
     return layer
 
@@ -437,20 +438,25 @@ def test_ct_wna16_claims_vllm_linear_layers(
     assert (method.scheme.num_bits, method.scheme.group_size) == (4, 128)
 
 
+@pytest.mark.parametrize(("checkpoint", "scales"), [("w4a16-kv", 1), ("w4a16-kv-head", 2)])
 def test_fp8kv_keeps_checkpoint_scales_past_vllms_gate(
-    manager: VoltaPluginManager, checkpoints: dict[str, Path]
+    manager: VoltaPluginManager, checkpoints: dict[str, Path], checkpoint: str, scales: int
 ) -> None:
+    """Per-tensor and per-attention-head scales (a layer of two KV heads here) are created for
+    loading, past every family's e5m2 gate, which refuses the checkpoint without the host."""
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
     )
 
-    raw = quant_raw(checkpoints["w4a16-kv"])
+    raw = quant_raw(checkpoints[checkpoint])
     with pytest.raises(ValueError, match="fp8_e5m2 kv-cache is not supported"):
-        kv_gate(CompressedTensorsConfig.from_config(copy.deepcopy(raw)))
+        kv_gate(CompressedTensorsConfig.from_config(copy.deepcopy(raw)), num_kv_heads=2)
     overrides = compat.make_quantization_overrides(manager, lambda: SM70)
-    layer = kv_gate(overrides["compressed-tensors"].from_config(copy.deepcopy(raw)))
+    config = overrides["compressed-tensors"].from_config(copy.deepcopy(raw))
+    layer = kv_gate(config, num_kv_heads=2)
     assert type(layer.quant_method).__name__ == "VoltaCheckpointScalesKVMethod"
-    assert tuple(layer.k_scale.shape) == (1,)
+    assert tuple(layer.k_scale.shape) == (scales,)
+    assert tuple(layer.v_scale.shape) == (scales,)
 
 
 def test_a_backend_of_vllms_own_keeps_its_familys_kv_scale_rule(

@@ -214,8 +214,15 @@ class VoltaPluginManager:
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, PluginRecord] = {}
         self.faults: list[PluginFault] = []
+        self._fault_listeners: list[Callable[[PluginFault], None]] = []
         self._declared: dict[str, dict[str, tuple[Any, ...]]] = {}
         self._names = NameRegistry()
+
+    def on_fault(self, listener: Callable[[PluginFault], None]) -> None:
+        """Call ``listener`` with each later plugin fault (the adapter reports them: a plugin
+        that fails while the engine serves is disabled long after the start-up report). A
+        listener that raises is logged and kept out of the way."""
+        self._fault_listeners.append(listener)
 
     # -- registration -----------------------------------------------------------------
 
@@ -412,6 +419,11 @@ class VoltaPluginManager:
             fault = PluginFault(name, record.distribution, record.version, hook, error)
             self.faults.append(fault)
             message = str(fault)
+            for listener in self._fault_listeners:
+                try:
+                    listener(fault)
+                except Exception as exc:
+                    log.error("vllm-volta: a fault listener failed: %s", exc)
         else:
             message = f"{record.label} was disabled: {error}"
         if self.strict and raise_strict:

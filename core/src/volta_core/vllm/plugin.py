@@ -138,6 +138,11 @@ def register() -> None:
         supported=True,
         plugins={name: record.status.value for name, record in sorted(manager.records.items())},
     )
+    manager.on_fault(
+        lambda fault: report.event(
+            "plugin_failed", plugin=fault.plugin, hook=fault.hook, error=fault.error
+        )
+    )
     if "torch" not in sys.modules:
         log.debug("vllm-volta: vLLM has not imported torch in this process; nothing to apply")
         return

@@ -1,11 +1,14 @@
 """A test-only plugin whose hooks raise when asked about its fictitious method or device.
 
 Inert for real models: it raises only for checkpoints whose ``quant_method`` is
-``test-raising``, for reasoning text containing ``volta-test-raise`` and for kernel
-configurations on the fictitious capability 1.0.
+``test-raising``, for reasoning text containing ``volta-test-raise`` (or the text named by
+``VOLTA_TEST_RAISE_ON``, which the server end-to-end test sets to what its model generates) and
+for kernel configurations on the fictitious capability 1.0.
 """
 
 from __future__ import annotations
+
+import os
 
 from volta_core import Device, hookimpl
 from volta_core.types import (
@@ -48,7 +51,8 @@ def volta_kv_cache_verdict(request: KVRequest) -> KVVerdict | None:
 def volta_reasoning_postprocess(
     split: ReasoningSplit, context: ReasoningContext
 ) -> ReasoningSplit | None:
-    if "volta-test-raise" in context.text:
+    markers = ("volta-test-raise", os.environ.get("VOLTA_TEST_RAISE_ON") or "volta-test-raise")
+    if any(marker in context.text for marker in markers):
         raise RuntimeError("volta_test_raising raises in volta_reasoning_postprocess on purpose")
     return None
 

@@ -44,10 +44,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--dtype", default="auto")
     plan.add_argument("--kv-cache-dtype", default="auto")
-    plan.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    plan.add_argument(
+        "--tensor-parallel-size", "-tp", type=int, default=None, help="default: --gpus"
+    )
     plan.add_argument("--block-size", type=int, default=16)
     plan.add_argument("--attention-backend", default=None)
     plan.add_argument("--json", action="store_true", help="print JSON")
+    _add_fit_arguments(plan)
     sub.add_parser("examples", help="list the bundled example configs")
     doctor = sub.add_parser(
         "doctor", help="check this machine (GPUs, torch, vLLM, Triton, plugins) for serving on SM70"
@@ -55,6 +58,43 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--model", default=None, help="also plan this model on sm70")
     doctor.add_argument("--json", action="store_true", help="print JSON")
     return parser
+
+
+def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
+    """The memory fit's and the speed estimate's options of ``plan``."""
+    from volta_core.estimate import SpeedAssumptions
+    from volta_core.fit import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, V100_32GB
+
+    fit = plan.add_argument_group("memory fit (per rank)")
+    fit.add_argument(
+        "--gpus", type=int, default=None, help="GPUs in the box (default: the TP size, or 1)"
+    )
+    fit.add_argument(
+        "--gpu-memory",
+        default=V100_32GB,
+        help=f"memory of each GPU (default {V100_32GB}: a V100-32GB; 16160MiB: a V100-16GB)",
+    )
+    fit.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    fit.add_argument("--max-model-len", type=int, default=None, help="default: the model's")
+    fit.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
+    fit.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    speed = plan.add_argument_group("decode speed estimate (V100)")
+    speed.add_argument("--batch", type=int, default=1, help="sequences decoded together")
+    speed.add_argument("--context", type=int, default=None, help="default: --max-model-len")
+    speed.add_argument(
+        "--speculative-tokens", type=int, default=0, help="MTP draft tokens per step (default 0)"
+    )
+    speed.add_argument(
+        "--acceptance",
+        type=float,
+        default=0.7,
+        help="accepted / drafted MTP tokens, as vLLM's metrics report (default 0.7)",
+    )
+    a = SpeedAssumptions()
+    speed.add_argument("--hbm-gbps", type=float, default=a.hbm_gbps)
+    speed.add_argument("--pcie-gbps", type=float, default=a.pcie_gbps)
+    speed.add_argument("--allreduce-us", type=float, default=a.allreduce_us)
+    speed.add_argument("--launch-us", type=float, default=a.launch_us)
 
 
 def _plugin_lines(records: Sequence[PluginRecord]) -> list[str]:
@@ -89,20 +129,59 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from volta_core.capacity import SpeedRequest, assess
+    from volta_core.estimate import SpeedAssumptions
+    from volta_core.fit import FitOptions, parse_size
     from volta_core.model import describe_model, read_config
     from volta_core.plan import PlanOptions, make_plan, plan_as_dict, render_text
 
+    # Either defaults to the other: -tp 2 alone plans two GPUs, --gpus 2 alone plans TP 2.
+    gpus = args.gpus if args.gpus is not None else (args.tensor_parallel_size or 1)
+    tp = args.tensor_parallel_size if args.tensor_parallel_size is not None else gpus
+    if tp > gpus:
+        raise UsageError(f"--tensor-parallel-size {tp} needs --gpus {tp} or more (not {gpus})")
+    fit_options = FitOptions(
+        gpus=gpus,
+        gpu_memory=parse_size(args.gpu_memory),
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        max_model_len=args.max_model_len,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        speculative_tokens=args.speculative_tokens,
+    )
+    speed = SpeedRequest(
+        args.batch,
+        args.context,
+        args.speculative_tokens,
+        args.acceptance,
+        SpeedAssumptions(
+            hbm_gbps=args.hbm_gbps,
+            pcie_gbps=args.pcie_gbps,
+            allreduce_us=args.allreduce_us,
+            launch_us=args.launch_us,
+        ),
+    )
     options = PlanOptions(
         device=parse_device(args.device),
         dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
-        tensor_parallel_size=args.tensor_parallel_size,
+        tensor_parallel_size=tp,
         block_size=args.block_size,
         attention_backend=args.attention_backend,
     )
     name, raw = read_config(args.model)
-    plan = make_plan(describe_model(name, raw), options, get_plugin_manager())
-    print(json.dumps(plan_as_dict(plan), indent=2) if args.json else render_text(plan))
+    model = describe_model(name, raw)
+    manager = get_plugin_manager()
+    plan = make_plan(model, options, manager)
+    directory = Path(args.model)
+    checkpoint = directory if directory.is_dir() else None
+    capacity = assess(plan, model, raw, fit_options, speed, manager, checkpoint)
+    if args.json:
+        print(json.dumps(plan_as_dict(plan) | capacity.as_dict(), indent=2))
+    else:
+        print(render_text(plan, capacity.sections()))
     return EXIT_PROBLEMS if plan.problems else EXIT_OK
 
 

@@ -192,6 +192,12 @@ def _load_transformers_config(raw: Mapping[str, Any], name: str) -> Any:
         raise UsageError(f"{name}: transformers cannot read this config: {detail}") from exc
 
 
+def text_config(name: str, raw: Mapping[str, Any]) -> Any:
+    """transformers' text (decoder) config of a parsed ``config.json``, as
+    :func:`describe_model` reads it: hidden and vocabulary sizes for the memory fit."""
+    return _load_transformers_config(raw, name).get_text_config()
+
+
 def _dtype_name(value: Any) -> str:
     text = str(value or "float16").removeprefix("torch.")
     return {"half": "float16", "bf16": "bfloat16", "fp16": "float16"}.get(text, text)

@@ -7,6 +7,7 @@ calls, so the plan cannot drift from what the engine does.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,20 @@ class QuantPlan:
     declines: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class LayerKV:
+    """One attention layer's KV cache on one rank: bytes per token, and its sliding window.
+
+    ``bytes_per_token = 2 (K and V) x head_size x max(1, kv_heads // tp) x element bytes`` of
+    the cache dtype (KV heads are replicated when fewer than the ranks). A sliding-window layer
+    holds at most its window of tokens; a layer reusing another's cache has no entry.
+    """
+
+    index: int
+    bytes_per_token: int
+    window: int | None = None
+
+
 @dataclass
 class Plan:
     """The whole plan; ``problems`` lists what would stop the engine."""
@@ -90,7 +105,10 @@ class Plan:
     quant: list[QuantPlan] = field(default_factory=list)
     kv: KVDecision | None = None
     kv_bytes_per_token: int = 0
+    """All ranks together, every attention layer per token (the sum of ``kv_layers`` x tp)."""
     kv_bytes_per_token_activation_dtype: int = 0
+    kv_layers: list[LayerKV] = field(default_factory=list)
+    """Per rank, per attention layer that owns a cache: the one per-layer KV computation."""
 
 
 def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) -> tuple[str, str]:
@@ -116,6 +134,11 @@ def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) 
 
 def _kv_element_bytes(kv_dtype: str) -> int:
     return 1 if kv_dtype in FP8_KV_CACHE_DTYPES else _DTYPE_BYTES[kv_dtype]
+
+
+def layer_kv_bytes_per_token(layer: ModelLayer, tp: int, element_bytes: int) -> int:
+    """KV bytes one token takes in ``layer`` on one of ``tp`` ranks (:class:`LayerKV`)."""
+    return 2 * layer.head_size * max(1, layer.num_kv_heads // tp) * element_bytes
 
 
 def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPluginManager) -> Plan:
@@ -164,11 +187,11 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
         if layer_plan.error:
             failures.setdefault(layer_plan.error, []).append(layer.index)
         if layer.is_attention and layer.owns_kv_cache:
-            per_head = 2 * layer.head_size
-            kv_heads = max(1, layer.num_kv_heads // tp) * tp
-            plan.kv_bytes_per_token += kv_heads * per_head * _kv_element_bytes(kv_dtype)
+            per_rank = layer_kv_bytes_per_token(layer, tp, _kv_element_bytes(kv_dtype))
+            plan.kv_layers.append(LayerKV(layer.index, per_rank, layer.sliding_window))
+            plan.kv_bytes_per_token += per_rank * tp
             plan.kv_bytes_per_token_activation_dtype += (
-                kv_heads * per_head * _DTYPE_BYTES[activation]
+                layer_kv_bytes_per_token(layer, tp, _DTYPE_BYTES[activation]) * tp
             )
 
     plan.problems += [f"layers {_ranges(indices)}: {error}" for error, indices in failures.items()]
@@ -327,8 +350,11 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(out)
 
 
-def render_text(plan: Plan) -> str:
-    """The plan as a human reads it; layers with the same outcome are listed as ranges."""
+def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
+    """The plan as a human reads it; layers with the same outcome are listed as ranges.
+
+    ``sections`` (the memory fit, the speed estimate) are printed before the problems.
+    """
     m, o = plan.model, plan.options
     arch = ", ".join(m.architectures) or "?"
     lines = [
@@ -403,6 +429,9 @@ def render_text(plan: Plan) -> str:
             f"({plan.activation_dtype}: {full:,}; ratio {ratio:.2f})"
         )
 
+    for section in sections:
+        lines.append("")
+        lines += section
     lines.append("")
     if plan.problems:
         lines.append("problems:")

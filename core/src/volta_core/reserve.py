@@ -1,0 +1,86 @@
+"""The memory vLLM keeps on each GPU besides weights and KV cache: a documented estimate.
+
+What it models (vLLM V1's ``Worker.determine_available_memory``, vLLM 0.21 to 0.33 with their
+default ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1``)::
+
+    KV memory = total x gpu_memory_utilization
+                - weights - peak activation of the profile run - non-torch memory
+                - CUDA-graph memory
+
+The engine measures each term at start-up; this module estimates them from the model's shape:
+
+* **peak activation**: the profile run pushes ``max_num_batched_tokens`` tokens through the
+  model; per token the largest live set is the residual stream and its normed copy
+  (``2 x hidden``) beside the widest projection's output and its activation
+  (``3 x widest / tp``, widest = MLP intermediate, fused q/k/v/gate or linear-attention
+  projection), all fp16; plus the sampler's dummy run on ``max_num_seqs`` rows of fp32 logits
+  over the whole vocabulary, about three copies live (logits, probabilities, sort buffers).
+* **non-torch memory**: cuBLAS workspaces and allocator slack (:data:`NON_TORCH_BYTES`), plus
+  NCCL's buffers when ``tp > 1`` (:data:`NCCL_BYTES`).
+* **CUDA graphs**: :data:`CUDA_GRAPH_BYTES` per rank, what vLLM reports for capturing its
+  decode sizes on a 27-40B model ("Graph capturing finished ... took 0.3-0.6 GiB").
+
+vLLM 0.19 (and forks based before 0.21) do not count CUDA graphs in the budget: they are
+captured after the KV cache, in the ``1 - utilisation`` headroom; there the KV memory is larger
+by :data:`CUDA_GRAPH_BYTES` and the headroom must hold the graphs. The CUDA context (about
+0.3-0.5 GiB) lives in that headroom in every version and is not part of the budget.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+#: The vLLM behaviour this estimate models (shown with every fit).
+RESERVE_MODEL = (
+    "vLLM 0.21-0.33's start-up memory profile (Worker.determine_available_memory; "
+    "CUDA graphs counted in the budget)"
+)
+NON_TORCH_BYTES = 256 * MIB
+NCCL_BYTES = 256 * MIB
+CUDA_GRAPH_BYTES = 512 * MIB
+#: fp32 logits, probabilities and sort buffers live at once in the sampler's dummy run.
+SAMPLER_COPIES = 3
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """The estimated non-weight, non-KV memory of one rank, term by term (bytes)."""
+
+    activation: int
+    sampler: int
+    non_torch: int
+    cuda_graphs: int
+
+    @property
+    def total(self) -> int:
+        return self.activation + self.sampler + self.non_torch + self.cuda_graphs
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "activation": self.activation,
+            "sampler": self.sampler,
+            "non_torch": self.non_torch,
+            "cuda_graphs": self.cuda_graphs,
+            "total": self.total,
+        }
+
+
+def engine_reserve(
+    hidden: int,
+    widest: int,
+    vocab: int,
+    tp: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> Reserve:
+    """The reserve of one rank (formulas in the module doc); ``widest`` is unsplit."""
+    per_token = 2 * (2 * hidden + 3 * -(-widest // tp))
+    return Reserve(
+        activation=max_num_batched_tokens * per_token,
+        sampler=SAMPLER_COPIES * max_num_seqs * vocab * 4,
+        non_torch=NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0),
+        cuda_graphs=CUDA_GRAPH_BYTES,
+    )

@@ -11,6 +11,7 @@ from importlib import metadata
 
 import pytest
 
+import volta_reasoning
 import volta_reasoning.plugin
 from volta_core.manager import PluginStatus, VoltaPluginManager, discover
 from volta_core.resolution.reasoning import check_no_text_lost
@@ -41,7 +42,7 @@ def test_installed_entry_point_is_discovered() -> None:
     record = manager.records["reasoning"]
     assert record.status is PluginStatus.LOADED, record.error
     assert record.distribution == "vllm-volta-reasoning"
-    assert record.version == metadata.version("vllm-volta-reasoning") == "0.1.0"
+    assert record.version == metadata.version("vllm-volta-reasoning") == volta_reasoning.__version__
     assert record.provides == {"reasoning parser": ("qwen3-volta",)}
 
 

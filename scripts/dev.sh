@@ -50,6 +50,8 @@ case "$cmd" in
     "$venv/bin/ruff" check .
     "$venv/bin/ruff" format --check .
     "$venv/bin/lint-imports"
+    # Strict on the host, the kernel toolkit less so (core/pyproject.toml [tool.mypy]).
+    "$venv/bin/mypy" --config-file core/pyproject.toml
     # Two workers (CI has two cores); the root conftest.py keeps shared fixtures on one.
     "$py" -m pytest -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;

@@ -101,7 +101,8 @@ def _check_list(hook: str, answer: object, element: type) -> tuple[Any, ...]:
 def _check_fields(hook: str, declaration: object) -> None:
     """Every field of a declaration has its annotated type (bool is not accepted as int)."""
     assert is_dataclass(declaration)
-    hints = _hints(type(declaration))
+    cls: type = type(declaration)
+    hints = _hints(cls)
     for f in fields(declaration):
         value = getattr(declaration, f.name)
         if not _conforms(value, hints[f.name]):

@@ -179,7 +179,7 @@ def _serving_severity(gpus: GpuProbe) -> Status:
 def probe_gpus() -> GpuProbe:
     """Ask NVML for every GPU (name, compute capability, memory) and the driver version."""
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
     except ImportError:
         return GpuProbe(None, reason="pynvml (pip install nvidia-ml-py) is not installed")
     try:
@@ -362,6 +362,7 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
         family = compat.family_of(installed)
+        assert family is not None  # supported: no reason given
         rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))
     rows.append(_check_vllm_code(label, dirs, gpus))
     return rows

@@ -227,8 +227,8 @@ def estimate_decode(
         name = "paged attention (KV reads)" if need.index >= 0 else "MTP draft"
         if need.bytes_per_token and la is not None:
             held = min(context, need.window) if need.window else context
-            nbytes = batch * held * need.bytes_per_token
-            flops = 4 * batch * (q if need.index >= 0 else 1) * la.num_heads // tp
+            nbytes: float = batch * held * need.bytes_per_token
+            flops: float = 4 * batch * (q if need.index >= 0 else 1) * la.num_heads // tp
             flops *= la.head_size * held
             seconds, bound = roof.time(nbytes, flops, "FMA")
             runs = 1 if need.index >= 0 else speculative_tokens

@@ -347,7 +347,9 @@ class VoltaPluginManager:
                 return "", ""
             return dist.metadata["Name"] or "", dist.version or ""
 
-        def on_failure(_manager: object, entry_point: metadata.EntryPoint, exc: Exception) -> None:
+        def on_failure(
+            _manager: object, entry_point: metadata.EntryPoint, exc: BaseException
+        ) -> None:
             record = PluginRecord(entry_point.name, *dist_of(entry_point.name))
             loaded.append(
                 self._fail(record, PluginStatus.FAILED, f"import failed: {_describe(exc)}")
@@ -365,6 +367,7 @@ class VoltaPluginManager:
             loaded.append(record)
         extensions = []
         for group in groups:
+            manager: ExtensionManager[Any]
             if only is None:
                 manager = ExtensionManager(group, on_load_failure_callback=on_failure)
             else:

@@ -257,7 +257,7 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
                 head_size=head_size,
                 num_heads=heads,
                 num_kv_heads=int(layer_cfg.num_key_value_heads or heads),
-                sliding_window=int(window) if sliding else None,
+                sliding_window=int(window) if sliding and window is not None else None,
                 features=frozenset(features),
                 owns_kv_cache=i < num_layers - shared,
             )

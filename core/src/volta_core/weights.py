@@ -200,10 +200,11 @@ def weights_from_config(
 
     gated = 2 if str(getattr(text, "model_type", model_type)) in GATED_QUERY_MODEL_TYPES else 1
     first_attention = next((la for la in layers if la.is_attention), None)
-    draft = [
-        (replace(first_attention, index=-1 - k), f"mtp.layers.{k}")
-        for k in range(mtp_layers if first_attention else 0)
-    ]
+    draft = (
+        [(replace(first_attention, index=-1 - k), f"mtp.layers.{k}") for k in range(mtp_layers)]
+        if first_attention is not None
+        else []
+    )
     decoder = [(layer, f"{base}.layers.{layer.index}") for layer in layers]
     for layer, pre in [*decoder, *draft]:
         i = layer.index

@@ -68,6 +68,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
+from types import FrameType
 from typing import Any
 
 from volta_core.device import Device
@@ -332,7 +333,8 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             return self._end_tag
 
         def _decode(self, token_ids: Sequence[int]) -> str:
-            return self.model_tokenizer.decode(list(token_ids), skip_special_tokens=False)
+            text: str = self.model_tokenizer.decode(list(token_ids), skip_special_tokens=False)
+            return text
 
         def _see_prompt(self, prompt_token_ids: Sequence[int]) -> None:
             # The mode is read from the prompt once: vLLM 0.33's streaming path hands it over
@@ -708,7 +710,8 @@ def backend_class_path(spec: AttentionBackendSpec) -> str:
     if spec.builtin:
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-        return AttentionBackendEnum[spec.vllm_name].get_path()
+        builtin: str = AttentionBackendEnum[spec.vllm_name].get_path()
+        return builtin
     path = bind_custom_backend(spec)
     backend = load_object(spec.impl)
     if backend.get_name() != spec.vllm_name:
@@ -721,7 +724,7 @@ def backend_class_path(spec: AttentionBackendSpec) -> str:
 
 def _calling_layer() -> tuple[Any, str | None]:
     """Best effort: the attention layer whose construction asked for a backend, and its prefix."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(40):
         if frame is None:
             return None, None
@@ -781,7 +784,7 @@ def make_platform_class(base: type, manager_fn: Callable[[], VoltaPluginManager]
     Both overrides act on compute capability 7.x only and defer to ``base`` everywhere else.
     """
 
-    class VoltaCudaPlatform(base):  # type: ignore[misc, valid-type]
+    class VoltaCudaPlatform(base):
         @classmethod
         def _volta_device(cls) -> Device | None:
             capability = cls.get_device_capability()
@@ -802,9 +805,10 @@ def make_platform_class(base: type, manager_fn: Callable[[], VoltaPluginManager]
                     path = backend_class_path(spec)
                     report.event("attention", backend=spec.name, head_size=layer.head_size)
                     return path
-            return super().get_attn_backend_cls(
+            engine_path: str = super().get_attn_backend_cls(
                 selected_backend, attn_selector_config=attn_selector_config, num_heads=num_heads
             )
+            return engine_path
 
         @classmethod
         def check_and_update_config(cls, vllm_config: Any) -> None:
@@ -873,7 +877,9 @@ def make_model_config_overrides(routes_now: Callable[[], bool]) -> dict[str, typ
             continue
         base = getattr(base, "volta_base", base)  # always over vLLM's own hook (idempotent)
 
-        def verify_and_update_config(vllm_config: Any, _base: type = base, _arch: str = arch):
+        def verify_and_update_config(
+            vllm_config: Any, _base: Any = base, _arch: str = arch
+        ) -> None:
             attention_config = vllm_config.attention_config
             chosen_before = attention_config.backend
             _base.verify_and_update_config(vllm_config)
@@ -915,4 +921,5 @@ def register_model_config_overrides(overrides: dict[str, type]) -> None:
 def cuda_platform_base() -> type:
     from vllm.platforms.cuda import CudaPlatform
 
-    return CudaPlatform
+    platform: type = CudaPlatform
+    return platform

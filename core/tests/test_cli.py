@@ -111,18 +111,7 @@ def test_fp8_kv_stores_half_the_bytes(capsys: pytest.CaptureFixture[str]) -> Non
 def test_plan_of_a_model_directory_and_tensor_parallel(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    config = {
-        "model_type": "qwen3",
-        "architectures": ["Qwen3ForCausalLM"],
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "vocab_size": 1000,
-        "torch_dtype": "float16",
-    }
+    config = json.loads((Path(__file__).parent / "data" / "tiny-qwen3.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps(config))
     code, out, _ = run_cli(capsys, "plan", str(tmp_path), "--json", "-tp", "2")
     assert code == 0

@@ -20,18 +20,8 @@ import pytest
 from volta_core.cli import main
 from volta_core.manager import get_plugin_manager
 
-BASE: dict[str, Any] = {
-    "model_type": "qwen3",
-    "architectures": ["Qwen3ForCausalLM"],
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 1000,
-    "torch_dtype": "float16",
-}
+#: A tiny valid Qwen3 config, shared by the CLI tests (``data/tiny-qwen3.json``).
+BASE: dict[str, Any] = json.loads((Path(__file__).parent / "data" / "tiny-qwen3.json").read_text())
 
 CT_W4: dict[str, Any] = {
     "quant_method": "compressed-tensors",

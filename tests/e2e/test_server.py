@@ -124,7 +124,7 @@ def test_plugins_applied_in_api_server_engine_core_and_worker(
             {"kind": "quantization_override", "names": ["compressed-tensors", "fp8"]}
         ], role
     # The worker built the model: the weight-only checkpoint's attention layers got no
-    # KV-cache method (seed 000), so fp8_e5m2 runs with unit scales.
+    # KV-cache method (no kv_cache_scheme, nothing to load), so fp8_e5m2 runs with unit scales.
     assert events(roles["worker"], "attention_kv_method") == [
         {
             "kind": "attention_kv_method",

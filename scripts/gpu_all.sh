@@ -19,14 +19,14 @@ attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test
 
 echo "== phase 1: GPU tests and memcheck, side by side"
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-540}" \
-  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
+  python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning \
   -n "${ATTN_WORKERS:-4}" "${attn_tests[@]}" > "$out/attn_v100/gpu_tests.log" 2>&1 &
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-240}" \
-  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
+  python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
   plugins/ct_wna16/tests/test_kernels.py plugins/ct_wna16/tests/test_moe_gpu.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_san timeout "${SAN_LIMIT:-200}" \
   compute-sanitizer --tool memcheck --error-exitcode 9 \
-  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
+  python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning \
   plugins/attn_v100/tests/test_kernels.py -k sanitizer > "$out/attn_v100/sanitizer_memcheck.log" 2>&1 &
 wait
 for f in attn_v100/gpu_tests ct_wna16/gpu_tests attn_v100/sanitizer_memcheck; do
@@ -35,7 +35,7 @@ done
 
 echo "== phase 2: benchmarks, one at a time"
 if [ "${SELF_LIMIT:-90}" != 0 ]; then
-  PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_core.kernels.bench_selfcheck --out "$out/core" \
+  PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_devkit.bench_selfcheck --out "$out/core" \
     > "$out/core/selfcheck.log" 2>&1
 fi
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_BENCH_LIMIT:-200}" \

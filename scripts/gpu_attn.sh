@@ -13,7 +13,7 @@ export PYTHONUNBUFFERED=1
 export PYTHONPATH=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/device.txt"
 python3 -c 'import sys, torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, sys.version.split()[0])' >> "$out/device.txt"
-T="python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning"
+T="python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning"
 tests=plugins/attn_v100/tests
 if [ "$part" = tests ] || [ "$part" = all ]; then
   TRITON_CACHE_DIR=/tmp/tc1 timeout 540 $T -n "${WORKERS:-5}" \

@@ -21,10 +21,10 @@ has() { [[ " $plugins " == *" $1 "* ]]; }
 
 echo "== phase 1: GPU tests, side by side"
 has attn_v100 && PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-110}" \
-  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider -W ignore::DeprecationWarning \
+  python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning \
   plugins/attn_v100/tests/test_kernels.py -k "decode" > "$out/attn_v100/gpu_tests.log" 2>&1 &
 has ct_wna16 && PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${TEST_LIMIT:-110}" \
-  python3 -m pytest -q -m gpu -p volta_core.kernels.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
+  python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider --rootdir=plugins/ct_wna16 \
   plugins/ct_wna16/tests/test_kernels.py > "$out/ct_wna16/gpu_tests.log" 2>&1 &
 wait
 for p in $plugins; do

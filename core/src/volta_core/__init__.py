@@ -1,10 +1,22 @@
 """vllm-volta core: the host that makes vLLM serve well on NVIDIA V100 (SM70) through plugins.
 
+The plugin API is this package's ``__all__`` (plus :mod:`volta_core.kernel_api` for kernel code):
+the hook marker, the declarations plugins answer hooks with, the errors they may raise and the
+rules they share with the host. Plugins import nothing else from the host (an import-linter
+contract in the repository checks it); every other module is the host's own.
+
 Importing this package imports neither torch, triton nor vllm: the command-line tool plans for
 a V100 on any machine, and vLLM loads the host in every process at start-up.
 """
 
 from volta_core.device import V100, Device, parse_device
+from volta_core.errors import (
+    KVCacheDtypeRejected,
+    PluginError,
+    ReasoningTextLost,
+    UsageError,
+    VoltaError,
+)
 from volta_core.hookspecs import hookimpl
 from volta_core.manager import (
     ENTRY_POINT_GROUP,
@@ -14,17 +26,70 @@ from volta_core.manager import (
     VoltaPluginManager,
     get_plugin_manager,
 )
+from volta_core.resolution.reasoning import check_no_text_lost
+from volta_core.types import (
+    ACTIVATION_DTYPES,
+    FP8_KV_CACHE_DTYPES,
+    KV_CACHE_DTYPES,
+    AttentionBackendSpec,
+    AttentionFeature,
+    AttentionLayer,
+    CheckpointKV,
+    KernelConfig,
+    KVRequest,
+    KVScaleScheme,
+    KVVerdict,
+    LayerKind,
+    QuantClaim,
+    QuantConfig,
+    QuantDecline,
+    QuantLayer,
+    QuantMethodSpec,
+    ReasoningContext,
+    ReasoningParserSpec,
+    ReasoningSplit,
+    VerdictStatus,
+    canonical_kv_dtype,
+)
 
-__version__ = "0.4.0"
+__version__ = "0.5.0"
 
 __all__ = [
+    "ACTIVATION_DTYPES",
     "ENTRY_POINT_GROUP",
+    "FP8_KV_CACHE_DTYPES",
     "HOST_API_VERSION",
+    "KV_CACHE_DTYPES",
     "V100",
+    "AttentionBackendSpec",
+    "AttentionFeature",
+    "AttentionLayer",
+    "CheckpointKV",
     "Device",
+    "KVCacheDtypeRejected",
+    "KVRequest",
+    "KVScaleScheme",
+    "KVVerdict",
+    "KernelConfig",
+    "LayerKind",
+    "PluginError",
     "PluginRecord",
     "PluginStatus",
+    "QuantClaim",
+    "QuantConfig",
+    "QuantDecline",
+    "QuantLayer",
+    "QuantMethodSpec",
+    "ReasoningContext",
+    "ReasoningParserSpec",
+    "ReasoningSplit",
+    "ReasoningTextLost",
+    "UsageError",
+    "VerdictStatus",
+    "VoltaError",
     "VoltaPluginManager",
+    "canonical_kv_dtype",
+    "check_no_text_lost",
     "get_plugin_manager",
     "hookimpl",
     "parse_device",

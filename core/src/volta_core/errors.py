@@ -1,12 +1,12 @@
-"""Errors raised by the host. Each names what is wrong in one sentence a user can act on."""
+"""Errors raised by the host. Each names what is wrong in one sentence a user can act on.
+
+
+Imports nothing else of the host, so every module can raise them.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from volta_core.device import Device
-    from volta_core.types import AttentionLayer, BackendRefusal
+from typing import Any
 
 
 class VoltaError(Exception):
@@ -39,20 +39,13 @@ class DuplicateDeclarationError(PluginError):
 class NoAttentionBackendError(VoltaError):
     """No candidate backend admits an attention layer; the message lists every refusal.
 
-    ``summary`` is the message without the layer's name, so a plan can group identical layers.
+    ``summary`` is the message without the layer's name, so a plan can group identical layers;
+    ``refusals`` holds each backend's :class:`~volta_core.types.BackendRefusal`.
     """
 
-    def __init__(self, layer: AttentionLayer, device: Device, refusals: tuple[BackendRefusal, ...]):
-        from volta_core.types import canonical_kv_dtype
-
-        self.layer, self.device, self.refusals = layer, device, refusals
-        detail = "; ".join(f"{r.backend}: {r.reason}" for r in refusals) or "no backend is declared"
-        kv = canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)
-        self.summary = (
-            f"no attention backend can run head size {layer.head_size}, {layer.dtype}, KV {kv} "
-            f"on {device.sm}: {detail}"
-        )
-        super().__init__(f"layer {layer.prefix}: {self.summary}")
+    def __init__(self, layer_prefix: str, summary: str, refusals: tuple[Any, ...]) -> None:
+        self.layer_prefix, self.summary, self.refusals = layer_prefix, summary, refusals
+        super().__init__(f"layer {layer_prefix}: {summary}")
 
 
 class KVCacheDtypeRejected(VoltaError):

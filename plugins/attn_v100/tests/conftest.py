@@ -1,6 +1,6 @@
 """Kernel tests run interpreted on CPU (CI) and compiled on CUDA (``-m gpu``).
 
-The toolkit's pytest plugin (``volta_core.kernels.testing``) normally sets ``TRITON_INTERPRET``
+The toolkit's pytest plugin (``volta_devkit.testing``) normally sets ``TRITON_INTERPRET``
 and registers the ``gpu`` marker; this conftest does the same minimal things so the suite also
 runs where that plugin is not loaded. It must run before any kernel module is imported.
 """

@@ -17,7 +17,7 @@ from volta_attn_v100.configs import (
     decode_kernel_config,
     decode_tiles,
 )
-from volta_core.kernels.gate import check_kernel_config, compiled, gate_variants
+from volta_devkit.gate import check_kernel_config, compiled, gate_variants
 
 H100 = (9, 0)
 

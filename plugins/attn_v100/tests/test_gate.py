@@ -11,7 +11,7 @@ import pytest
 
 from volta_attn_v100 import plugin
 from volta_core import V100, Device
-from volta_core.kernels.gate import (
+from volta_devkit.gate import (
     assert_gate_passes,
     check_kernel_config,
     compiled,

@@ -25,7 +25,7 @@ from volta_attn_v100.configs import (
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
 from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
-from volta_core.kernels.counters import arrival_counters
+from volta_core.kernel_api import arrival_counters
 
 #: fp16 output and fp16 probabilities in P.V: relative error well under 1e-3 in practice.
 TOL = 4e-3

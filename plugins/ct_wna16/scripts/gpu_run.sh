@@ -11,7 +11,7 @@ mkdir -p "$out"
 export PYTHONPATH=core/src:$here/src:$here/tests PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/$here/.tcache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
-timeout ${TEST_LIMIT:-240} python3 -m pytest -p volta_core.kernels.testing -m gpu \
+timeout ${TEST_LIMIT:-240} python3 -m pytest -p volta_devkit.testing -m gpu \
   $here/tests/test_kernels.py $here/tests/test_moe_gpu.py $here/tests/test_routing.py \
   -q -p no:cacheprovider --rootdir=$here 2>&1 | tee "$out/gpu_tests.log" | tail -15
 timeout ${BENCH_LIMIT:-200} python3 -m volta_ct_wna16.bench --out "$out" "$@" 2>&1 | tee "$out/bench.log" | tail -80

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from volta_core.device import V100, Device
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
 from volta_ct_wna16 import bench, configs
 from volta_ct_wna16.plugin import volta_kernel_configs
+from volta_devkit.gate import assert_gate_passes, check_kernel_config, gate_variants
 
 SM70_CONFIGS = list(volta_kernel_configs(V100))
 

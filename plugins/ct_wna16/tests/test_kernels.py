@@ -13,8 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from volta_core.kernels.counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
-from volta_core.kernels.testing import assert_rel_close, poison_, rel_error
+from volta_core.kernel_api import MIN_COUNTERS, arrival_counters, zeroed_accumulators
 from volta_ct_wna16 import bench, configs
 from volta_ct_wna16.kernels import _slot_q16
 from volta_ct_wna16.layout import PackedWeights, dequantize
@@ -26,6 +25,7 @@ from volta_ct_wna16.testing import (
     fresh_checkpoint,
     library_checkpoint,
 )
+from volta_devkit.testing import assert_rel_close, poison_, rel_error
 
 SCHEMES = [
     WeightScheme(b, s, g) for b in (4, 8) for s in (True, False) for g in (32, 64, 128, None)

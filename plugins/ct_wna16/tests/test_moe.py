@@ -25,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _vllm_layers as vl
 
-from volta_core.kernels.testing import rel_error
 from volta_core.vllm.compat import routed_experts_class
 from volta_ct_wna16.experts import experts_forward
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.moe import WNA16MoEMethod, expert_weights
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import Checkpoint, library_checkpoint, quantization_config
+from volta_devkit.testing import rel_error
 
 HIDDEN = 128
 INTER = 64

@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from volta_core.kernels.testing import assert_rel_close
 from volta_ct_wna16 import configs, ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import Checkpoint, fresh_checkpoint
+from volta_devkit.testing import assert_rel_close
 
 TOP_K = 2
 TOLERANCE = 3e-3

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from volta_core.kernels.testing import poison_
 from volta_ct_wna16 import configs
 from volta_ct_wna16.routing import max_blocks, route
+from volta_devkit.testing import poison_
 
 
 def _check(ids: torch.Tensor, experts: int, block_m: int, local: torch.Tensor) -> None:

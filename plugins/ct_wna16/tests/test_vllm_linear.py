@@ -19,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _vllm_layers as vl
 
-from volta_core.kernels.testing import rel_error
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
@@ -29,6 +28,7 @@ from volta_ct_wna16.testing import (
     library_checkpoint,
     quantization_config,
 )
+from volta_devkit.testing import rel_error
 
 K = 256
 SIZES = {"column": [48], "row": [40], "merged": [48, 48], "qkv": [64, 32, 32]}

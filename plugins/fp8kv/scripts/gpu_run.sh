@@ -6,7 +6,7 @@ set -uo pipefail
 out=${1:?usage: gpu_run.sh OUTDIR}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH=core/src:plugins/fp8kv/src
-tests=(plugins/fp8kv/tests/test_gpu.py -p volta_core.kernels.testing -m gpu -q -W ignore -p no:cacheprovider)
+tests=(plugins/fp8kv/tests/test_gpu.py -p volta_devkit.testing -m gpu -q -W ignore -p no:cacheprovider)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
 python3 -m pytest "${tests[@]}" 2>&1 | tee "$out/gpu_tests.log"
 tests_rc=${PIPESTATUS[0]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from volta_core.device import V100, Device
-from volta_core.kernels.gate import assert_gate_passes, check_kernel_config, gate_variants
+from volta_devkit.gate import assert_gate_passes, check_kernel_config, gate_variants
 from volta_fp8kv import configs, plugin
 
 V100_CONFIGS = plugin.volta_kernel_configs(V100)

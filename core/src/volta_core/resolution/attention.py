@@ -74,7 +74,7 @@ def select_backend(
         if not ordered:
             known = ", ".join(b.name for b in candidate_order(candidates)) or "none"
             refusal = BackendRefusal(forced, f"{forced!r} is not declared (known: {known})")
-            raise NoAttentionBackendError(layer, device, (refusal,))
+            raise no_backend(layer, device, (refusal,))
     refusals: list[BackendRefusal] = []
     for spec in ordered:
         reason = refusal_reason(spec, layer, device)
@@ -85,4 +85,17 @@ def select_backend(
             return AttentionChoice(layer, spec, fell_through)
         other = not spec.min_capability <= device.capability <= spec.max_capability
         refusals.append(BackendRefusal(spec.name, reason, other))
-    raise NoAttentionBackendError(layer, device, tuple(refusals))
+    raise no_backend(layer, device, tuple(refusals))
+
+
+def no_backend(
+    layer: AttentionLayer, device: Device, refusals: tuple[BackendRefusal, ...]
+) -> NoAttentionBackendError:
+    """The error for a layer no backend admits, naming each backend's refusal."""
+    detail = "; ".join(f"{r.backend}: {r.reason}" for r in refusals) or "no backend is declared"
+    kv = canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)
+    summary = (
+        f"no attention backend can run head size {layer.head_size}, {layer.dtype}, KV {kv} "
+        f"on {device.sm}: {detail}"
+    )
+    return NoAttentionBackendError(layer.prefix, summary, refusals)

@@ -64,6 +64,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,9 +73,9 @@ from importlib import metadata
 from types import FrameType
 from typing import Any
 
-from volta_core.device import Device
-from volta_core.errors import PluginError
-from volta_core.manager import VoltaPluginManager
+from volta_core.device import Device, parse_device
+from volta_core.errors import PluginError, UsageError
+from volta_core.manager import VoltaPluginManager, get_plugin_manager
 from volta_core.types import (
     AttentionBackendSpec,
     LayerKind,
@@ -236,6 +238,26 @@ def is_cpu_build() -> bool:
 
 
 # -- devices ------------------------------------------------------------------------------
+
+ENV_DEVICE = "VLLM_VOLTA_DEVICE"
+
+
+def judge_device() -> Device | None:
+    """The device quant claims and KV verdicts are judged for: the one ``VLLM_VOLTA_DEVICE``
+    names, else vLLM's CUDA device once vLLM's platforms are imported, else None
+    (:mod:`volta_core.vllm.plugin` says why)."""
+    named = os.environ.get(ENV_DEVICE)
+    if named:
+        try:
+            return parse_device(named)
+        except UsageError:
+            match = re.fullmatch(r"(\d+)\.(\d+)", named.strip())
+            if match is None:
+                raise
+            return Device((int(match[1]), int(match[2])), ENV_DEVICE)
+    if "vllm.platforms" not in sys.modules:
+        return None
+    return current_cuda_device()
 
 
 def current_cuda_device() -> Device | None:
@@ -645,9 +667,6 @@ def quantization_overrides() -> dict[str, type]:
     """The process's override classes, bound to the process-wide plugin manager."""
     global _quant_overrides
     if _quant_overrides is None:
-        from volta_core.manager import get_plugin_manager
-        from volta_core.vllm.plugin import judge_device
-
         built = make_quantization_overrides(get_plugin_manager(), judge_device)
         for attribute, name in _QUANT_CLASSES.items():
             built[name].__module__ = __name__

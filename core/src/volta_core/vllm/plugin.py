@@ -36,36 +36,15 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 
-from volta_core.device import Device, parse_device
-from volta_core.errors import UsageError
 from volta_core.manager import ENV_STRICT, VoltaPluginManager, get_plugin_manager
 from volta_core.vllm import attention, compat, report
 from volta_core.vllm.reasoning import ENV_ALIASES, aliases
 
 log = logging.getLogger("volta_core.vllm")
 
-ENV_DEVICE = "VLLM_VOLTA_DEVICE"
-
 _applied = False
-
-
-def judge_device() -> Device | None:
-    """The device quant claims and KV verdicts are judged for (see the module docstring)."""
-    named = os.environ.get(ENV_DEVICE)
-    if named:
-        try:
-            return parse_device(named)
-        except UsageError:
-            match = re.fullmatch(r"(\d+)\.(\d+)", named.strip())
-            if match is None:
-                raise
-            return Device((int(match[1]), int(match[2])), ENV_DEVICE)
-    if "vllm.platforms" not in sys.modules:
-        return None
-    return compat.current_cuda_device()
 
 
 def _strict() -> bool:

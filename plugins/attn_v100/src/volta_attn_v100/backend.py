@@ -47,7 +47,7 @@ from volta_attn_v100.ops import (
     paged_attention,
     write_kv_cache,
 )
-from volta_core.types import canonical_kv_dtype
+from volta_core import canonical_kv_dtype
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the
 #: host's spelling rule: ``auto`` is the fp16 activations' dtype, ``fp8`` is e4m3).

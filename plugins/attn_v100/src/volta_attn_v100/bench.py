@@ -3,7 +3,7 @@
 Decode (head size 128, 32/8 and 64/8 heads, block 16, fp16 and fp8_e5m2 KV): effective
 bandwidth (KV bytes read plus Q and output, over time) as a fraction of the device-to-device
 copy bandwidth measured in the same run, and the read floor: the time of a kernel that only
-reads the same KV bytes (:mod:`volta_core.kernels.read_floor`), which bounds a short decode's
+reads the same KV bytes (:mod:`volta_devkit.read_floor`), which bounds a short decode's
 time from below whatever the kernel does. Prefill (head size 128, 32/8 heads, 16K tokens in
 sequences of 512..4096, fp16 KV; fp8_e5m2 KV at 2048): throughput against
 ``torch.nn.functional.scaled_dot_product_attention`` with the flash backend on the same
@@ -13,7 +13,7 @@ time they imply at 900 GB/s and 15.7 TFLOP/s. ``--parts e4m3`` (SM89+) adds fp8_
 fp8_e5m2 in the decode rows and the fp8 prefill rows (an e4m3 row's SM70 estimate is that of
 its bytes: no V100 runs e4m3).
 
-Timing (the core harness, :mod:`volta_core.kernels.bench`): decode runs back to back inside one
+Timing (the core harness, :mod:`volta_devkit.bench`): decode runs back to back inside one
 captured CUDA graph (``time_cuda_graph``), as vLLM runs a decode step, rotating among enough
 input copies that the set does not fit in L2; each replay is event-timed and divided by the
 calls in the graph. Prefill (milliseconds per call) is event-timed eagerly (``time_cuda``).
@@ -47,8 +47,8 @@ from volta_attn_v100.configs import (
     prefill_tiles,
 )
 from volta_attn_v100.ops import default_num_splits, paged_attention
-from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
-from volta_core.kernels.read_floor import read_floor
+from volta_devkit.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
+from volta_devkit.read_floor import read_floor
 
 V100_BANDWIDTH = 900e9
 V100_FP32_FLOPS = 15.7e12
@@ -131,7 +131,7 @@ def decode_case(
 ):
     """One decode shape timed; with ``floor``, also the read floor of its KV bytes: the same
     bytes read by a kernel that does nothing else, timed the same way
-    (:func:`volta_core.kernels.read_floor.read_floor`)."""
+    (:func:`volta_devkit.read_floor.read_floor`)."""
     kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
     sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
     torch.manual_seed(DECODE_SEED)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
-from volta_core.types import KernelConfig
+from volta_core import KernelConfig
 
 #: Head sizes the kernels are tested for. 512 is Gemma-4's global layers: on SM70 its tiles fit
 #: the register file only with aligned strides (:func:`aligned_strides_required`).
@@ -44,7 +44,7 @@ E4M3_MIN_CAPABILITY = (8, 9)
 KV_DTYPE_MIN_CAPABILITY: dict[str, tuple[int, int]] = {"fp8_e4m3": E4M3_MIN_CAPABILITY}
 
 #: The cache-write kernel's ``KV_FORMAT`` per KV dtype: the ``FMT`` of the host's fp8 codec
-#: (:mod:`volta_core.kernels.fp8`: 1 is e5m2, 2 is e4m3), 0 for an fp16 copy.
+#: (:mod:`volta_core.kernel_api`: 1 is e5m2, 2 is e4m3), 0 for an fp16 copy.
 KV_FORMAT_CODES: dict[str, int] = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
 
 #: How the attention kernels read fp8 codes as fp16 (their ``FP8_DECODE``); every way is

@@ -45,7 +45,7 @@ from volta_attn_v100.configs import (
     split_policy_for,
     wide_combine,
 )
-from volta_core.kernels.counters import arrival_counters
+from volta_core.kernel_api import arrival_counters
 
 #: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
 KV_STORAGE: dict[str, torch.dtype] = {

@@ -16,8 +16,7 @@ from volta_attn_v100.configs import (
     KV_POINTER_TYPES,
     kernel_configs,
 )
-from volta_core import Device, hookimpl
-from volta_core.types import AttentionBackendSpec, AttentionFeature, KernelConfig
+from volta_core import AttentionBackendSpec, AttentionFeature, Device, KernelConfig, hookimpl
 
 VOLTA_HOST_API = "1.0"
 

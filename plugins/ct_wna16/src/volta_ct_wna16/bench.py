@@ -6,11 +6,11 @@ For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, o
 * the baseline: fp16 ``torch.matmul`` (cuBLAS) on the dequantized weight;
 * the device's copy bandwidth (bytes read plus written by a large device-to-device copy);
 * per layer, the read floor: the fastest one-launch kernel that only streams the packed
-  weights' bytes, timed the same way (:func:`volta_core.kernels.read_floor.read_floor`), so
+  weights' bytes, timed the same way (:func:`volta_devkit.read_floor.read_floor`), so
   the part of a decode time no kernel reading those bytes could remove is measured, not
   assumed.
 
-Timing: the core harness's :func:`volta_core.kernels.bench.time_cuda_graph` (calls back to back
+Timing: the core harness's :func:`volta_devkit.bench.time_cuda_graph` (calls back to back
 inside one captured CUDA graph, as vLLM runs decode), rotating weight copies (more bytes than
 the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate: the
 larger of bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton paths (the V100's
@@ -38,13 +38,13 @@ from typing import Any
 
 import torch
 
-from volta_core.kernels.bench import measure_copy_bandwidth, time_cuda_graph
-from volta_core.kernels.read_floor import read_floor
 from volta_ct_wna16 import __version__, configs
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import fresh_checkpoint
+from volta_devkit.bench import measure_copy_bandwidth, time_cuda_graph
+from volta_devkit.read_floor import read_floor
 
 SHAPES = ((5120, 5120), (27648, 5120), (5120, 27648), (7168, 5120))
 MS = (1, 4, 16, 32, 64, 128, 256, 2048)

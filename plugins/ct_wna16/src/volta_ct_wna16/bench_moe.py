@@ -3,7 +3,7 @@
 For two MoE layer shapes of the models V100 owners serve (Qwen3-30B-A3B: 128 experts, top-8,
 hidden 2048, intermediate 768; Qwen3.5-35B-A3B: 256 experts, top-8, hidden 2048, intermediate
 512), int4 group 128, symmetric and asymmetric, and M tokens, one run times inside one CUDA
-graph (as vLLM captures decode; :func:`volta_core.kernels.bench.time_cuda_graph`):
+graph (as vLLM captures decode; :func:`volta_devkit.bench.time_cuda_graph`):
 
 * ``step``: :func:`volta_ct_wna16.experts.experts_forward` whole (routing, both fused launches,
   ``SiLU(gate) * up``, the weighted sum), what vLLM's ``apply`` runs;
@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
-from volta_core.kernels.bench import time_cuda_graph
 from volta_ct_wna16 import configs, ops
 from volta_ct_wna16.bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, versions
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.testing import fresh_checkpoint
+from volta_devkit.bench import time_cuda_graph
 
 #: name: (experts, top_k, hidden, intermediate)
 MODELS = {

@@ -19,8 +19,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from volta_core.device import Device
-from volta_core.types import KernelConfig
+from volta_core import Device, KernelConfig
 
 SPLITK = "splitk"
 GEMM = "gemm"
@@ -472,7 +471,7 @@ _DEQUANT_SIG = {
 
 #: Integer arguments that are multiples of 16 for model-sized layers (every shape of the
 #: benchmark, and the group sizes); the JIT specializes them, and the gate compiles them so
-#: as well as unspecialized (:func:`volta_core.kernels.gate.gate_variants`).
+#: as well as unspecialized (:func:`volta_devkit.gate.gate_variants`).
 _MODEL_DIVISIBLE = ("N", "K", "KW", "GROUP", "stride_xm", "stride_om")
 _SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
 _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")

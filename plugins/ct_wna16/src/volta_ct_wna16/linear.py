@@ -33,7 +33,7 @@ from vllm.model_executor.parameter import (
     PackedvLLMParameter,
 )
 
-from volta_core.types import QuantConfig, QuantLayer
+from volta_core import QuantConfig, QuantLayer
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import (
     SCALE_DTYPES,

@@ -32,7 +32,7 @@ from vllm.model_executor.layers.fused_moe import (
 from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
-from volta_core.types import QuantConfig, QuantLayer
+from volta_core import QuantConfig, QuantLayer
 from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import (

@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from volta_core.kernels.counters import arrival_counters, zeroed_accumulators
+from volta_core.kernel_api import arrival_counters, zeroed_accumulators
 from volta_ct_wna16 import configs
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import Blocks

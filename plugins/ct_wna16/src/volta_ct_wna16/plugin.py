@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from volta_core import hookimpl
-from volta_core.device import Device
-from volta_core.types import (
+from volta_core import (
+    Device,
     KernelConfig,
     LayerKind,
     QuantClaim,
@@ -23,6 +22,7 @@ from volta_core.types import (
     QuantDecline,
     QuantLayer,
     QuantMethodSpec,
+    hookimpl,
 )
 from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 

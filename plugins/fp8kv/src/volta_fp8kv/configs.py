@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import itertools
 
-from volta_core.device import Device
-from volta_core.types import KernelConfig
+from volta_core import Device, KernelConfig
 
 #: The padded head sizes (next power of two of ``max(head_size_k, head_size_v)``) configured:
 #: 64 up to 512 (Gemma 4's global layers use 512). Each comes ``FULL`` (both head sizes equal

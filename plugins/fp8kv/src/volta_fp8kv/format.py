@@ -65,7 +65,7 @@ class CacheFormat(str, enum.Enum):
 
     @property
     def kernel_code(self) -> int:
-        """The ``FMT`` constexpr of the kernels (see :mod:`volta_core.kernels.fp8`)."""
+        """The ``FMT`` constexpr of the kernels (see :mod:`volta_core.kernel_api`)."""
         return {CacheFormat.FLOAT16: 0, CacheFormat.FP8_E5M2: 1, CacheFormat.FP8_E4M3: 2}[self]
 
     @property

@@ -7,9 +7,7 @@ pure Python: loading this module imports no torch, triton or vLLM and compiles n
 
 from __future__ import annotations
 
-from volta_core.device import Device
-from volta_core.hookspecs import hookimpl
-from volta_core.types import KernelConfig, KVRequest, KVVerdict
+from volta_core import Device, KernelConfig, KVRequest, KVVerdict, hookimpl
 from volta_fp8kv import configs, policy
 
 VOLTA_HOST_API = "1.0"

@@ -18,7 +18,7 @@ Kept free of torch and triton: loading the plugin must not import them.
 
 from __future__ import annotations
 
-from volta_core.types import (
+from volta_core import (
     FP8_KV_CACHE_DTYPES,
     CheckpointKV,
     KVRequest,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 
-from volta_core.types import ReasoningSplit
+from volta_core import ReasoningSplit
 
 #: Qwen chat templates start the assistant turn of the generation prompt with this marker.
 ASSISTANT_TURN = "<|im_start|>assistant"

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from volta_core import hookimpl
-from volta_core.errors import ReasoningTextLost
-from volta_core.resolution.reasoning import check_no_text_lost
-from volta_core.types import ReasoningContext, ReasoningParserSpec, ReasoningSplit
+from volta_core import (
+    ReasoningContext,
+    ReasoningParserSpec,
+    ReasoningSplit,
+    ReasoningTextLost,
+    check_no_text_lost,
+    hookimpl,
+)
 from volta_reasoning.parser import Qwen3ReasoningParser
 
 VOLTA_HOST_API = "1.0"

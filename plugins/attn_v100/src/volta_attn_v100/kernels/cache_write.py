@@ -2,7 +2,7 @@
 
 The fp8 codes are the fp8kv plugin's format, ``code = fp8(x * (1/scale))`` rounded once to
 nearest even from float32 and saturated (57344 for e5m2, 448 for e4m3), produced by the host's
-shared codec (:mod:`volta_core.kernels.fp8`) so this cache holds exactly what the fp8kv kernels
+shared codec (:mod:`volta_core.kernel_api`) so this cache holds exactly what the fp8kv kernels
 would write.
 The reciprocal scales are formed by the caller in IEEE float32. No fp8 conversion instruction is
 used: SM70 lacks one and the Triton interpreter gets them wrong (docs/kernels.md#sm70-facts).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_core.kernels.fp8 import quantize_tile
+from volta_core.kernel_api import quantize_tile
 
 
 @triton.jit

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from volta_attn_v100 import configs
-from volta_core.kernels.fp8 import dequantize_tile
+from volta_core.kernel_api import dequantize_tile
 
 #: ``FP8_DECODE`` values (:func:`volta_attn_v100.configs.fp8_decode`) as kernel constants.
 E5M2_NATIVE = tl.constexpr(configs.FP8_E5M2_NATIVE)

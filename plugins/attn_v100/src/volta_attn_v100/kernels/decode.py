@@ -7,7 +7,7 @@ so the context is split into ``num_splits`` partitions. Each partition's program
 unnormalised partial result (``acc``, running max ``m``, sum ``l``) and counts itself in on its
 (sequence, KV program) arrival counter; the program that arrives last combines every partition
 and the attention sinks and writes the output, then sets the counter back to zero
-(:mod:`volta_core.kernels.counters`). No second kernel: at batch 1 a decode step is a few
+(:mod:`volta_core.kernel_api`). No second kernel: at batch 1 a decode step is a few
 microseconds of reading, as long as one extra launch inside a CUDA graph. With one partition
 the program normalises its own rows and writes the output directly.
 

@@ -2,7 +2,7 @@
 
 One program per (block of ``BLOCK_T`` tokens, KV head): it loads the tokens' slots once and
 their K and V rows, multiplies by the head's reciprocal scale, encodes with the host's shared
-codec (:mod:`volta_core.kernels.fp8`) and stores into the packed
+codec (:mod:`volta_core.kernel_api`) and stores into the packed
 ``[.., head_size_k + head_size_v]`` entries. A scalar scale is read through a stride of 0, so
 per-tensor and per-head scales run the same code.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_core.kernels.fp8 import quantize_tile
+from volta_core.kernel_api import quantize_tile
 
 
 @triton.jit

@@ -11,7 +11,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_core.kernels.fp8 import dequantize_tile
+from volta_core.kernel_api import dequantize_tile
 
 
 @triton.jit

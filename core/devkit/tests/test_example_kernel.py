@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from volta_core.kernels.example import rms_norm, rms_norm_kernel, rms_norm_reference  # noqa: E402
-from volta_core.kernels.testing import assert_rel_close, poison_, rel_error  # noqa: E402
+from volta_devkit.example import rms_norm, rms_norm_kernel, rms_norm_reference  # noqa: E402
+from volta_devkit.testing import assert_rel_close, poison_, rel_error  # noqa: E402
 
 FP16_TOL = 2e-3  # fp16 output rounding (2^-11 relative) over fp32 arithmetic
 FP32_TOL = 1e-5

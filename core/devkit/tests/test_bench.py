@@ -1,6 +1,6 @@
 """The benchmark harness's CPU-side parts: suite loading, the table, the chart.
 
-Timing itself needs a GPU: ``python -m volta_core.kernels.bench_selfcheck`` on the device
+Timing itself needs a GPU: ``python -m volta_devkit.bench_selfcheck`` on the device
 machine checks it (see docs/kernels.md for the measured figures).
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from volta_core.kernels import bench
+from volta_devkit import bench
 
 
 def _record() -> dict[str, object]:
@@ -76,7 +76,7 @@ def test_a_module_without_cases_is_refused(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_selfcheck_suite_declares_paired_cases() -> None:
-    from volta_core.kernels import bench_selfcheck
+    from volta_devkit import bench_selfcheck
 
     pytest.importorskip("torch")
     cases = list(bench_selfcheck.cases())

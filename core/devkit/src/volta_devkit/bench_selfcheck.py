@@ -1,13 +1,13 @@
 """The harness checks itself: its copy ceiling against a plain torch copy, and a real kernel.
 
-Run on a GPU with ``python -m volta_core.kernels.bench_selfcheck --out DIR``. Besides the
+Run on a GPU with ``python -m volta_devkit.bench_selfcheck --out DIR``. Besides the
 ordinary suite (the example RMSNorm kernel against torch's ``rms_norm`` and the copy ceiling),
 it times a plain device-to-device ``torch`` copy in the simplest way, apart from the harness
 (host clock around many back-to-back copies, synchronized at both ends), and prints the
 harness's copy bandwidth, the plain figure and their ratio last. Issue 3 asks for the two to
 agree within 15%.
 
-The graph timer (:func:`volta_core.kernels.bench.time_cuda_graph`) is checked the same way: on
+The graph timer (:func:`volta_devkit.bench.time_cuda_graph`) is checked the same way: on
 the largest shape, where a launch's latency is negligible beside the kernel, the kernel's time
 inside a graph must agree with its eager time within the same 15%; on the smallest shape the
 graph time shows how much of the eager figure was launch latency.
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from volta_core.kernels.bench import COPY_BYTES, Case, format_table, run_suite
+from volta_devkit.bench import COPY_BYTES, Case, format_table, run_suite
 
 #: Agreement issue 3 asks for between the harness's copy figure and a plain torch copy.
 COPY_AGREEMENT = 0.15
@@ -40,7 +40,7 @@ def cases() -> Iterable[Case]:
     """RMSNorm (fp16) of the example kernel and of torch at LLM sizes."""
     import torch
 
-    from volta_core.kernels.example import rms_norm
+    from volta_devkit.example import rms_norm
 
     for rows, cols in SHAPES:
 
@@ -98,7 +98,7 @@ def plain_torch_copy_gbps(nbytes: int = COPY_BYTES, copies: int = 200) -> float:
 
 def main(out: Path | str) -> dict[str, Any]:
     out = Path(out)
-    record = run_suite("volta_core.kernels.bench_selfcheck", cases(), out)
+    record = run_suite("volta_devkit.bench_selfcheck", cases(), out)
     harness = record["ceilings"]["copy_gbps"]
     plain = plain_torch_copy_gbps()
     ratio = harness / plain

@@ -1,8 +1,7 @@
 """pytest plugin for kernel tests: the ``gpu`` marker, the Triton interpreter on CPU, checks.
 
-Registered through core's ``pytest11`` entry point (``volta_kernels``), so every pytest run in an
-environment with ``vllm-volta-core`` installed loads it; elsewhere (the GPU machine, with the
-sources on ``PYTHONPATH``) load it with ``-p volta_core.kernels.testing``.
+Opt-in, never auto-loaded (it changes how a suite runs): a project loads it with
+``-p volta_devkit.testing`` (each vllm-volta distribution's ``addopts`` does).
 
 * The ``gpu`` marker: tests that need a CUDA device. Without one they are skipped with the
   reason; ``pytest -m gpu`` selects only them.

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from volta_core.kernels.gate import make_ast_source
+from volta_devkit.gate import make_ast_source
 
 
 class NewStyle:
@@ -56,7 +56,7 @@ def test_installed_triton_accepts_the_shim() -> None:
     pytest.importorskip("triton")
     from triton.compiler import ASTSource
 
-    from volta_core.kernels.example import rms_norm_kernel
+    from volta_devkit.example import rms_norm_kernel
 
     # ASTSource only reads the argument names here (JIT and interpreted functions have them).
     names = list(rms_norm_kernel.arg_names)

@@ -14,13 +14,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from volta_core.kernels.gate import (  # noqa: E402
+from volta_core.types import KernelConfig  # noqa: E402
+from volta_devkit.gate import (  # noqa: E402
     assert_gate_passes,
     check_kernel_config,
     compiled,
     gate_variants,
 )
-from volta_core.kernels.read_floor import (  # noqa: E402
+from volta_devkit.read_floor import (  # noqa: E402
     WORD_ALIGN,
     check_sources,
     kernel_configs,
@@ -29,8 +30,7 @@ from volta_core.kernels.read_floor import (  # noqa: E402
     stream_read_kernel,
     xor_per_program,
 )
-from volta_core.kernels.testing import poison_  # noqa: E402
-from volta_core.types import KernelConfig  # noqa: E402
+from volta_devkit.testing import poison_  # noqa: E402
 
 
 def _words(n: int, device: str) -> torch.Tensor:

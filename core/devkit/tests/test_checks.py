@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from volta_core.kernels.testing import (  # noqa: E402
+from volta_devkit.testing import (  # noqa: E402
     POISON_BYTE,
     assert_rel_close,
     poison_,

@@ -12,8 +12,9 @@ import pytest
 triton = pytest.importorskip("triton")
 tl = triton.language
 
-from volta_core.kernels import example  # noqa: E402
-from volta_core.kernels.gate import (  # noqa: E402
+from volta_core.types import KernelConfig  # noqa: E402
+from volta_devkit import example  # noqa: E402
+from volta_devkit.gate import (  # noqa: E402
     MAX_SHARED_BYTES,
     assert_gate_passes,
     check_kernel_config,
@@ -22,7 +23,6 @@ from volta_core.kernels.gate import (  # noqa: E402
     gate_variants,
     sass_histogram,
 )
-from volta_core.types import KernelConfig  # noqa: E402
 
 
 @triton.jit
@@ -139,7 +139,7 @@ def test_compile_errors_are_reported_not_raised() -> None:
 
 
 def test_kernel_config_that_cannot_be_imported_is_a_problem() -> None:
-    cfg = KernelConfig("ghost", "volta_core.kernels.example:no_such_kernel", {})
+    cfg = KernelConfig("ghost", "volta_devkit.example:no_such_kernel", {})
     report = check_kernel_config(cfg)
     assert not report.passed
     assert "cannot import kernel" in report.problems[0]

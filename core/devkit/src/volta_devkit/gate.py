@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from volta_core.types import KernelConfig
+from volta_core import KernelConfig
 
 #: Volta's largest shared-memory allocation per block (opt-in above 48 KB).
 MAX_SHARED_BYTES = 96 * 1024
@@ -381,7 +381,7 @@ class _Worker:
         env = {k: v for k, v in os.environ.items() if k != _INTERPRET_ENV}
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from volta_core.kernels.gate import _serve; _serve()"],
+            [sys.executable, "-c", "from volta_devkit.gate import _serve; _serve()"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,

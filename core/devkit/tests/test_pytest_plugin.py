@@ -1,7 +1,7 @@
-"""The ``volta_kernels`` pytest plugin, seen from a separate pytest run as a plugin's tests see it.
+"""The kernel-test pytest plugin, seen from a separate pytest run as a plugin's tests see it.
 
-The inner run gets the plugin the way every run in this environment does: through core's
-``pytest11`` entry point, installed by pip (no ``-p``).
+The plugin is opt-in: the inner run loads it with ``-p volta_devkit.testing``, as every
+vllm-volta distribution's ``addopts`` does, and a run without it is left alone.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from volta_core.kernels import testing
+from volta_devkit import testing
 
 INNER = """
 import os
@@ -43,13 +43,28 @@ def test_needs_gpu():
 """
 
 
-def test_entry_point_is_installed() -> None:
-    try:
-        metadata.distribution("vllm-volta-core")
-    except metadata.PackageNotFoundError:
-        pytest.skip("vllm-volta-core is not installed here (sources on PYTHONPATH)")
-    eps = {ep.name: ep.value for ep in metadata.entry_points(group="pytest11")}
-    assert eps.get("volta_kernels") == "volta_core.kernels.pytest_entry"
+def test_no_distribution_loads_it_into_every_pytest_run() -> None:
+    loaders = [
+        f"{ep.dist.name if ep.dist else '?'}: {ep.name} = {ep.value}"
+        for ep in metadata.entry_points(group="pytest11")
+        if ep.value.startswith(("volta_core", "volta_devkit"))
+    ]
+    assert loaders == []
+
+
+@pytest.mark.skipif(testing.cuda_available(), reason="checks the CPU-only behaviour")
+def test_a_run_that_does_not_opt_in_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "test_inner.py").write_text(
+        "import os\n\ndef test_no_interpreter():\n"
+        "    assert os.environ.get('TRITON_INTERPRET') is None\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != testing.INTERPRET_ENV}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "volta kernels" not in run.stdout
 
 
 @pytest.mark.skipif(testing.cuda_available(), reason="checks the CPU-only behaviour")
@@ -57,8 +72,8 @@ def test_cpu_only_run_interprets_and_skips_gpu_tests(tmp_path: Path) -> None:
     (tmp_path / "test_inner.py").write_text(INNER)
     env = {k: v for k, v in os.environ.items() if k != testing.INTERPRET_ENV}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--strict-markers", "-rs",
-         str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "volta_devkit.testing",
+         "--strict-markers", "-rs", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
     )  # fmt: skip
     out = run.stdout + run.stderr
@@ -68,9 +83,8 @@ def test_cpu_only_run_interprets_and_skips_gpu_tests(tmp_path: Path) -> None:
     assert "volta kernels: no CUDA device" in out, out
 
     selected = subprocess.run(
-        # -p as on the GPU machine: with the entry point installed too, it must load once.
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
-         "volta_core.kernels.testing", "-m", "gpu", str(tmp_path)],
+         "volta_devkit.testing", "-m", "gpu", str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert "1 skipped, 3 deselected" in selected.stdout, selected.stdout + selected.stderr

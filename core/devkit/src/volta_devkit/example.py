@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
-from volta_core.types import KernelConfig
+from volta_core import KernelConfig
 
 if TYPE_CHECKING:
     import torch
@@ -105,7 +105,7 @@ def sm70_kernel_configs(dtype: str = "fp16") -> list[KernelConfig]:
         configs.append(
             KernelConfig(
                 name=f"rms_norm_{dtype}_n{n_cols}",
-                kernel="volta_core.kernels.example:rms_norm_kernel",
+                kernel="volta_devkit.example:rms_norm_kernel",
                 signature={
                     "x_ptr": f"*{dtype}",
                     "w_ptr": f"*{dtype}",

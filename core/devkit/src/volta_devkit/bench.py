@@ -14,7 +14,7 @@ exceed the L2 cache (so the cache is not what gets measured), and writes:
 
 A plugin's suite is a module with a function ``cases() -> Iterable[Case]`` (build inputs inside
 the ``make_inputs`` callables, not at import). Run it with
-``python -m volta_core.kernels.bench volta_<name>.bench --out DIR``, or give the module a
+``python -m volta_devkit.bench volta_<name>.bench --out DIR``, or give the module a
 ``if __name__ == "__main__": raise SystemExit(run_cli(__name__))`` and run
 ``python -m volta_<name>.bench --out DIR``. torch, triton and matplotlib are imported inside.
 """

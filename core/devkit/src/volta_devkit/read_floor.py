@@ -5,7 +5,7 @@ with a 1 GiB copy. A decode GEMV reads far less (ct_wna16's 5120x5120 4-bit laye
 and a read that small has fixed costs a 1 GiB copy hides: the launch inside a CUDA graph, the
 first loads' latency, the tail where the last programs finish alone. :func:`read_floor` times,
 in the same run and with the same graph timing the plugins' decode cases use
-(:func:`volta_core.kernels.bench.time_cuda_graph`), a kernel that does nothing but read the same
+(:func:`volta_devkit.bench.time_cuda_graph`), a kernel that does nothing but read the same
 number of bytes, so that "ours over the floor" separates the part of a gap a kernel could
 remove from the part no kernel can.
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import triton
 import triton.language as tl
 
-from volta_core.types import KernelConfig
+from volta_core import KernelConfig
 
 if TYPE_CHECKING:
     import torch
@@ -140,7 +140,7 @@ def kernel_configs() -> list[KernelConfig]:
     return [
         KernelConfig(
             name=f"stream_read_b{block}_w{NUM_WARPS}_s{stages}",
-            kernel="volta_core.kernels.read_floor:stream_read_kernel",
+            kernel="volta_devkit.read_floor:stream_read_kernel",
             signature={
                 "src_ptr": "*i32",
                 "out_ptr": "*i32",
@@ -206,7 +206,7 @@ def read_floor(
     """Time :func:`stream_read_kernel` over ``srcs`` for each candidate and return the fastest.
 
     Pass several same-sized CUDA tensors (together several times the L2 size, as
-    :func:`volta_core.kernels.bench.rotation_count` counts) so successive calls in the graph
+    :func:`volta_devkit.bench.rotation_count` counts) so successive calls in the graph
     read from HBM, not L2. Each candidate's output is checked against :func:`xor_per_program`
     once before it is timed; a mismatch raises :class:`RuntimeError`. ``blocks`` and ``stages``
     choose among :data:`BLOCKS` and :data:`STAGES` only, the launches :func:`kernel_configs`
@@ -214,7 +214,7 @@ def read_floor(
     """
     import torch
 
-    from volta_core.kernels.bench import time_cuda_graph
+    from volta_devkit.bench import time_cuda_graph
 
     nbytes = check_sources(srcs)
     if not programs_per_sm or any(p <= 0 for p in programs_per_sm):

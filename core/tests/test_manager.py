@@ -258,3 +258,60 @@ def test_malformed_declarations_are_refused(
     with pytest.raises(PluginError, match=r"'bad'.*volta_reasoning_parsers.*names are letters"):
         manager.register(plugin, "bad")
     assert manager.pm.get_plugin("bad") is None
+
+
+class _VerdictWrapper:
+    """A plugin whose only implementation wraps every plugin's KV verdict (pluggy new-style)."""
+
+    VOLTA_HOST_API = "1.0"
+
+    def __init__(self, *, breaks: bool = False) -> None:
+        self.seen: list[object] = []
+        self.breaks = breaks
+
+    @hookimpl(wrapper=True)
+    def volta_kv_cache_verdict(self, request: KVRequest) -> Any:
+        answers = yield
+        if self.breaks:
+            raise RuntimeError("wrapper exploded")
+        self.seen.append(answers)
+        return answers
+
+
+def test_hooks_run_through_pluggy_so_wrappers_and_monitoring_see_each_plugin(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    manager.register(fake_plugin(volta_kv_cache_verdict=KVVerdict.reject("no")), "strict")
+    manager.register(fake_plugin(volta_kv_cache_verdict=KVVerdict.accept("fine")), "easy")
+    wrapper = _VerdictWrapper()
+    manager.register(wrapper, "watcher")
+    called: list[list[str]] = []
+    manager.pm.add_hookcall_monitoring(
+        lambda name, impls, kwargs: called.append([i.plugin_name for i in impls]),
+        lambda outcome, name, impls, kwargs: None,
+    )
+
+    decision = manager.decide_kv_cache(KVRequest("fp8_e5m2", CheckpointKV(), V100))
+
+    # One pluggy call per plugin, each holding that plugin and the wrapper; answers attributed.
+    assert sorted(map(sorted, called)) == [["easy", "watcher"], ["strict", "watcher"]]
+    assert sorted(str(seen) for seen in wrapper.seen) == sorted(
+        str([v]) for v in (KVVerdict.reject("no"), KVVerdict.accept("fine"))
+    )
+    assert decision.accepted is False
+    assert decision.reasons == ("strict: no",)
+
+
+def test_a_wrapper_that_breaks_calls_is_disabled_and_answers_are_kept(
+    manager: VoltaPluginManager, fake_plugin: Any
+) -> None:
+    manager.register(fake_plugin(volta_kv_cache_verdict=KVVerdict.accept("fine")), "easy")
+    manager.register(_VerdictWrapper(breaks=True), "breaker")
+
+    decision = manager.decide_kv_cache(KVRequest("fp8_e5m2", CheckpointKV(), V100))
+
+    assert decision.accepted is True
+    assert [name for name, _ in decision.verdicts] == ["easy"]
+    assert manager.records["breaker"].status is PluginStatus.FAILED
+    assert "wrapper exploded" in manager.records["breaker"].error
+    assert manager.records["easy"].status is PluginStatus.LOADED

@@ -18,6 +18,7 @@ from volta_core.errors import (
     VoltaError,
 )
 from volta_core.hookspecs import hookimpl
+from volta_core.kv_cache_ops import KVCacheWriter, kv_cache_writer
 from volta_core.manager import (
     ENTRY_POINT_GROUP,
     HOST_API_VERSION,
@@ -31,11 +32,13 @@ from volta_core.types import (
     ACTIVATION_DTYPES,
     FP8_KV_CACHE_DTYPES,
     KV_CACHE_DTYPES,
+    PACKED_KV_LAYOUT,
     AttentionBackendSpec,
     AttentionFeature,
     AttentionLayer,
     CheckpointKV,
     KernelConfig,
+    KVCacheOpsSpec,
     KVRequest,
     KVScaleScheme,
     KVVerdict,
@@ -60,6 +63,7 @@ __all__ = [
     "FP8_KV_CACHE_DTYPES",
     "HOST_API_VERSION",
     "KV_CACHE_DTYPES",
+    "PACKED_KV_LAYOUT",
     "V100",
     "AttentionBackendSpec",
     "AttentionFeature",
@@ -67,6 +71,8 @@ __all__ = [
     "CheckpointKV",
     "Device",
     "KVCacheDtypeRejected",
+    "KVCacheOpsSpec",
+    "KVCacheWriter",
     "KVRequest",
     "KVScaleScheme",
     "KVVerdict",
@@ -92,5 +98,6 @@ __all__ = [
     "check_no_text_lost",
     "get_plugin_manager",
     "hookimpl",
+    "kv_cache_writer",
     "parse_device",
 ]

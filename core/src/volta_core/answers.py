@@ -23,6 +23,7 @@ from volta_core.errors import PluginError
 from volta_core.types import (
     AttentionBackendSpec,
     KernelConfig,
+    KVCacheOpsSpec,
     KVVerdict,
     QuantClaim,
     QuantDecline,
@@ -42,6 +43,7 @@ LIST_HOOKS: dict[str, type] = {
     "volta_quant_methods": QuantMethodSpec,
     "volta_reasoning_parsers": ReasoningParserSpec,
     "volta_kernel_configs": KernelConfig,
+    "volta_kv_cache_ops": KVCacheOpsSpec,
 }
 
 #: Hooks answering one declaration or None, and the types it may be.

@@ -16,7 +16,10 @@ from typing import Any
 from volta_core import builtins
 from volta_core.answers import InvalidAnswer, check_names
 from volta_core.errors import DuplicateDeclarationError
-from volta_core.types import AttentionBackendSpec
+from volta_core.types import AttentionBackendSpec, KVCacheOpsSpec
+
+#: The canonical dtypes a KV cache stores (``auto`` and ``fp8`` are spelled out first).
+CACHE_DTYPES = frozenset({"float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"})
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("volta_attention_backends", "attention backend", builtins.RESERVED_BACKENDS),
     Family("volta_quant_methods", "quant method", builtins.QUANT_METHODS),
     Family("volta_reasoning_parsers", "reasoning parser", builtins.REASONING_PARSERS),
+    Family("volta_kv_cache_ops", "KV-cache format", frozenset()),
 )
 
 
@@ -49,6 +53,11 @@ def check_own(family: Family, declarations: Sequence[Any]) -> tuple[str, ...]:
             raise InvalidAnswer(
                 f"attention backend {decl.name!r} is marked builtin, which only vLLM's own "
                 "backends are (volta_core.builtins)"
+            )
+        if isinstance(decl, KVCacheOpsSpec) and decl.kv_cache_dtype not in CACHE_DTYPES:
+            raise InvalidAnswer(
+                f"KV-cache format {decl.name!r}: the dtype is not one of "
+                f"{', '.join(sorted(CACHE_DTYPES))}"
             )
         if decl.name in family.reserved and not decl.replaces_builtin:
             raise InvalidAnswer(

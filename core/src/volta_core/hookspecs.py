@@ -8,15 +8,20 @@ hooks below with the :data:`hookimpl` marker. Hooks return declarations (see
 
 No hook is ``firstresult`` except :func:`volta_reasoning_postprocess`: the host needs every
 plugin's answer to rank claims by priority, to list every refusal, and to combine verdicts.
-The three declaration hooks (backends, quant methods, parsers) are asked once, when the plugin
-registers, and must answer a list or tuple; the others are called when the host resolves
+The four declaration hooks (backends, quant methods, parsers, KV-cache formats) are asked
+once, when the plugin registers, and must answer a list or tuple; the others are called when the host resolves
 something (the plan command, or vLLM building a layer). None is called at import, so loading
 plugins imports no kernel.
 
 Every answer is checked against the return type below before the host reads it
 (:mod:`volta_core.answers`), and every exception a hook raises is caught: either way the plugin
 is recorded as failed in that hook and disabled, and the other plugins' answers stand
-(``VLLM_VOLTA_STRICT=1`` makes it an error). Hook wrappers are refused at registration.
+(``VLLM_VOLTA_STRICT=1`` makes it an error).
+
+Each plugin's implementation is called through pluggy on its own, together with every hook
+wrapper (``@hookimpl(wrapper=True)``), so wrappers, ``pm.enable_tracing()`` and call monitoring
+see each call while each answer stays attributed to its plugin; what a wrapper returns is
+checked like any answer, and a wrapper that breaks calls is disabled.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from volta_core.device import Device
 from volta_core.types import (
     AttentionBackendSpec,
     KernelConfig,
+    KVCacheOpsSpec,
     KVRequest,
     KVVerdict,
     QuantClaim,
@@ -106,6 +112,17 @@ def volta_reasoning_parsers() -> Iterable[ReasoningParserSpec]:
     """Declare reasoning parsers by name. Names must be unique across plugins.
 
     The adapter registers each with vLLM's ``ReasoningParserManager`` under its name.
+    """
+
+
+@hookspec
+def volta_kv_cache_ops() -> Iterable[KVCacheOpsSpec]:
+    """Declare the KV-cache formats this plugin writes (one dtype in one layout each).
+
+    The plugin that defines a cache format owns its writer: an attention backend declaring a
+    ``kv_cache_layout`` writes through the one format owner the host resolves
+    (:func:`volta_core.kv_cache_writer`), and is refused for a dtype no plugin writes. Two
+    plugins declaring one format are both disabled, like any other declared name.
     """
 
 

@@ -49,6 +49,7 @@ from volta_core.types import (
     AttentionChoice,
     AttentionLayer,
     KernelConfig,
+    KVCacheOpsSpec,
     KVDecision,
     KVRequest,
     QuantClaim,
@@ -254,7 +255,6 @@ class VoltaPluginManager:
         try:
             self.pm.check_pending()
             record.hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
-            self._refuse_wrappers(record)
             declared = self._collect_declarations(record)
         except pluggy.PluginValidationError as exc:
             self.pm.unregister(name=name)
@@ -266,13 +266,6 @@ class VoltaPluginManager:
         self._names.hold(record.provides, name)
         self.records[name] = record
         return record
-
-    def _refuse_wrappers(self, record: PluginRecord) -> None:
-        """Hook wrappers would see other plugins' answers before the host checks them."""
-        for caller in self.pm.get_hookcallers(self.pm.get_plugin(record.name)) or ():
-            for impl in caller.get_hookimpls():
-                if impl.plugin_name == record.name and (impl.hookwrapper or impl.wrapper):
-                    raise PluginError(f"{record.label}: {caller.name} is a hook wrapper")
 
     def _collect_declarations(self, record: PluginRecord) -> dict[str, tuple[Any, ...]]:
         """Ask the new plugin's declaration hooks, check every answer and the names' rules."""
@@ -436,19 +429,61 @@ class VoltaPluginManager:
     # -- attributed, checked hook calls -----------------------------------------------
 
     def _impls(self, hook: str) -> list[pluggy.HookImpl]:
-        """The hook's implementations in pluggy's call order (last registered first)."""
-        return list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        """The hook's answering implementations (wrappers left out) in pluggy's call order
+        (last registered first)."""
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        return [i for i in reversed(impls) if not (i.wrapper or i.hookwrapper)]
 
     def _call_impl(self, impl: pluggy.HookImpl, hook: str, kwargs: Mapping[str, Any]) -> Any:
-        """Call one implementation and check its answer; raise :class:`_HookFailed`."""
+        """Call one plugin's implementation through pluggy and check its answer; raise
+        :class:`_HookFailed`.
+
+        The call goes through a pluggy hook caller holding that implementation and every hook
+        wrapper, so wrappers and pluggy's tracing and call monitoring see it, and the answer
+        stays the plugin's own. A wrapper cannot pass anything unchecked: the host checks what
+        comes out. If the call fails but the implementation alone answers, the wrappers broke
+        it: their plugins are disabled and the plain answer is kept.
+        """
+        caller = self._subset_caller(hook, impl.plugin_name)
         try:
-            answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            result = caller(**kwargs)
+            # pluggy gives a list of the non-None answers, or the first one for firstresult.
+            firstresult = caller.spec is not None and caller.spec.opts.get("firstresult")
+            answer = result if firstresult else (result[0] if result else None)
         except Exception as exc:
-            raise _HookFailed(hook, f"raised {_describe(exc)}") from exc
+            answer = self._without_wrappers(impl, hook, kwargs, exc)
         try:
             return check_answer(hook, answer)
         except InvalidAnswer as exc:
             raise _HookFailed(hook, str(exc)) from exc
+
+    def _subset_caller(self, hook: str, name: str) -> Any:
+        """``hook``'s caller with ``name``'s implementation and all wrappers, nothing else."""
+        others = {
+            impl.plugin
+            for impl in getattr(self.pm.hook, hook).get_hookimpls()
+            if impl.plugin_name != name and not (impl.wrapper or impl.hookwrapper)
+        }
+        return self.pm.subset_hook_caller(hook, remove_plugins=others)
+
+    def _without_wrappers(
+        self, impl: pluggy.HookImpl, hook: str, kwargs: Mapping[str, Any], error: Exception
+    ) -> Any:
+        """The implementation's answer called alone, after the wrapped call raised ``error``."""
+        wrappers = [
+            w.plugin_name
+            for w in getattr(self.pm.hook, hook).get_hookimpls()
+            if (w.wrapper or w.hookwrapper) and w.plugin_name != impl.plugin_name
+        ]
+        if not wrappers:
+            raise _HookFailed(hook, f"raised {_describe(error)}") from error
+        try:
+            answer = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+        except Exception as exc:
+            raise _HookFailed(hook, f"raised {_describe(exc)}") from exc
+        for name in wrappers:
+            self._disable(name, hook, f"its hook wrapper broke the call: {_describe(error)}")
+        return answer
 
     def _call_own(self, name: str, hook: str) -> tuple[Any, ...]:
         """One plugin's answer to a declaration hook (empty when it does not implement it)."""
@@ -491,8 +526,33 @@ class VoltaPluginManager:
             (plugin, family.hook, decl.name)
             for family in FAMILIES
             for plugin, decl in self._declarations(family.hook)
-            if decl.replaces_builtin
+            if getattr(decl, "replaces_builtin", False)
         ]
+
+    def kv_cache_formats(self) -> list[tuple[str, KVCacheOpsSpec]]:
+        """Every declared KV-cache format (``layout.dtype``), with the plugin that writes it."""
+        return self._declarations("volta_kv_cache_ops")
+
+    def kv_cache_format(
+        self, layout: str, kv_cache_dtype: str
+    ) -> tuple[str, KVCacheOpsSpec] | None:
+        """The plugin that writes ``kv_cache_dtype`` (canonical) in ``layout``, and its spec."""
+        for plugin, spec in self.kv_cache_formats():
+            if spec.layout == layout and spec.kv_cache_dtype == kv_cache_dtype:
+                return plugin, spec
+        return None
+
+    def cache_writer(self, backend: AttentionBackendSpec, kv_cache_dtype: str) -> str:
+        """Who writes a layer's KV cache under ``backend``: the plugin owning the format for a
+        backend that declares a ``kv_cache_layout``, else vLLM (built-ins) or the backend's
+        own plugin."""
+        if backend.kv_cache_layout:
+            owner = self.kv_cache_format(backend.kv_cache_layout, kv_cache_dtype)
+            return f"plugin {owner[0]}" if owner else "none"
+        if backend.builtin:
+            return "vLLM"
+        plugins = [p for p, spec in self.attention_backends() if spec == backend]
+        return f"plugin {plugins[0]}" if plugins else "vLLM"
 
     def kernel_configs(self, device: Device) -> list[tuple[str, KernelConfig]]:
         return [
@@ -514,7 +574,8 @@ class VoltaPluginManager:
         taken = {spec.name for spec in candidates}
         named = builtins.NAMED_ONLY_BACKENDS if forced is not None else ()
         fallbacks = [b for b in (*builtins.BUILTIN_BACKENDS, *named) if b.name not in taken]
-        return select_backend(layer, device, [*candidates, *fallbacks], forced)
+        formats = frozenset(spec.name for _, spec in self.kv_cache_formats())
+        return select_backend(layer, device, [*candidates, *fallbacks], forced, formats)
 
     def backend_names(self) -> list[str]:
         """Every name ``--attention-backend`` accepts: plugin backends and the built-ins."""

@@ -65,6 +65,8 @@ class LayerPlan:
     backend: str | None = None
     fallback_reasons: tuple[str, ...] = ()
     error: str | None = None
+    cache_writer: str | None = None
+    """Who writes the layer's KV cache: ``plugin NAME`` or ``vLLM``."""
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,9 @@ def _plan_layer(
     except NoAttentionBackendError as exc:
         return LayerPlan(layer, error=exc.summary)
     reasons = tuple(f"{r.backend}: {r.reason}" for r in choice.refusals)
-    return LayerPlan(layer, choice.backend.name, reasons)
+    kv_dtype = canonical_kv_dtype(options.kv_cache_dtype, activation)
+    writer = manager.cache_writer(choice.backend, kv_dtype)
+    return LayerPlan(layer, choice.backend.name, reasons, cache_writer=writer)
 
 
 def _quant_entry(resolution: QuantResolution, model: ModelDescription) -> QuantPlan:
@@ -302,6 +306,7 @@ def plan_as_dict(plan: Plan) -> dict[str, Any]:
                 "type": lp.layer.layer_type,
                 "head_size": lp.layer.head_size or None,
                 "backend": lp.backend,
+                "kv_cache_writer": lp.cache_writer,
                 "fallback_reasons": list(lp.fallback_reasons),
                 "error": lp.error,
             }
@@ -376,12 +381,13 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
             lp.layer.num_kv_heads,
             lp.layer.sliding_window,
             lp.backend,
+            lp.cache_writer,
             lp.fallback_reasons,
             lp.error,
         )
         groups.setdefault(key, []).append(lp.layer.index)
     for key, indices in groups.items():
-        layer_type, head, heads, kv_heads, window, backend, reasons, error = key
+        layer_type, head, heads, kv_heads, window, backend, writer, reasons, error = key
         label = f"  layers {_ranges(indices)}: {layer_type}"
         if not head:
             lines.append(f"{label}: no paged KV cache (handled by the model's own layer)")
@@ -389,7 +395,8 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
         shape = f"head size {head}, {heads}/{kv_heads} heads" + (
             f", window {window}" if window else ""
         )
-        lines.append(f"{label}, {shape} -> {backend or 'NONE'}")
+        written = f" (KV cache written by {writer})" if writer else ""
+        lines.append(f"{label}, {shape} -> {backend or 'NONE'}{written}")
         lines += [f"      fallback: {r}" for r in reasons]
         if error:
             lines.append(f"      error: {error}")

@@ -86,6 +86,10 @@ class AttentionBackendSpec:
     replaces_builtin: bool = False
     """The plugin means to take the name of one of vLLM's own backends (the plan says so);
     without it such a name is refused, so a plugin never shadows a built-in by accident."""
+    kv_cache_layout: str = ""
+    """The KV-cache layout whose writer the host provides (:class:`KVCacheOpsSpec`): the backend
+    writes its cache through the plugin that owns the format, and is refused for a KV-cache
+    dtype no plugin writes in that layout. Empty: the backend writes its own cache."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "head_sizes", _frozen(self.head_sizes))
@@ -363,6 +367,41 @@ class ReasoningContext:
     delta: str = ""
     in_reasoning: bool | None = None
     """Whether the prompt left a think block open (None: the engine did not say)."""
+
+
+#: The paged KV-cache layout the Volta kernels share: ``[num_blocks, num_kv_heads, block_size,
+#: head_size_k + head_size_v]``, K and V packed in each slot's last dimension.
+PACKED_KV_LAYOUT = "packed"
+
+
+@dataclass(frozen=True)
+class KVCacheOpsSpec:
+    """How one KV-cache format is written, declared by the plugin that defines the format.
+
+    The format is ``kv_cache_dtype`` (canonical: ``float16``, ``fp8_e5m2``, ``fp8_e4m3``) in
+    ``layout``; one plugin owns each, and an attention backend that declares the layout
+    (``AttentionBackendSpec.kv_cache_layout``) writes its cache through it. ``impl`` names the
+    write function by import path; it is called as::
+
+        write(key, value, kv_cache, slot_mapping, *, kv_cache_dtype, k_scale, v_scale,
+              check_values)
+
+    with ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]``, the cache in ``layout``,
+    negative slots skipped, ``k_scale``/``v_scale`` the layer's scales (a tensor of one element
+    or one per KV head, or None for an unscaled format), and ``check_values`` asking it to check
+    slots and scale values against the cache (which reads them back to the host; the engine's
+    step passes False).
+    """
+
+    kv_cache_dtype: str
+    impl: str
+    layout: str = PACKED_KV_LAYOUT
+    description: str = ""
+
+    @property
+    def name(self) -> str:
+        """The format's name, ``layout.dtype`` (what two plugins may not both declare)."""
+        return f"{self.layout}.{self.kv_cache_dtype}"
 
 
 @dataclass(frozen=True)

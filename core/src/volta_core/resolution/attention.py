@@ -19,8 +19,16 @@ def _cap(capability: tuple[int, int]) -> str:
     return f"{capability[0]}.{capability[1]}"
 
 
-def refusal_reason(spec: AttentionBackendSpec, layer: AttentionLayer, device: Device) -> str | None:
+def refusal_reason(
+    spec: AttentionBackendSpec,
+    layer: AttentionLayer,
+    device: Device,
+    kv_cache_formats: frozenset[str] = frozenset(),
+) -> str | None:
     """Why ``spec`` cannot run ``layer`` on ``device``, or None when it can.
+
+    ``kv_cache_formats`` names the KV-cache formats plugins write (``layout.dtype``): a
+    backend that writes through the host (``kv_cache_layout``) needs the layer's.
 
     Checks run in a fixed order and the first failing one is reported, so a plan reads the
     same every time.
@@ -43,6 +51,11 @@ def refusal_reason(spec: AttentionBackendSpec, layer: AttentionLayer, device: De
     needed = spec.kv_dtype_min_capability.get(kv_dtype)
     if needed is not None and device.capability < needed:
         return f"KV-cache dtype {kv_dtype} needs compute capability {_cap(needed)} or newer"
+    if spec.kv_cache_layout and f"{spec.kv_cache_layout}.{kv_dtype}" not in kv_cache_formats:
+        return (
+            f"no plugin writes a {kv_dtype} KV cache in its {spec.kv_cache_layout} layout "
+            "(install the plugin that defines the format, vllm-volta-fp8kv)"
+        )
     if spec.block_size_multiple and layer.block_size % spec.block_size_multiple:
         return f"block size {layer.block_size} is not a multiple of {spec.block_size_multiple}"
     missing = sorted(f.value for f in layer.features - spec.features)
@@ -61,6 +74,7 @@ def select_backend(
     device: Device,
     candidates: Sequence[AttentionBackendSpec],
     forced: str | None = None,
+    kv_cache_formats: frozenset[str] = frozenset(),
 ) -> AttentionChoice:
     """Give ``layer`` to the first candidate (in :func:`candidate_order`) that admits it.
 
@@ -77,7 +91,7 @@ def select_backend(
             raise no_backend(layer, device, (refusal,))
     refusals: list[BackendRefusal] = []
     for spec in ordered:
-        reason = refusal_reason(spec, layer, device)
+        reason = refusal_reason(spec, layer, device, kv_cache_formats)
         if reason is None:
             # A backend made for other devices is not a fallback the layer fell through: keep
             # only refusals by backends that target this device.

@@ -9,9 +9,9 @@ hooks below with the :data:`hookimpl` marker. Hooks return declarations (see
 No hook is ``firstresult`` except :func:`volta_reasoning_postprocess`: the host needs every
 plugin's answer to rank claims by priority, to list every refusal, and to combine verdicts.
 The four declaration hooks (backends, quant methods, parsers, KV-cache formats) are asked
-once, when the plugin registers, and must answer a list or tuple; the others are called when the host resolves
-something (the plan command, or vLLM building a layer). None is called at import, so loading
-plugins imports no kernel.
+once, when the plugin registers, and must answer a list or tuple; the others are called when
+the host resolves something (the plan command, or vLLM building a layer). None is called at
+import, so loading plugins imports no kernel.
 
 Every answer is checked against the return type below before the host reads it
 (:mod:`volta_core.answers`), and every exception a hook raises is caught: either way the plugin

@@ -27,10 +27,11 @@ def _test_sources() -> dict[Path, str]:
     return {f: f.read_text() for f in files if f.resolve() != me}
 
 
-def test_the_spec_has_the_four_families_and_the_gate_hook() -> None:
+def test_the_spec_has_the_declaration_families_the_resolutions_and_the_gate_hook() -> None:
     assert HOOKS == [
         "volta_attention_backends",
         "volta_kernel_configs",
+        "volta_kv_cache_ops",
         "volta_kv_cache_verdict",
         "volta_quant_method",
         "volta_quant_methods",

@@ -11,6 +11,7 @@ import functools
 import inspect
 import os
 from collections.abc import Callable
+from importlib import metadata
 from typing import Any
 
 import pytest
@@ -19,9 +20,40 @@ from volta_core import hookimpl, hookspecs
 from volta_core.manager import HOST_API_VERSION, VoltaPluginManager
 from volta_core.types import AttentionBackendSpec
 
+#: The test-only plugins (``tests/plugins`` at the repository root, installed by pip).
+TEST_PLUGINS = "vllm-volta-test-healthy"
+
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("VLLM_VOLTA_TEST_PLUGINS", "1")
+    config.addinivalue_line(
+        "markers",
+        "needs(*distributions): skip unless these distributions are installed (the core's own "
+        "run, `pip install ./core[test]`, has neither the plugins nor the test-only plugins)",
+    )
+
+
+def _installed(distribution: str) -> bool:
+    try:
+        metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip a ``needs`` test, naming what to install, where a distribution is missing."""
+    for item in items:
+        for mark in item.iter_markers("needs"):
+            missing = [d for d in mark.args if not _installed(d)]
+            if missing:
+                where = "./tests/plugins/*" if TEST_PLUGINS in missing else "the repository's"
+                item.add_marker(
+                    pytest.mark.skip(
+                        reason=f"needs {', '.join(missing)} installed (pip install {where} "
+                        "distributions; scripts/dev.sh installs them all)"
+                    )
+                )
 
 
 class FakePlugin:

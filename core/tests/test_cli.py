@@ -123,6 +123,7 @@ def test_plan_of_a_model_directory_and_tensor_parallel(
     assert "4 attention heads do not divide across 3 ranks" in out
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_plan_reports_unrunnable_layers_with_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     # A declared backend (the healthy test plugin's) that admits none of the model's layers.
     code, out, _ = run_cli(
@@ -196,6 +197,7 @@ def test_console_script_bad_input_has_no_traceback() -> None:
     )
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_plugins_lists_status_version_and_what_each_provides(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -220,6 +222,7 @@ def test_plugins_lists_status_version_and_what_each_provides(
     assert "Traceback" not in err
 
 
+@pytest.mark.needs("vllm-volta-attn-v100")
 def test_plan_judges_1cats_flash_attn_v100_when_named(capsys: pytest.CaptureFixture[str]) -> None:
     """1Cat-vLLM's own V100 backend is a name ``--attention-backend`` takes (not a typo): every
     layer goes to it where its kernels have the head size; Gemma-4's 512-dim layers are a

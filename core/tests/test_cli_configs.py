@@ -181,6 +181,7 @@ def test_symlink_loop_and_fifo_get_accurate_messages(
     assert "symbolic link loop" in err
 
 
+@pytest.mark.needs("vllm-volta-test-raising", "vllm-volta-test-garbage")
 @pytest.mark.parametrize("method", ["test-raising", "test-garbage"])
 def test_a_plugin_failing_at_plan_time_is_a_problem_naming_it(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, method: str
@@ -199,6 +200,7 @@ def test_a_plugin_failing_at_plan_time_is_a_problem_naming_it(
     assert "Traceback" not in err
 
 
+@pytest.mark.needs("vllm-volta-test-raising")
 def test_strict_plugin_failure_at_plan_time_is_an_error_naming_plugin_and_hook(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

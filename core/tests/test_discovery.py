@@ -41,6 +41,7 @@ def run_discovery(**env: str) -> tuple[dict[str, Any], str]:
     return json.loads(done.stdout), done.stderr
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_broken_and_incompatible_plugins_are_isolated_and_reported() -> None:
     out, stderr = run_discovery(**TEST_PLUGINS)
     records = out["records"]
@@ -62,6 +63,7 @@ def test_broken_and_incompatible_plugins_are_isolated_and_reported() -> None:
     assert sum("'test_future_api'" in line for line in lines) == 1
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_filter_imports_only_the_named_plugins_and_warns_on_unknown_names() -> None:
     out, stderr = run_discovery(VLLM_VOLTA_PLUGINS="test_healthy,no_such_plugin", **TEST_PLUGINS)
     records = out["records"]
@@ -78,6 +80,7 @@ def test_strict_mode_turns_a_failure_into_an_error() -> None:
         discover({"VLLM_VOLTA_STRICT": "1", "VLLM_VOLTA_PLUGINS": "test_broken", **TEST_PLUGINS})
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_in_process_discovery_keeps_working_plugins() -> None:
     manager = discover({"VLLM_VOLTA_PLUGINS": "test_healthy,test_broken", **TEST_PLUGINS})
     assert manager.records["test_healthy"].status is PluginStatus.LOADED
@@ -104,6 +107,7 @@ def test_a_users_environment_lists_no_test_plugin() -> None:
     assert "test_" not in stderr
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_misbehaving_plugins_fail_alone_through_real_entry_points() -> None:
     out, stderr = run_discovery(**TEST_PLUGINS)
     records = out["records"]
@@ -123,6 +127,7 @@ def test_misbehaving_plugins_fail_alone_through_real_entry_points() -> None:
     assert "Traceback" not in stderr
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_a_hook_that_raises_is_recorded_with_its_hook_and_isolated() -> None:
     manager = discover({"VLLM_VOLTA_PLUGINS": "test_raising,test_healthy", **TEST_PLUGINS})
     assert manager.kernel_configs(Device((1, 0))) == []
@@ -133,6 +138,7 @@ def test_a_hook_that_raises_is_recorded_with_its_hook_and_isolated() -> None:
     assert manager.records["test_healthy"].status is PluginStatus.LOADED
 
 
+@pytest.mark.needs("vllm-volta-test-healthy")
 def test_strict_mode_turns_a_clash_and_an_unmatched_name_into_errors() -> None:
     with pytest.raises(PluginError, match=r"a_test_clash.*zz_test_clash"):
         discover(

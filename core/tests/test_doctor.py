@@ -135,6 +135,7 @@ def test_cpu_torch_is_fine_for_planning_not_for_serving() -> None:
     assert "pip install torch==2.10.0" in on_v100.fix
 
 
+@pytest.mark.needs("torch")
 def test_cuda13_torch_is_a_problem_with_the_build_that_works(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -149,6 +150,7 @@ def test_cuda13_torch_is_a_problem_with_the_build_that_works(
     )
 
 
+@pytest.mark.needs("torch")
 def test_torch_arch_list_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_torch(monkeypatch, "2.10.0+cu128", "12.8", "sm_70 sm_75 sm_80 sm_86 sm_90 sm_100 sm_120")
     row = doctor.check_torch(ONE_V100)
@@ -156,6 +158,7 @@ def test_torch_arch_list_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert row.detail == "2.10.0+cu128, CUDA 12.8: kernels include sm_70"
 
 
+@pytest.mark.needs("torch")
 def test_torch_arch_list_falls_back_to_libtorch_cuda(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

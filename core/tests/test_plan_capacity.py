@@ -93,6 +93,7 @@ def test_qwen36_27b_fp8_fits_177k_with_fp16_kv_on_two_v100s(
     assert fit["suggestions"] == []
 
 
+@pytest.mark.needs("vllm-volta-fp8kv")
 @pytest.mark.parametrize("mtp", [0, 1])
 def test_dense_40b_fp8_needs_e5m2_kv_at_177k(capsys: pytest.CaptureFixture[str], mtp: int) -> None:
     """Field: fp16 KV at 177408 tokens needs 8.93 GiB per rank, ~5.2 GiB available (the run had

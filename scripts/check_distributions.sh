@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Each distribution's own test run, as its README gives it: a fresh virtual environment with the
+# distribution and its test extra (plus the repository's distributions it depends on, which are
+# not on a package index), then pytest in its folder.
+#
+#   scripts/check_distributions.sh [FOLDER ...]     # default: the core, the devkit, every plugin
+#
+# Environments go under ${VOLTA_DIST_ROOT:-/tmp/vllm-volta-dists}/<name>, created afresh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+base=${VOLTA_DIST_ROOT:-/tmp/vllm-volta-dists}
+
+if [ $# -eq 0 ]; then
+  set -- core core/devkit plugins/*/
+fi
+
+# The repository's distributions FOLDER needs (its dependencies and test extra, transitively),
+# dependencies first: they are installed from their folders, as a user of the sources does.
+local_needs() {
+  python3 - "$1" <<'PY'
+import pathlib, re, sys, tomllib
+folders = {}
+for p in [pathlib.Path("core"), pathlib.Path("core/devkit"), *sorted(pathlib.Path("plugins").glob("*"))]:
+    if (p / "pyproject.toml").is_file():
+        folders[tomllib.loads((p / "pyproject.toml").read_text())["project"]["name"]] = str(p)
+def needs(folder, seen):
+    project = tomllib.loads((pathlib.Path(folder) / "pyproject.toml").read_text())["project"]
+    reqs = [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("test", [])]
+    for req in reqs:
+        name = re.match(r"[A-Za-z0-9_.-]+", req).group(0).lower()
+        if name in folders and folders[name] not in seen:
+            needs(folders[name], seen)
+            seen.append(folders[name])
+    return seen
+print(" ".join(needs(sys.argv[1].rstrip("/"), [])))
+PY
+}
+
+for folder in "$@"; do
+  folder=${folder%/}
+  name=$(basename "$folder")
+  env="$base/$name"
+  rm -rf "$env"
+  python3 -m venv "$env"
+  pip=("$env/bin/python" -m pip install -q -c "$root/scripts/constraints.txt")
+  "${pip[@]}" --upgrade pip
+  needs=$(local_needs "$folder")
+  extra=$(grep -q '^test = ' "$folder/pyproject.toml" && echo "[test]" || true)
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  "${pip[@]}" ${needs:+$(printf -- './%s ' $needs)} "./$folder$extra"
+  installed=$(date +%s)
+  (cd "$folder" && "$env/bin/python" -m pytest -q -p no:cacheprovider)
+  echo "check_distributions: $folder passed (install $((installed - start)) s, tests $(($(date +%s) - installed)) s)"
+done

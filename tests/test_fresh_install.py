@@ -1,21 +1,24 @@
 """`pip install ./core ./plugins/<name>` in a fresh virtual environment gives a working tool, for
-every plugin alone with the core and for all of them together.
+every plugin alone with the core (and the plugins it depends on) and for all of them together.
 
 Installs real wheels built from this checkout (not editable) into a new venv, so packaging
 mistakes (missing package data, entry points, dependencies) fail here. One venv holds the core;
-each test leaves exactly the plugins it names installed beside it (the others uninstalled), so
-a plugin that only works next to another one fails its own test.
+each test leaves exactly the plugins it names, and the plugins they depend on, installed beside
+it (the others uninstalled), so a plugin that only works next to one it does not depend on fails
+its own test.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import venv
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
@@ -44,6 +47,19 @@ ALONE = {
 }
 
 
+def _requires(plugin: str) -> list[str]:
+    """The plugins ``plugin`` depends on (their folder names), dependencies first."""
+    folders = {_distribution(p)[0]: p for p in PLUGINS}
+    project = tomllib.loads((ROOT / "plugins" / plugin / "pyproject.toml").read_text())["project"]
+    needed: list[str] = []
+    for requirement in project.get("dependencies", []):
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        folder = folders.get(name.group(0).lower()) if name else None
+        if folder is not None:
+            needed += [p for p in [*_requires(folder), folder] if p not in needed]
+    return needed
+
+
 def _distribution(plugin: str) -> tuple[str, str]:
     """The plugin's distribution name and version, as this checkout's editable install in the
     development environment reports them (the same pyproject.toml the wheel is built from)."""
@@ -63,13 +79,17 @@ def _pip(env: Path) -> list[str]:
     return [str(env / "bin" / "python"), "-m", "pip"]
 
 
-def _only(env: Path, *plugins: str) -> None:
-    """Leave exactly ``plugins`` installed beside the core."""
-    others = [_distribution(p)[0] for p in PLUGINS if p not in plugins]
+def _only(env: Path, *plugins: str) -> list[str]:
+    """Leave exactly ``plugins`` and the plugins they depend on installed beside the core; return
+    the installed plugins, in ``PLUGINS`` order."""
+    installed = sorted({d for p in plugins for d in [*_requires(p), p]})
+    others = [_distribution(p)[0] for p in PLUGINS if p not in installed]
     if others:
         subprocess.run([*_pip(env), "uninstall", "-q", "-y", *others], check=True)
-    wanted = [str(ROOT / "plugins" / p) for p in plugins]
+    ordered = [d for p in plugins for d in [*_requires(p), p]]
+    wanted = [str(ROOT / "plugins" / p) for p in dict.fromkeys(ordered)]
     subprocess.run([*_pip(env), "install", "-q", *wanted], check=True)
+    return installed
 
 
 def _tool(env: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -84,7 +104,7 @@ def test_every_plugin_has_an_alone_check() -> None:
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_each_plugin_works_alone_with_the_core(fresh_env: Path, plugin: str) -> None:
-    _only(fresh_env, plugin)
+    installed = _only(fresh_env, plugin)
     provides, plan_args, plan_line = ALONE[plugin]
 
     listed = _tool(fresh_env, "plugins", "--json")
@@ -92,9 +112,10 @@ def test_each_plugin_works_alone_with_the_core(fresh_env: Path, plugin: str) -> 
     assert listed.stderr == ""
     records = json.loads(listed.stdout)
     assert [(r["name"], r["distribution"], r["version"], r["status"]) for r in records] == [
-        (plugin, *_distribution(plugin), "loaded")
+        (name, *_distribution(name), "loaded") for name in installed
     ]
-    assert records[0]["provides"] == provides
+    (own,) = (r for r in records if r["name"] == plugin)
+    assert own["provides"] == provides
 
     if plan_args is not None:
         plan = _tool(fresh_env, "plan", *plan_args)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import ast
 import importlib
 import pkgutil
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import volta_core
 from volta_core import kernel_api

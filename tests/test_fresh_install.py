@@ -39,7 +39,7 @@ ALONE = {
         "ct-wna16 (plugin ct_wna16): W4A16 g128 sym",
     ),
     "fp8kv": (
-        {},
+        {"KV-cache format": ["packed.float16", "packed.fp8_e5m2", "packed.fp8_e4m3"]},
         ["qwen3-8b-fp8-kv-per-head", "--kv-cache-dtype", "fp8_e5m2"],
         "fp8kv: accept: e5m2 KV cache on sm_70",
     ),

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from volta_core import PACKED_KV_LAYOUT, VoltaPluginManager, kv_cache_writer
+from volta_fp8kv import plugin
 from volta_fp8kv.format import CacheFormat, encode_reference
 from volta_fp8kv.ops import KVCacheInputError, gather_kv_cache, write_kv_cache
 from volta_fp8kv.scales import kv_scales
@@ -140,3 +142,75 @@ def test_unchecked_out_of_range_slots_stay_inside_the_cache_on_gpu():
     write_kv_cache(key, key, cache, slots, "fp8_e5m2", check_indices=False)
     torch.cuda.synchronize()
     assert int(cache.count_nonzero()) == 128
+
+
+@pytest.mark.parametrize("fmt", ["float16", *(f.value for f in formats())])
+def test_host_writer_is_captured_in_a_cuda_graph_and_replays_exactly(fmt):
+    """The engine's step as vLLM runs it: the writer the host hands out, called with
+    ``check_values=False`` inside a CUDA graph (any host read would break the capture), on a
+    cache allocated as torch's FP8 dtype, a padded slot mapping and the layer's scale tensors;
+    each replay writes the inputs' current contents."""
+    host = VoltaPluginManager(strict=True)
+    host.register(plugin, "fp8kv")
+    write = kv_cache_writer(PACKED_KV_LAYOUT, fmt, manager=host)
+    heads, head_size, block_size, num_blocks, tokens = 4, 128, 16, 32, 200
+    gen = torch.Generator().manual_seed(5)
+    storage = torch.float16 if fmt == "float16" else CacheFormat(fmt).torch_fp8_dtype
+    cache = torch.zeros(num_blocks, heads, block_size, 2 * head_size, device=CUDA)
+    cache = cache.to(storage)
+    key = torch.empty(tokens, heads, head_size, dtype=torch.float16, device=CUDA)
+    value = torch.empty_like(key)
+    slots = torch.empty(tokens + 56, dtype=torch.int64, device=CUDA)
+    k_scale = torch.tensor([0.01, 0.1, 1.0, 10.0], device=CUDA)
+    v_scale = torch.tensor([0.5], device=CUDA)
+
+    def step() -> None:
+        write(
+            key,
+            value,
+            cache,
+            slots,
+            kv_cache_dtype=fmt,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            check_values=False,
+        )
+
+    def fill(seed: int) -> torch.Tensor:
+        gen.manual_seed(seed)
+        key.copy_(torch.randn(tokens, heads, head_size, generator=gen) * 30)
+        value.copy_(torch.randn(tokens, heads, head_size, generator=gen))
+        batch = torch.randperm(num_blocks * block_size, generator=gen)[:tokens]
+        batch[::9] = -1
+        # vLLM pads the slot mapping past the batch; the tail must not be written.
+        slots.copy_(torch.cat([batch, torch.randperm(num_blocks * block_size)[:56]]))
+        return batch
+
+    fill(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    cache.view(torch.uint8).fill_(0xA5)
+    batch = fill(1)
+    graph.replay()
+    torch.cuda.synchronize()
+    got = cache.view(torch.uint8).cpu().reshape(num_blocks, heads, block_size, -1)
+    want = torch.full_like(got, 0xA5)
+    if fmt == "float16":
+        k_rows, v_rows = key.cpu().view(torch.uint8), value.cpu().view(torch.uint8)
+    else:
+        scale_k = k_scale.cpu()
+        scale_v = v_scale.cpu().expand(heads)
+        k_rows = encode_reference(key.cpu(), scale_k, CacheFormat(fmt))
+        v_rows = encode_reference(value.cpu(), scale_v, CacheFormat(fmt))
+    half = k_rows.shape[-1]
+    for t, slot in enumerate(batch.tolist()):
+        if slot >= 0:
+            want[slot // block_size, :, slot % block_size, :half] = k_rows[t]
+            want[slot // block_size, :, slot % block_size, half:] = v_rows[t]
+    assert torch.equal(got, want)

@@ -13,7 +13,7 @@ from volta_core.errors import KVCacheDtypeRejected
 from volta_core.manager import VoltaPluginManager
 from volta_core.resolution.kv_cache import require_accepted
 from volta_core.types import CheckpointKV, KVRequest, KVScaleScheme, VerdictStatus
-from volta_fp8kv import plugin
+from volta_fp8kv import __version__, plugin
 from volta_fp8kv.policy import SCALES_CHECKPOINT, SCALES_UNIT
 
 SM75, SM80, SM89, SM90 = Device((7, 5)), Device((8, 0)), Device((8, 9)), Device((9, 0))
@@ -32,7 +32,7 @@ PER_HEAD_E4M3 = CheckpointKV(
 def host() -> VoltaPluginManager:
     """The real host manager with this plugin registered the way discovery registers it."""
     manager = VoltaPluginManager(strict=True)
-    manager.register(plugin, "fp8kv", distribution="vllm-volta-fp8kv", version="0.1.0")
+    manager.register(plugin, "fp8kv", distribution="vllm-volta-fp8kv", version=__version__)
     return manager
 
 
@@ -201,8 +201,12 @@ def test_discovered_through_the_installed_entry_point():
     records = manager.load_entrypoints(["fp8kv"])
     (record,) = [r for r in records if r.name == "fp8kv"]
     assert record.distribution == "vllm-volta-fp8kv"
-    assert record.version == "0.1.0"
-    assert set(record.hooks) == {"volta_kv_cache_verdict", "volta_kernel_configs"}
+    assert record.version == __version__
+    assert set(record.hooks) == {
+        "volta_kv_cache_verdict",
+        "volta_kv_cache_ops",
+        "volta_kernel_configs",
+    }
 
 
 def test_loading_the_plugin_imports_no_torch_triton_or_vllm():
@@ -210,6 +214,7 @@ def test_loading_the_plugin_imports_no_torch_triton_or_vllm():
         "import sys, volta_fp8kv.plugin as p\n"
         "from volta_core.device import V100\n"
         "p.volta_kernel_configs(V100)\n"
+        "p.volta_kv_cache_ops()\n"
         "print(sorted(m for m in ('torch', 'triton', 'vllm') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

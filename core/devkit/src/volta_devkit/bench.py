@@ -13,10 +13,11 @@ exceed the L2 cache (so the cache is not what gets measured), and writes:
 * a table on stdout, printed last.
 
 A plugin's suite is a module with a function ``cases() -> Iterable[Case]`` (build inputs inside
-the ``make_inputs`` callables, not at import). Run it with
-``python -m volta_devkit.bench volta_<name>.bench --out DIR``, or give the module a
-``if __name__ == "__main__": raise SystemExit(run_cli(__name__))`` and run
-``python -m volta_<name>.bench --out DIR``. torch, triton and matplotlib are imported inside.
+the ``make_inputs`` callables, not at import), kept in the plugin's ``benchmarks/`` folder,
+outside its package. Give it a ``if __name__ == "__main__": raise SystemExit(run_cli(__name__))``
+and run ``python plugins/<name>/benchmarks/<suite>.py --out DIR``, or run an importable suite
+with ``python -m volta_devkit.bench MODULE --out DIR``. torch, triton and matplotlib are
+imported inside.
 """
 
 from __future__ import annotations
@@ -413,7 +414,7 @@ def load_suite(module: str) -> Callable[[], Iterable[Case]]:
 def main(suite: str, out: Path | str) -> dict[str, Any]:
     """Run the suite module ``suite`` (its ``cases()``), write under ``out``, print the table."""
     cases = load_suite(suite)
-    if suite == "__main__":  # run as ``python -m package.bench``: record the real name
+    if suite == "__main__":  # run as a script or with ``python -m``: record the real name
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         suite = spec.name if spec is not None else Path(sys.argv[0]).stem
     record = run_suite(suite, cases(), Path(out))
@@ -424,12 +425,12 @@ def main(suite: str, out: Path | str) -> dict[str, Any]:
 def run_cli(suite: str | None = None, argv: Sequence[str] | None = None) -> int:
     """Command line: ``[SUITE] --out DIR``.
 
-    A suite module ends with ``if __name__ == "__main__": raise SystemExit(run_cli(__name__))``
-    so that ``python -m volta_<name>.bench --out DIR`` runs it.
+    A suite script ends with ``if __name__ == "__main__": raise SystemExit(run_cli(__name__))``
+    so that ``python plugins/<name>/benchmarks/<suite>.py --out DIR`` runs it.
     """
     parser = argparse.ArgumentParser(description="Run a vllm-volta kernel benchmark suite.")
     if suite is None:
-        parser.add_argument("suite", help="import path of the suite module, e.g. volta_fp8kv.bench")
+        parser.add_argument("suite", help="import path of the suite module")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
     args = parser.parse_args(argv)
     main(suite if suite is not None else args.suite, args.out)

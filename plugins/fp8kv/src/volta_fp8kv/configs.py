@@ -1,12 +1,11 @@
 """Launch configurations: the one table the wrappers launch from and the SM70 gate checks.
 
 Pure Python (no torch, no triton), so the ``volta_kernel_configs`` hook lists exactly what the
-wrappers in :mod:`volta_fp8kv.ops` would launch without importing a kernel.
-
-SM70 gets small tiles (at most 1024 elements and 8 tokens of K and of V per program, 4 warps):
-the kernels are memory-bound, and Volta's register file is what limits occupancy. SM80+ (the H100
-measurements) move up to twice as many (2048 elements, 16 tokens) to keep more bytes in flight;
-4096 elements, or 32 tokens of 64, spilled at sm_90.
+wrappers in :mod:`volta_fp8kv.ops` would launch without importing a kernel. The kernels are
+memory-bound, so a tile is as many bytes in flight as the register file allows without spills:
+at most 1024 elements and 8 tokens a program on SM70, 2048 and 16 from SM80 (the tile sweep of
+docs/perf/fp8kv/PERFORMANCE_HISTORY.md#first_session; 4096 elements, or 32 tokens of 64,
+spilled at sm_90).
 """
 
 from __future__ import annotations
@@ -26,7 +25,8 @@ KERNELS = {
     "gather": "volta_fp8kv.kernels.gather:gather_kernel",
 }
 
-#: ``FMT`` constexpr per cache format (see :mod:`volta_core.kernels.fp8`).
+#: The cache formats this plugin writes, with each one's ``FMT`` constexpr (the codec's format
+#: code, :mod:`volta_core.kernel_api`; 0 stores fp16 values unchanged).
 FORMAT_CODES = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
 
 _SIGNATURES = {
@@ -35,8 +35,8 @@ _SIGNATURES = {
         ("value_ptr", "*fp16"),
         ("cache_ptr", "CACHE"),
         ("slot_ptr", "*i64"),
-        ("k_inv_scale_ptr", "*fp32"),
-        ("v_inv_scale_ptr", "*fp32"),
+        ("k_scale_ptr", "*fp32"),
+        ("v_scale_ptr", "*fp32"),
         *(
             (name, "i32")
             for name in (
@@ -115,8 +115,9 @@ _DIVISIBLE = {
 
 
 def head_pad(head_size_k: int, head_size_v: int) -> int:
-    """The ``HEAD_PAD`` constexpr for a layer: next power of two, at least 16."""
-    size = max(head_size_k, head_size_v, 16)
+    """The ``HEAD_PAD`` constexpr for a layer: the next power of two, at least the smallest
+    configured pad (so every launch is a configuration the gate compiled)."""
+    size = max(head_size_k, head_size_v, HEAD_PADS[0])
     return 1 << (size - 1).bit_length()
 
 

@@ -21,7 +21,7 @@ Element formats (``storage dtype`` is what the tensor holds):
 
 Scale semantics (one float32 ``s_k[h]`` and ``s_v[h]`` per KV head ``h``; a per-tensor scale is
 the same value for every head): writing stores ``code = fp8(x · r)`` with ``r = 1/s`` rounded once
-to float32 (computed when the scales are built), the product rounded once to float32, then to
+to float32 (IEEE division, as ``torch.reciprocal``), the product rounded once to float32, then to
 FP8 to nearest even and saturated to the largest finite code; reading recovers
 ``x̂ = decode(code) · s``. (``x · r`` differs from vLLM's ``x / s`` by at most one float32 ulp
 before the FP8 rounding, which changes a code only when ``x / s`` lies within that ulp of an FP8
@@ -46,6 +46,8 @@ from dataclasses import dataclass
 
 import torch
 
+from volta_fp8kv.configs import FORMAT_CODES
+
 
 class CacheFormat(str, enum.Enum):
     """A KV-cache element format, spelled as the canonical ``--kv-cache-dtype``."""
@@ -66,7 +68,7 @@ class CacheFormat(str, enum.Enum):
     @property
     def kernel_code(self) -> int:
         """The ``FMT`` constexpr of the kernels (see :mod:`volta_core.kernel_api`)."""
-        return {CacheFormat.FLOAT16: 0, CacheFormat.FP8_E5M2: 1, CacheFormat.FP8_E4M3: 2}[self]
+        return FORMAT_CODES[self.value]
 
     @property
     def torch_fp8_dtype(self) -> torch.dtype | None:

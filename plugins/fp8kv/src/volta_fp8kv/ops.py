@@ -9,48 +9,61 @@ and the kernels still mask anything outside the cache so memory stays safe.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
+from volta_core.kernel_api import device_facts, interpreting
 from volta_fp8kv import configs
 from volta_fp8kv.format import CacheFormat, cache_format
-from volta_fp8kv.scales import KVScales, unit_scales
+from volta_fp8kv.scales import KVScales
 
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+#: The first GPU generation with e4m3 (Ada, SM89): readers convert its codes in hardware, and the
+#: KV-dtype policy (:mod:`volta_fp8kv.policy`) refuses it below.
+E4M3_MIN_CAPABILITY = (8, 9)
 
 
 class KVCacheInputError(ValueError):
     """An input the cache kernels refuse: wrong shape, dtype, device, index or scale."""
 
 
-def _capability(device: torch.device) -> tuple[int, int]:
-    """The device's compute capability; CPU tensors (the interpreter) run the SM70 configs."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_capability(device)
-    return (7, 0)
-
-
-def _format(kv_cache_dtype: str) -> CacheFormat:
+def format_for(kv_cache_dtype: str) -> CacheFormat:
+    """The format of a ``--kv-cache-dtype`` spelling, or :class:`KVCacheInputError`."""
     try:
         return cache_format(kv_cache_dtype)
     except ValueError as exc:
         raise KVCacheInputError(str(exc)) from None
 
 
-def _check_format(fmt: CacheFormat, cache: torch.Tensor) -> None:
+def storage_view(fmt: CacheFormat, cache: torch.Tensor) -> torch.Tensor:
+    """The cache as the kernels address it: fp16 values, or FP8 codes as ``uint8``.
+
+    vLLM allocates FP8 caches as ``uint8`` or as the torch FP8 dtype of the format; the latter
+    is viewed as its bytes. Any other dtype is refused (reading fp16 as codes, or the reverse,
+    garbles silently), and so is an e4m3 cache on a GPU below SM89 (the Triton interpreter runs
+    the shared integer codec for every format, so CPU tensors take e4m3 too).
+    """
+    if fmt.torch_fp8_dtype is not None and cache.dtype == fmt.torch_fp8_dtype:
+        cache = cache.view(torch.uint8)
     if cache.dtype != fmt.storage_dtype:
         what = (
-            "uint8 codes (vLLM stores FP8 caches as uint8)"
-            if fmt.storage_dtype == (torch.uint8)
+            f"uint8 codes or {fmt.torch_fp8_dtype}"
+            if fmt.storage_dtype == torch.uint8
             else "float16 values"
         )
         raise KVCacheInputError(
             f"a {fmt.value} cache holds {what}, but the cache tensor is {cache.dtype}"
         )
-    if fmt.needs_e4m3 and _capability(cache.device) < (8, 9):
-        raise KVCacheInputError(
-            f"fp8_e4m3 caches need compute capability 8.9 or newer; {cache.device} is "
-            f"{_capability(cache.device)}: use fp8_e5m2"
-        )
+    if fmt.needs_e4m3 and not interpreting():
+        capability = device_facts(cache.device).capability
+        if capability < E4M3_MIN_CAPABILITY:
+            raise KVCacheInputError(
+                f"fp8_e4m3 caches need compute capability 8.9 or newer; {cache.device} is "
+                f"{capability}: use fp8_e5m2"
+            )
+    return cache
 
 
 def _check_rank(cache: torch.Tensor) -> None:
@@ -75,11 +88,29 @@ def _check_cache(cache: torch.Tensor, num_kv_heads: int, entry: int) -> None:
         )
 
 
+def _check_head_sizes(head_size_k: int, head_size_v: int) -> None:
+    if configs.head_pad(head_size_k, head_size_v) > configs.HEAD_PADS[-1]:
+        raise KVCacheInputError(
+            f"head sizes {head_size_k}/{head_size_v} are above the largest configured head "
+            f"({configs.HEAD_PADS[-1]})"
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def constant_scales(k: float, v: float, device: torch.device) -> KVScales:
+    """Per-tensor scales given as numbers, made once per value and device rather than at every
+    write: unscaled writes allocate nothing."""
+    return KVScales(
+        torch.full((1,), k, dtype=torch.float32, device=device),
+        torch.full((1,), v, dtype=torch.float32, device=device),
+    )
+
+
 def _check_scales(
     scales: KVScales | None, fmt: CacheFormat, num_kv_heads: int, device: torch.device
 ) -> KVScales:
     if scales is None:
-        return unit_scales(device)
+        return constant_scales(1.0, 1.0, device)
     if not isinstance(scales, KVScales):
         raise KVCacheInputError(
             f"scales must be a KVScales (built by volta_fp8kv.scales), got {type(scales).__name__}"
@@ -105,6 +136,77 @@ def _check_scales(
     return scales
 
 
+def check_write(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    fmt: CacheFormat,
+) -> torch.Tensor:
+    """Refuse a write whose tensors do not fit together; return the cache's storage view.
+
+    Reads only shapes, strides, dtypes and devices (no device-to-host copy). ``slot_mapping``
+    may be longer than the batch (vLLM pads it): only its first ``num_tokens`` entries are used.
+    """
+    if key.dim() != 3 or value.dim() != 3:
+        raise KVCacheInputError(
+            f"key and value must be 3-D [num_tokens, num_kv_heads, head_size], got "
+            f"{tuple(key.shape)} and {tuple(value.shape)}"
+        )
+    num_tokens, num_kv_heads, head_size_k = key.shape
+    if value.shape[:2] != key.shape[:2]:
+        raise KVCacheInputError(
+            f"key {tuple(key.shape)} and value {tuple(value.shape)} disagree on tokens or heads"
+        )
+    head_size_v = value.shape[2]
+    _check_head_sizes(head_size_k, head_size_v)
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype not in _INPUT_DTYPES:
+            raise KVCacheInputError(
+                f"{name} must be float16, bfloat16 or float32, got {tensor.dtype}"
+            )
+        if tensor.stride(2) != 1:
+            raise KVCacheInputError(
+                f"{name}'s last dim must be contiguous, strides {tensor.stride()}"
+            )
+        if tensor.device != cache.device:
+            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {cache.device}")
+    if fmt is CacheFormat.FLOAT16 and (key.dtype != torch.float16 or value.dtype != torch.float16):
+        raise KVCacheInputError(
+            f"a float16 cache stores float16 K/V, got {key.dtype}/{value.dtype}"
+        )
+    cache = storage_view(fmt, cache)
+    _check_cache(cache, num_kv_heads, head_size_k + head_size_v)
+    if slot_mapping.dim() != 1 or slot_mapping.shape[0] < num_tokens:
+        raise KVCacheInputError(
+            f"slot_mapping must be 1-D with at least one slot per token ({num_tokens}), got "
+            f"shape {tuple(slot_mapping.shape)}"
+        )
+    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.device != cache.device:
+        raise KVCacheInputError(
+            f"slot_mapping must be int32/int64 on {cache.device}, got {slot_mapping.dtype} on "
+            f"{slot_mapping.device}"
+        )
+    if num_tokens > 1 and slot_mapping.stride(0) != 1:
+        raise KVCacheInputError(
+            f"slot_mapping must be contiguous, got stride {slot_mapping.stride(0)}"
+        )
+    return cache
+
+
+def check_slots(slot_mapping: torch.Tensor, num_tokens: int, cache: torch.Tensor) -> None:
+    """Refuse slots past the cache (reads the batch's slots back to the host)."""
+    if num_tokens == 0:
+        return
+    num_blocks, _, block_size, _ = cache.shape
+    top = int(slot_mapping[:num_tokens].max())
+    if top >= num_blocks * block_size:
+        raise KVCacheInputError(
+            f"slot_mapping holds slot {top}, past the cache's {num_blocks * block_size} slots "
+            f"({num_blocks} blocks of {block_size})"
+        )
+
+
 def write_kv_cache(
     key: torch.Tensor,
     value: torch.Tensor,
@@ -121,59 +223,31 @@ def write_kv_cache(
     FP8 formats store ``fp8(x · (1/scale))`` (scales per tensor or per KV head; None means 1.0);
     float16 stores the values unchanged and ignores scales.
     """
-    fmt = _format(kv_cache_dtype)
-    if key.dim() != 3 or value.dim() != 3:
-        raise KVCacheInputError(
-            f"key and value must be 3-D [num_tokens, num_kv_heads, head_size], got "
-            f"{tuple(key.shape)} and {tuple(value.shape)}"
-        )
+    fmt = format_for(kv_cache_dtype)
+    cache = check_write(key, value, cache, slot_mapping, fmt)
+    scales = _check_scales(scales, fmt, key.shape[1], cache.device)
+    if check_indices:
+        check_slots(slot_mapping, key.shape[0], cache)
+    launch_cache_write(key, value, cache, slot_mapping, fmt, scales)
+
+
+def launch_cache_write(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    fmt: CacheFormat,
+    scales: KVScales,
+) -> None:
+    """Launch the cache write on inputs :func:`check_write` has checked (``cache`` its storage
+    view): no host reads and no allocation, so a captured CUDA graph can hold it."""
     num_tokens, num_kv_heads, head_size_k = key.shape
-    if value.shape[:2] != key.shape[:2]:
-        raise KVCacheInputError(
-            f"key {tuple(key.shape)} and value {tuple(value.shape)} disagree on tokens or heads"
-        )
-    head_size_v = value.shape[2]
-    for name, tensor in (("key", key), ("value", value)):
-        if tensor.dtype not in _INPUT_DTYPES:
-            raise KVCacheInputError(
-                f"{name} must be float16, bfloat16 or float32, got {tensor.dtype}"
-            )
-        if tensor.stride(2) != 1:
-            raise KVCacheInputError(
-                f"{name}'s last dim must be contiguous, strides {tensor.stride()}"
-            )
-        if tensor.device != cache.device:
-            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {cache.device}")
-    if fmt is CacheFormat.FLOAT16 and (key.dtype != torch.float16 or value.dtype != torch.float16):
-        raise KVCacheInputError(
-            f"a float16 cache stores float16 K/V, got {key.dtype}/{value.dtype}"
-        )
-    _check_format(fmt, cache)
-    _check_cache(cache, num_kv_heads, head_size_k + head_size_v)
-    if slot_mapping.dim() != 1 or slot_mapping.shape[0] != num_tokens:
-        raise KVCacheInputError(
-            f"slot_mapping must be 1-D with one slot per token ({num_tokens}), got shape "
-            f"{tuple(slot_mapping.shape)}"
-        )
-    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.device != cache.device:
-        raise KVCacheInputError(
-            f"slot_mapping must be int32/int64 on {cache.device}, got {slot_mapping.dtype} on "
-            f"{slot_mapping.device}"
-        )
-    scales = _check_scales(scales, fmt, num_kv_heads, cache.device)
-    num_blocks, _, block_size, _ = cache.shape
-    num_slots = num_blocks * block_size
     if num_tokens == 0:
         return
-    if check_indices:
-        top = int(slot_mapping.max())
-        if top >= num_slots:
-            raise KVCacheInputError(
-                f"slot_mapping holds slot {top}, past the cache's {num_slots} slots "
-                f"({num_blocks} blocks of {block_size})"
-            )
+    head_size_v = value.shape[2]
+    num_blocks, _, block_size, _ = cache.shape
     pad = configs.head_pad(head_size_k, head_size_v)
-    block_t, num_warps = configs.tile(_capability(cache.device), pad)
+    block_t, num_warps = configs.tile(device_facts(cache.device).capability, pad)
     from volta_fp8kv.kernels.cache_write import cache_write_kernel
 
     grid = (triton_cdiv(num_tokens, block_t), num_kv_heads)
@@ -182,10 +256,10 @@ def write_kv_cache(
         value,
         cache,
         slot_mapping,
-        scales.k_inv,
-        scales.v_inv,
+        scales.k,
+        scales.v,
         num_tokens,
-        num_slots,
+        num_blocks * block_size,
         block_size,
         head_size_k,
         head_size_v,
@@ -224,8 +298,8 @@ def gather_kv_cache(
     vLLM's block table); its rows start at ``sum(seq_lens[:i])``. Values are
     ``decode(code) * scale`` rounded once to ``out_dtype``.
     """
-    fmt = _format(kv_cache_dtype)
-    _check_format(fmt, cache)
+    fmt = format_for(kv_cache_dtype)
+    cache = storage_view(fmt, cache)
     _check_rank(cache)
     num_blocks, num_kv_heads, block_size, entry = cache.shape
     head_size_v = entry - head_size_k
@@ -317,7 +391,7 @@ def launch_gather(
     num_blocks, num_kv_heads, block_size, _ = cache.shape
     head_size_k, head_size_v = key_out.shape[2], value_out.shape[2]
     pad = configs.head_pad(head_size_k, head_size_v)
-    block_t, num_warps = configs.tile(_capability(cache.device), pad)
+    block_t, num_warps = configs.tile(device_facts(cache.device).capability, pad)
     from volta_fp8kv.kernels.gather import gather_kernel
 
     grid = (block_table.shape[0], triton_cdiv(max_seq_len, block_t), num_kv_heads)

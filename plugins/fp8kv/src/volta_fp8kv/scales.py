@@ -12,7 +12,7 @@ kernel launches carry no device-to-host synchronisation for them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -36,13 +36,6 @@ class KVScales:
 
     k: torch.Tensor
     v: torch.Tensor
-    k_inv: torch.Tensor = field(init=False, repr=False)
-    """``1 / k`` rounded once to float32: the cache write multiplies by it (see format)."""
-    v_inv: torch.Tensor = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "k_inv", torch.reciprocal(self.k))
-        object.__setattr__(self, "v_inv", torch.reciprocal(self.v))
 
     @property
     def per_head(self) -> bool:

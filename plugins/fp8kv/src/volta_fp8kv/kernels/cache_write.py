@@ -4,7 +4,8 @@ One program per (block of ``BLOCK_T`` tokens, KV head): it loads the tokens' slo
 their K and V rows, multiplies by the head's reciprocal scale, encodes with the host's shared
 codec (:mod:`volta_core.kernel_api`) and stores into the packed
 ``[.., head_size_k + head_size_v]`` entries. A scalar scale is read through a stride of 0, so
-per-tensor and per-head scales run the same code.
+per-tensor and per-head scales run the same code. The reciprocal is IEEE division, once per
+program: the same float32 as ``torch.reciprocal``, without a tensor made for it at every call.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ def cache_write_kernel(
     value_ptr,
     cache_ptr,
     slot_ptr,
-    k_inv_scale_ptr,
-    v_inv_scale_ptr,
+    k_scale_ptr,
+    v_scale_ptr,
     num_tokens,
     num_slots,
     block_size,
@@ -79,7 +80,7 @@ def cache_write_kernel(
         tl.store(k_dst, k.to(cache_ptr.dtype.element_ty), mask=k_mask)
         tl.store(v_dst, v.to(cache_ptr.dtype.element_ty), mask=v_mask)
     else:
-        k_inv_scale = tl.load(k_inv_scale_ptr + head * stride_scale)
-        v_inv_scale = tl.load(v_inv_scale_ptr + head * stride_scale)
+        k_inv_scale = tl.math.div_rn(1.0, tl.load(k_scale_ptr + head * stride_scale))
+        v_inv_scale = tl.math.div_rn(1.0, tl.load(v_scale_ptr + head * stride_scale))
         tl.store(k_dst, quantize_tile(k.to(tl.float32), k_inv_scale, FMT), mask=k_mask)
         tl.store(v_dst, quantize_tile(v.to(tl.float32), v_inv_scale, FMT), mask=v_mask)

@@ -1,23 +1,27 @@
-"""Benchmark suite: ``python -m volta_fp8kv.bench --out DIR`` on a CUDA machine.
+"""Benchmark suite of vllm-volta-fp8kv, run on a CUDA machine from the repository root::
+
+    python plugins/fp8kv/benchmarks/bench.py --out DIR
+
+with the plugin, the host and the devkit installed (``pip install ./core ./core/devkit
+'./plugins/fp8kv[bench]'``) or on ``PYTHONPATH=core/src:core/devkit/src:plugins/fp8kv/src``.
 
 Measures, in one run: the device's copy bandwidth (the ceiling), the cache write of 8,192 tokens
-x 8 KV heads x head size 128 (e5m2 with per-tensor and per-head scales, and fp16), the gather /
-dequantize of the same amount, bytes per token of each format, and the accuracy table of
-:mod:`volta_fp8kv.accuracy` at full size. Writes ``fp8kv_bench.json`` and ``fp8kv_bench.png``
-under DIR and prints a table last.
+x 8 KV heads x head size 128 (e5m2 with per-tensor and per-head scales, fp16, and e5m2 through
+the host's writer as the engine's step calls it), the gather / dequantize of the same amount,
+bytes per token of each format, and the accuracy table of :mod:`volta_fp8kv.accuracy` at full
+size. Writes ``fp8kv_bench.json`` and ``fp8kv_bench.png`` under DIR and prints a table last.
 
-Timing: the median of CUDA-event-timed CUDA-graph replays after warm-up (see :func:`median_time`),
-rotating four input sets (about 200 MB, four times the H100's L2) so no launch reads what the
-previous one left in cache.
+Timing is the devkit's (:mod:`volta_devkit.bench`): these kernels take about 20 µs, less than a
+Python launch, so each runs back to back inside one captured CUDA graph, as in vLLM's graph
+mode (``time_cuda_graph``); only the host-checked write, which cannot be captured, is timed
+eagerly (``time_cuda``). Four input sets rotate (about 200 MB, four times the H100's L2), so no
+launch reads what the previous one left in cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
-import statistics
-import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,64 +29,43 @@ from typing import Any
 
 import torch
 
-from volta_fp8kv import configs
+from volta_core.kernel_api import device_facts
+from volta_devkit.bench import environment, time_cuda, time_cuda_graph
+from volta_fp8kv import cache_ops, configs
 from volta_fp8kv.accuracy import error_table, realistic_activations
 from volta_fp8kv.format import CacheFormat, bytes_per_token
 from volta_fp8kv.ops import gather_kv_cache, launch_gather, write_kv_cache
 from volta_fp8kv.scales import KVScales, kv_scales
 
 TOKENS, HEADS, HEAD_SIZE, BLOCK_SIZE = 8192, 8, 128, 16
-SETS, WARMUP, ITERS = 4, 10, 100
+SETS = 4
 ACCURACY_TOKENS = 4096
 COPY_ELEMENTS = 128 * 2**20
 
 #: Where the suite runs: "cuda" for measurements; the CPU smoke test shrinks the sizes and runs
-#: the kernels in the Triton interpreter, to keep this module from rotting in CI.
+#: the kernels in the Triton interpreter, to keep this script from rotting in CI.
 DEVICE = "cuda"
 
 
-def median_time(launch: Callable[[int], Any], sets: int = SETS, graph: bool = True) -> float:
-    """Median seconds of one ``launch(i)`` (input set ``i``), over ITERS timed repetitions.
-
-    With ``graph`` (the default) one launch per input set is captured in a CUDA graph and the
-    graph replayed between two events: kernels run back to back as in vLLM's graph mode, and
-    Python's launch overhead (tens of microseconds, more than these kernels take) is not
-    measured. ``graph=False`` times eager calls one by one, host work included.
-    """
-    for i in range(WARMUP):
-        launch(i % sets)
+def median_time(launch: Callable[[int], Any], sets: int, graph: bool = True) -> float:
+    """Median seconds of one ``launch(i)`` (input set ``i``): inside a captured CUDA graph with
+    ``graph``, else eager calls one by one, host work included. Off CUDA (the smoke test) one
+    wall-clock pass over the sets."""
     if DEVICE != "cuda":
+        launch(0)
         begin = time.perf_counter()
-        for i in range(ITERS):
-            launch(i % sets)
-        return (time.perf_counter() - begin) / ITERS
-    torch.cuda.synchronize()
-    if graph:
-        cuda_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(cuda_graph):
-            for i in range(sets):
-                launch(i)
-        cuda_graph.replay()
-        torch.cuda.synchronize()
-    times = []
-    for i in range(ITERS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        if graph:
-            cuda_graph.replay()
-        else:
-            launch(i % sets)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / (sets if graph else 1))
-    return statistics.median(times)
+        for i in range(sets):
+            launch(i)
+        return (time.perf_counter() - begin) / sets
+    timer = time_cuda_graph if graph else time_cuda
+    return timer(launch, [(i,) for i in range(sets)]).median_ms / 1e3
 
 
 def copy_bandwidth() -> dict[str, float]:
     """Device-to-device copy of 256 MiB buffers: bytes read plus written per second."""
     src = [torch.randn(COPY_ELEMENTS, device=DEVICE).half() for _ in range(2)]
     dst = [torch.empty_like(s) for s in src]
-    seconds = median_time(lambda i: dst[i].copy_(src[i]), sets=2)
+    seconds = median_time(lambda i: dst[i].copy_(src[i]), sets=2, graph=False)
     moved = 2 * src[0].numel() * 2
     return {"bytes": moved, "seconds": seconds, "gb_per_s": moved / seconds / 1e9}
 
@@ -103,17 +86,34 @@ def _write_sets(fmt: CacheFormat) -> list[dict[str, torch.Tensor]]:
     return out
 
 
-def bench_cache_write(fmt: CacheFormat, scales: KVScales | None, check: bool) -> dict[str, Any]:
+def bench_cache_write(
+    fmt: CacheFormat, scales: KVScales | None, check: bool, *, host_writer: bool = False
+) -> dict[str, Any]:
+    """The write of :func:`volta_fp8kv.ops.write_kv_cache`, or with ``host_writer`` of
+    :func:`volta_fp8kv.cache_ops.write` given the scale tensors as an attention backend gives
+    them (its per-call reciprocals included)."""
     sets = _write_sets(fmt)
 
     def launch(i: int) -> None:
         s = sets[i]
-        write_kv_cache(
-            s["key"], s["value"], s["cache"], s["slots"], fmt.value, scales, check_indices=check
-        )
+        if host_writer:
+            cache_ops.write(
+                s["key"],
+                s["value"],
+                s["cache"],
+                s["slots"],
+                kv_cache_dtype=fmt.value,
+                k_scale=scales.k if scales else None,
+                v_scale=scales.v if scales else None,
+                check_values=check,
+            )
+        else:
+            write_kv_cache(
+                s["key"], s["value"], s["cache"], s["slots"], fmt.value, scales, check_indices=check
+            )
 
     # The checked call reads the slots back to the host: it cannot be captured, time it eagerly.
-    seconds = median_time(launch, graph=not check)
+    seconds = median_time(launch, len(sets), graph=not check)
     moved = (
         2 * TOKENS * HEADS * HEAD_SIZE * 2  # K and V read (fp16)
         + TOKENS * 8  # slots
@@ -142,7 +142,7 @@ def bench_gather(fmt: CacheFormat, scales: KVScales | None) -> dict[str, Any]:
         cache, table, lens, cu, key, value = sets[i]
         launch_gather(cache, table, lens, cu, per_seq, key, value, fmt, unit)
 
-    seconds = median_time(launch)
+    seconds = median_time(launch, len(sets))
     moved = 2 * TOKENS * HEADS * HEAD_SIZE * (fmt.element_bytes + 2) + table.numel() * 4
     return {
         "bytes": moved,
@@ -192,41 +192,22 @@ def compiled_kernels() -> list[dict[str, Any]]:
     return found
 
 
-def versions() -> dict[str, str]:
+def versions() -> dict[str, Any]:
+    """The devkit's record of device and software; the smoke test's interpreter off CUDA."""
+    if DEVICE == "cuda":
+        return environment()
     import triton
 
-    if DEVICE != "cuda":
-        return {
-            "device": "cpu (Triton interpreter)",
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "driver": "none",
-            "capability": "none",
-        }
-    props = torch.cuda.get_device_properties(0)
-    try:
-        driver = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        driver = "unknown"
     return {
-        "device": props.name,
-        "capability": f"{props.major}.{props.minor}",
-        "driver": driver,
+        "device": "cpu (Triton interpreter)",
         "torch": torch.__version__,
-        "cuda": str(torch.version.cuda),
         "triton": triton.__version__,
-        "python": platform.python_version(),
     }
 
 
 def run(out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    capability = torch.cuda.get_device_capability() if DEVICE == "cuda" else (7, 0)
+    capability = device_facts(torch.device(DEVICE)).capability
     per_head = kv_scales(
         torch.linspace(0.5, 2.0, HEADS), torch.linspace(0.25, 1.0, HEADS), HEADS, DEVICE
     )
@@ -254,6 +235,7 @@ def run(out: Path) -> dict[str, Any]:
         "e5m2_per_tensor": bench_cache_write(e5m2, per_tensor, check=False),
         "e5m2_per_head": bench_cache_write(e5m2, per_head, check=False),
         "e5m2_per_tensor_checked": bench_cache_write(e5m2, per_tensor, check=True),
+        "e5m2_per_head_host_writer": bench_cache_write(e5m2, per_head, False, host_writer=True),
         "fp16": bench_cache_write(fp16, None, check=False),
     }
     gather = {

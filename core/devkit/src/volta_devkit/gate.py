@@ -5,7 +5,8 @@ Triton compiles for any NVIDIA target on a machine with no GPU (``triton.compile
 one launch configuration for ``GPUTarget("cuda", capability, 32)``, runs the bundled ``ptxas -v``
 on the PTX for the register and spill figures (Triton itself only learns them when it loads the
 binary on a GPU), reads the shared memory Triton allocated from the compile metadata, and
-disassembles the cubin with the bundled ``cuobjdump -sass`` for an opcode histogram.
+disassembles the cubin for an opcode histogram with a disassembler that reads the target
+(:mod:`volta_devkit.disassembler`: Triton 3.9's bundled one refuses SM70).
 
 A configuration passes when it compiles, spills nothing, uses at most 96 KB of shared memory
 (Volta's per-block limit) and, below SM89, uses no ``fp8e4nv`` (e4m3), which Volta cannot
@@ -23,17 +24,21 @@ import inspect
 import io
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import types
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from volta_core import KernelConfig
+from volta_devkit.disassembler import (
+    DisassemblerUnavailable,
+    disassemble,
+    nvidia_tool,
+    sass_histogram,
+)
 
 #: Volta's largest shared-memory allocation per block (opt-in above 48 KB).
 MAX_SHARED_BYTES = 96 * 1024
@@ -53,8 +58,6 @@ _PTXAS_SPILLS = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
 )
 _PTX_TARGET = re.compile(r"^\s*\.target\s+(sm_\w+)", re.MULTILINE)
-# One SASS instruction line: /*0040*/  [@!P0] OPCODE.MODIFIERS operands ;
-_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)")
 
 
 @dataclass
@@ -170,7 +173,7 @@ def compile_for(
                 f"(found in {', '.join(stages)}); use e5m2 (fp8e5) on this path"
             )
     _measure_registers(report, asm["ptx"], capability)
-    _measure_sass(report, asm["cubin"])
+    _measure_sass(report, asm["cubin"], capability)
 
     if report.shared_bytes > MAX_SHARED_BYTES:
         report.problems.append(
@@ -562,31 +565,6 @@ def _describe_compile_error(exc: BaseException, capability: int) -> str:
 # -- measuring ----------------------------------------------------------------------------
 
 
-def nvidia_tool(name: str) -> Path | None:
-    """Locate a CUDA tool (``ptxas``, ``cuobjdump``) the way Triton does, then in its wheel.
-
-    Order: Triton's knob (honours ``TRITON_<TOOL>_PATH``), the ``backends/nvidia/bin`` folder
-    of the installed wheel, then ``PATH``.
-    """
-    candidates: list[Path] = []
-    with contextlib.suppress(Exception):
-        from triton import knobs
-
-        tool = getattr(knobs.nvidia, name.replace("-", "_"))
-        candidates.append(Path(tool.path))
-    with contextlib.suppress(Exception):
-        import triton
-
-        candidates.append(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
-    on_path = shutil.which(name)
-    if on_path:
-        candidates.append(Path(on_path))
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
-    return None
-
-
 def _measure_registers(report: GateReport, ptx: str, capability: int) -> None:
     match = _PTX_TARGET.search(ptx)
     arch = match.group(1) if match else f"sm_{capability}"
@@ -615,24 +593,12 @@ def _measure_registers(report: GateReport, ptx: str, capability: int) -> None:
     report.stack_bytes, report.n_spills, report.n_spill_loads = map(int, spills.groups())
 
 
-def _measure_sass(report: GateReport, cubin: bytes) -> None:
-    cuobjdump = nvidia_tool("cuobjdump")
-    if cuobjdump is None:
-        report.notes.append("cuobjdump not found: no SASS histogram")
+def _measure_sass(report: GateReport, cubin: bytes, capability: int) -> None:
+    """The opcode histogram, from a disassembler that reads the target (never an empty one:
+    a target no disassembler here reads is a problem naming what was tried)."""
+    try:
+        sass = disassemble(cubin, f"sm_{capability}")
+    except DisassemblerUnavailable as exc:
+        report.problems.append(f"no SASS histogram: {exc}")
         return
-    with tempfile.TemporaryDirectory(prefix="volta-gate-") as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        run = subprocess.run(
-            [str(cuobjdump), "-sass", str(path)], capture_output=True, text=True, check=False
-        )
-    if run.returncode != 0:
-        report.notes.append(f"cuobjdump -sass failed (exit {run.returncode}): {run.stderr[-300:]}")
-        return
-    report.sass_histogram = sass_histogram(run.stdout)
-
-
-def sass_histogram(sass: str) -> dict[str, int]:
-    """Count the opcodes (without modifiers) in ``cuobjdump -sass`` output, most frequent first."""
-    counts = Counter(_SASS_LINE.findall(sass))
-    return dict(counts.most_common())
+    report.sass_histogram = sass_histogram(sass)

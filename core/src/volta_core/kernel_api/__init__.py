@@ -3,7 +3,10 @@
 * the FP8 KV-cache element codec (:func:`encode_fp8`, :func:`decode_fp8` and their tile forms),
   Triton device functions, so a cache's codes do not depend on which plugin wrote them;
 * arrival counters and zeroed accumulators for split reductions done in one launch;
-* :func:`device_facts`, the compute capability and SM count a launch is planned for.
+* :func:`device_facts`, the compute capability and SM count a launch is planned for;
+* CUDA C++ kernels compiled at first use by NVRTC (:func:`load_cuda_kernel`,
+  :func:`compile_cubin`, :func:`compile_ptx`), cached on disk and launched on torch's stream;
+  they need the core's ``cuda`` extra, imported only when first used.
 
 Imported only by kernel code (it imports triton): the host itself, the ``vllm-volta`` command
 and the vLLM adapter never import it. Developer tooling (the SM70 compile gate, the benchmark
@@ -18,17 +21,39 @@ from volta_core.kernel_api._device_facts import (
     interpreting,
 )
 from volta_core.kernel_api._fp8 import decode_fp8, dequantize_tile, encode_fp8, quantize_tile
+from volta_core.kernel_api._nvrtc import (
+    CudaCompileError,
+    CudaKernel,
+    CudaToolkitUnavailable,
+    NvrtcBuild,
+    compile_cubin,
+    compile_ptx,
+    cuda_cache_dir,
+    load_cuda_kernel,
+    nvrtc_build,
+    nvrtc_version,
+)
 
 __all__ = [
     "INTERPRETER_FACTS",
     "MIN_COUNTERS",
+    "CudaCompileError",
+    "CudaKernel",
+    "CudaToolkitUnavailable",
     "DeviceFacts",
+    "NvrtcBuild",
     "arrival_counters",
+    "compile_cubin",
+    "compile_ptx",
+    "cuda_cache_dir",
     "decode_fp8",
     "dequantize_tile",
     "device_facts",
     "encode_fp8",
     "interpreting",
+    "load_cuda_kernel",
+    "nvrtc_build",
+    "nvrtc_version",
     "quantize_tile",
     "zeroed_accumulators",
 ]

@@ -26,7 +26,15 @@ DISTRIBUTIONS = [
 
 #: What an sdist may hold at its top level (hatchling always adds the ``.gitignore`` it excluded
 #: files by, so that a wheel built from the sdist leaves out the same ones).
-SDIST_TOP = {"src", "tests", "README.md", "pyproject.toml", "PKG-INFO", ".gitignore"}
+SDIST_TOP = {
+    "src",
+    "tests",
+    "benchmarks",
+    "README.md",
+    "pyproject.toml",
+    "PKG-INFO",
+    ".gitignore",
+}
 
 #: Suffixes of measurement records, never in a distribution.
 RECORD_SUFFIXES = {".log", ".patch", ".diff", ".png", ".sh"}

@@ -1,4 +1,5 @@
-"""Benchmark suite: ``python -m volta_ct_wna16.bench --out DIR [--sweep]`` (needs CUDA).
+"""Benchmark suite: ``python plugins/ct_wna16/benchmarks/ct_wna16_bench.py --out DIR [--sweep]``
+(needs CUDA, and ``volta_ct_wna16`` and the devkit importable: installed, or on ``PYTHONPATH``).
 
 For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, one run times:
 
@@ -38,11 +39,17 @@ from typing import Any
 
 import torch
 
-from volta_ct_wna16 import __version__, configs
+# The checkpoint maker the tests use (plugins/ct_wna16/tests), not part of the package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from ct_wna16_checkpoints import fresh_checkpoint
+
+from volta_ct_wna16 import __version__
+from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, SPLITK, Launch
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import fresh_checkpoint
+from volta_ct_wna16.tables import SM90, choose
 from volta_devkit.bench import measure_copy_bandwidth, time_cuda_graph
 from volta_devkit.read_floor import read_floor
 
@@ -88,9 +95,9 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
     """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
-    launch = configs.choose(m, n, (7, 0), pw.bits, k=k)
+    launch = choose(m, n, (7, 0), pw.bits, k=k)
     io = m * k * 2 + m * n * 2
-    if launch.path == configs.DEQUANT_MATMUL:
+    if launch.path == DEQUANT_MATMUL:
         dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
         gemm = max((n * k * 2 + io) / V100_BANDWIDTH, 2 * m * n * k / V100_TENSOR_FLOPS)
         return dequant + gemm, "dequant+cuBLAS"
@@ -129,7 +136,7 @@ def measure(
             * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = configs.choose(m, n, torch.cuda.get_device_capability(), 4, k=k)
+        launch = choose(m, n, torch.cuda.get_device_capability(), 4, k=k)
         wbytes = pws[0].nbytes(launch.byte_zeros)
         rows.append(
             {
@@ -163,9 +170,9 @@ SWEEP_MS = (1, 4, 16, 64, 256)
 SWEEP_TOLERANCE = 1e-2
 
 
-def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Launch:
-    return configs.Launch(
-        configs.SPLITK,
+def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> Launch:
+    return Launch(
+        SPLITK,
         block_m=1,
         block_n=bn,
         block_k=bk,
@@ -176,9 +183,9 @@ def _gemv(bn: int, bk: int, w: int, st: int, p: int, ru: int = 8) -> configs.Lau
     )
 
 
-def _dot(bn: int, bk: int, w: int, st: int, p: int, ru: int = 2, bm: int = 16) -> configs.Launch:
-    return configs.Launch(
-        configs.SPLITK,
+def _dot(bn: int, bk: int, w: int, st: int, p: int, ru: int = 2, bm: int = 16) -> Launch:
+    return Launch(
+        SPLITK,
         block_m=bm,
         block_n=bn,
         block_k=bk,
@@ -190,11 +197,12 @@ def _dot(bn: int, bk: int, w: int, st: int, p: int, ru: int = 2, bm: int = 16) -
     )
 
 
-def sweep_candidates(m: int) -> list[configs.Launch]:
+def sweep_candidates(m: int) -> list[Launch]:
     """Launches ``--sweep`` times for ``m`` tokens (4-bit sizes), besides the table's own.
 
-    The split-K reduction is a tree of fan-in ``reduce_unroll`` (:func:`_reduce_splits`), so
-    more splits cost less than with one reducer per tile: the list crosses the fan-in with
+    The split-K reduction is a tree of fan-in ``reduce_unroll``
+    (:func:`volta_ct_wna16.kernels.epilogue.reduce_splits`), so more splits cost less than
+    with one reducer per tile: the list crosses the fan-in with
     programs per SM (a launch argument, not a compile one) on the tiles earlier sweeps kept
     (each compiles for sm_90 without spills; their results are in the README). The dot list is
     shared by 4 and 16 tokens (one compile serves both). Above 32 tokens: split-K tiles of 64
@@ -209,13 +217,13 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
             *(_gemv(512, 32, 4, 3, p, ru=16) for p in (4, 5, 8)),
             *(_gemv(256, 32, 1, 3, p, ru=8) for p in (8, 16)),
         ]
-    if m > configs.SM90.decode_max_m:
+    if m > SM90.decode_max_m:
         return [
             *(_dot(64, 64, 4, 3, p, bm=64) for p in (1, 4)),
             *(_dot(128, 64, w, 3, 1, bm=64) for w in (4, 8)),
             _dot(128, 64, 8, 3, 1, bm=128),
-            configs.Launch(configs.GEMM, block_m=64, block_n=64, block_k=64, num_stages=3),
-            configs.SM90.dequant,
+            Launch(GEMM, block_m=64, block_n=64, block_k=64, num_stages=3),
+            SM90.dequant,
         ]
     return [
         *(_dot(256, 128, 4, 3, p, ru) for ru in (2, 4) for p in (2, 4)),
@@ -224,9 +232,9 @@ def sweep_candidates(m: int) -> list[configs.Launch]:
     ]
 
 
-def launch_label(ln: configs.Launch) -> str:
+def launch_label(ln: Launch) -> str:
     """A launch in one short word: path, tile, warps, stages, reduction unroll, programs/SM."""
-    kind = ("dot" if ln.use_dot else "fma") if ln.path == configs.SPLITK else ln.path
+    kind = ("dot" if ln.use_dot else "fma") if ln.path == SPLITK else ln.path
     return (
         f"{kind} m{ln.block_m}n{ln.block_n}k{ln.block_k} "
         f"w{ln.num_warps} s{ln.num_stages} r{ln.reduce_unroll} p{ln.programs_per_sm}"
@@ -268,7 +276,7 @@ def sweep(
             ).median_ms
             * 1e-3
         )
-        table_launch = configs.choose(m, n, capability, 4, k=k)
+        table_launch = choose(m, n, capability, 4, k=k)
         launches = [table_launch] + [c for c in sweep_candidates(m) if c != table_launch]
         for launch in launches:
             row: dict[str, Any] = {
@@ -318,7 +326,7 @@ def sweep(
 
 def sweep_line(r: dict[str, Any]) -> str:
     """One swept launch: layer, tokens, launch, time, x fp16, % of copy, error."""
-    ln = configs.Launch(**r["launch"])
+    ln = Launch(**r["launch"])
     return (
         f"{r['n']:>6}x{r['k']:<6} {'sym ' if r['symmetric'] else 'asym'} M={r['m']:<2} "
         f"{launch_label(ln):<34} {r['us']:8.1f} us {r['speedup']:5.2f}x fp16 "
@@ -349,7 +357,7 @@ def best_of_sweep(swept: list[dict[str, Any]]) -> str:
         lines.append(
             f"{n:>6} {k:>6} {'n' if asym else 'y':>4} {m:>3} {best['us']:8.1f} "
             f"{best['speedup']:7.2f} {100 * best['copy_fraction']:6.1f} {table_us}  "
-            f"{launch_label(configs.Launch(**best['launch']))}"
+            f"{launch_label(Launch(**best['launch']))}"
         )
     return "\n".join(lines)
 

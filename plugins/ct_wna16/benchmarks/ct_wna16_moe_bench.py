@@ -1,4 +1,5 @@
-"""Fused-MoE benchmark: ``python -m volta_ct_wna16.bench_moe --out DIR`` (needs CUDA).
+"""Fused-MoE benchmark: ``python plugins/ct_wna16/benchmarks/ct_wna16_moe_bench.py --out DIR``
+(needs CUDA; imports as :mod:`ct_wna16_bench` does).
 
 For two MoE layer shapes of the models V100 owners serve (Qwen3-30B-A3B: 128 experts, top-8,
 hidden 2048, intermediate 768; Qwen3.5-35B-A3B: 256 experts, top-8, hidden 2048, intermediate
@@ -30,12 +31,18 @@ from typing import Any
 
 import torch
 
-from volta_ct_wna16 import configs, ops
-from volta_ct_wna16.bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, versions
+# Beside this script: the linear benchmark; in plugins/ct_wna16/tests: the checkpoint maker.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from ct_wna16_bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, versions
+from ct_wna16_checkpoints import fresh_checkpoint
+
+from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import fresh_checkpoint
+from volta_ct_wna16.tables import choose_moe
 from volta_devkit.bench import time_cuda_graph
 
 #: name: (experts, top_k, hidden, intermediate)
@@ -112,7 +119,7 @@ def time_one(
     count = max(2, min(MAX_ROUTINGS, int(ROTATE_BYTES // per_call)))
     sets = routings(m, experts, top_k, count, gen)
     distinct = sum(int(ids.unique().numel()) for _, ids in sets) / len(sets)
-    launch = configs.choose_moe(m * top_k, experts, torch.cuda.get_device_capability())
+    launch = choose_moe(m * top_k, experts, torch.cuda.get_device_capability())
     step = time_cuda_graph(
         lambda w, ids: experts_forward(x, w, ids, weights), sets, replays=REPLAYS
     ).median_ms

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ct_wna16_checkpoints import library_checkpoint, quantization_config
 
 from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import library_checkpoint, quantization_config
 
 VOCAB = 96
 HIDDEN = 128

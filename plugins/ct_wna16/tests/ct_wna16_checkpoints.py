@@ -4,7 +4,8 @@
 linear layer (its min-max scales and zero points, its ``pack-quantized`` compressor), which is
 what real checkpoints are made with. :func:`fresh_checkpoint` makes the same tensors with this
 package's packer for machines without the library (the GPU machine); the CPU tests prove the two
-identical bit for bit.
+identical bit for bit. Not part of the package: the tests and the benchmarks
+(``plugins/ct_wna16/benchmarks``) import it from this folder.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from volta_ct_wna16.layout import PackedWeights, pack_int32, prepare
 from volta_ct_wna16.scheme import WeightScheme
 
 #: Library-made checkpoints carried to machines without compressed-tensors (the GPU machine):
-#: ``python -m volta_ct_wna16.testing PATH`` writes them.
+#: ``python plugins/ct_wna16/tests/ct_wna16_checkpoints.py [PATH]`` writes them.
 LIBRARY_FIXTURES = Path(
     os.environ.get(
         "CT_WNA16_FIXTURES",
-        Path(__file__).resolve().parents[2] / ".fixtures" / "library_checkpoints.safetensors",
+        Path(__file__).resolve().parents[1] / ".fixtures" / "library_checkpoints.safetensors",
     )
 )
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import ct_wna16_bench as bench
 import pytest
 import torch
+from ct_wna16_checkpoints import fresh_checkpoint
 
-from volta_ct_wna16 import bench, configs
+from volta_ct_wna16.launch import DEQUANT_MATMUL, Launch
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import fresh_checkpoint
+from volta_ct_wna16.tables import choose
 
 
 def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
@@ -20,7 +22,7 @@ def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
     assert bound == "memory"
     assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / bench.V100_BANDWIDTH)
     assert bench.sm70_estimate(16, n, k, pw)[1] == "FMA"
-    assert configs.choose(2048, 256, (7, 0), 4).path == configs.DEQUANT_MATMUL
+    assert choose(2048, 256, (7, 0), 4).path == DEQUANT_MATMUL
     assert bench.sm70_estimate(2048, n, k, pw)[1] == "dequant+cuBLAS"
 
 
@@ -29,7 +31,7 @@ def test_refuses_to_run_without_cuda(tmp_path) -> None:
     assert bench.main(["--out", str(tmp_path)]) == 2
 
 
-def _row(us: float, err: float, table: bool, launch: configs.Launch) -> dict:
+def _row(us: float, err: float, table: bool, launch: Launch) -> dict:
     return {
         "n": 256,
         "k": 512,
@@ -59,7 +61,7 @@ def test_best_of_sweep_takes_the_fastest_correct_launch() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
 def test_moe_benchmark_refuses_to_run_without_cuda(tmp_path) -> None:
-    from volta_ct_wna16 import bench_moe
+    import ct_wna16_moe_bench as bench_moe
 
     assert bench_moe.main(["--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())

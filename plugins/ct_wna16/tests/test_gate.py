@@ -5,22 +5,35 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+import ct_wna16_bench as bench
 import pytest
 
 from volta_core.device import V100, Device
-from volta_ct_wna16 import bench, configs
+from volta_ct_wna16.gate_configs import MOE_OUTPUTS, moe_config, splitk_config
+from volta_ct_wna16.launch import (
+    DEQUANT_MATMUL,
+    SPLITK,
+    Launch,
+    balanced_splits,
+    group_tile,
+    moe_splits,
+    split_count,
+    whole_tiles,
+)
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
 from volta_ct_wna16.plugin import volta_kernel_configs
+from volta_ct_wna16.tables import SM70, SM90, choose, choose_moe, route_place_tile, table_for
 from volta_devkit.gate import assert_gate_passes, check_kernel_config, gate_variants
 
 SM70_CONFIGS = list(volta_kernel_configs(V100))
 
 
-def _config_for(launch: configs.Launch, bits: int, names: set[str]) -> bool:
+def _config_for(launch: Launch, bits: int, names: set[str]) -> bool:
     """Whether the gate's list has a configuration of ``launch``'s tile for ``bits``-bit weights."""
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
-    if launch.path == configs.SPLITK:
+    if launch.path == SPLITK:
         tile += f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
-    if launch.path == configs.DEQUANT_MATMUL:
+    if launch.path == DEQUANT_MATMUL:
         tile = f"n{launch.block_n}k{launch.block_k}"
     return any(tile in name and f"w{bits}" in name for name in names)
 
@@ -39,51 +52,51 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
         for n in (256, 5120, 8192, 27648):
             for k in (256, 5120, 27648):
                 for bits in (4, 8):
-                    launch = configs.choose(m, n, device.capability, bits, k=k)
+                    launch = choose(m, n, device.capability, bits, k=k)
                     assert _config_for(launch, bits, names), (m, n, k, launch)
-                    if configs.whole_tiles(n, k, launch, bits):
+                    if whole_tiles(n, k, launch, bits):
                         # The unmasked build the launcher takes, split or not, both symmetries.
                         for use_ws, zp in itertools.product((False, True), (False, True)):
-                            gt = configs.group_tile(launch, 128)
+                            gt = group_tile(launch, 128)
                             atomic = use_ws and launch.atomic
                             zp8 = zp and launch.byte_zeros
-                            cfg = configs.splitk_config(
+                            cfg = splitk_config(
                                 launch, bits, zp, False, use_ws, gt, zp8, atomic, whole=True
                             )
                             assert cfg.name in names, cfg.name
     for pairs in range(1, 4096, 7):
         for experts in (8, 64, 128, 256):
-            launch = configs.choose_moe(pairs, experts, device.capability)
-            split = configs.moe_splits(launch)
+            launch = choose_moe(pairs, experts, device.capability)
+            split = moe_splits(launch)
             assert split == (launch.block_m == 16)
             for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
-                for rw, atomic in configs.MOE_OUTPUTS:
-                    cfg = configs.moe_config(launch, bits, zp, rw, gt, atomic)
+                for rw, atomic in MOE_OUTPUTS:
+                    cfg = moe_config(launch, bits, zp, rw, gt, atomic)
                     assert cfg.name in names, cfg.name
-    table = configs.table_for(device.capability)
-    for experts in range(1, configs.MAX_ROUTED_EXPERTS + 1):
-        e_pow2, _ = configs.route_place_tile(experts)
+    table = table_for(device.capability)
+    for experts in range(1, MAX_ROUTED_EXPERTS + 1):
+        e_pow2, _ = route_place_tile(experts)
         for launch in (table.moe, table.moe_large):
             assert f"moe_place_e{e_pow2}_m{launch.block_m}" in names, (experts, launch)
 
 
 def test_sm90_gemv_tile_follows_the_output_and_input_counts() -> None:
     sm90 = (9, 0)
-    narrow, (wide_from, wide) = configs.SM90.gemv, configs.SM90.wide_gemv or (0, None)
-    short_to, short = configs.SM90.short_gemv or (0, None)
-    assert configs.choose(1, 5120, sm90, 4) == narrow
-    assert configs.choose(1, wide_from - 1, sm90, 4) == narrow
-    assert configs.choose(1, wide_from, sm90, 4) == wide
-    assert configs.choose(1, 27648, sm90, 8) == wide
-    assert configs.choose(1, 27648, (7, 0), 4) == configs.SM70.gemv
+    narrow, (wide_from, wide) = SM90.gemv, SM90.wide_gemv or (0, None)
+    short_to, short = SM90.short_gemv or (0, None)
+    assert choose(1, 5120, sm90, 4) == narrow
+    assert choose(1, wide_from - 1, sm90, 4) == narrow
+    assert choose(1, wide_from, sm90, 4) == wide
+    assert choose(1, 27648, sm90, 8) == wide
+    assert choose(1, 27648, (7, 0), 4) == SM70.gemv
     # The short tile: narrow layers of at most short_to inputs (5120x5120, 7168x5120).
-    assert configs.choose(1, 5120, sm90, 4, k=5120) == short
-    assert configs.choose(1, 7168, sm90, 4, k=short_to) == short
-    assert configs.choose(1, 5120, sm90, 4, k=short_to + 1) == narrow
-    assert configs.choose(1, 5120, sm90, 4, k=27648) == narrow
-    assert configs.choose(1, wide_from, sm90, 4, k=5120) == wide
-    assert configs.choose(2, 5120, sm90, 4, k=5120) == configs.SM90.small
-    assert configs.choose(1, 5120, (7, 0), 4, k=5120) == configs.SM70.gemv
+    assert choose(1, 5120, sm90, 4, k=5120) == short
+    assert choose(1, 7168, sm90, 4, k=short_to) == short
+    assert choose(1, 5120, sm90, 4, k=short_to + 1) == narrow
+    assert choose(1, 5120, sm90, 4, k=27648) == narrow
+    assert choose(1, wide_from, sm90, 4, k=5120) == wide
+    assert choose(2, 5120, sm90, 4, k=5120) == SM90.small
+    assert choose(1, 5120, (7, 0), 4, k=5120) == SM70.gemv
 
 
 def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
@@ -91,13 +104,13 @@ def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
     5120x27648 (30.6 us; 33.4-41.4 for the 64- and 128-input tiles), so the input length acts
     through the split count: the same tile, more and longer splits."""
     sm90 = (9, 0)
-    narrow = configs.SM90.gemv
-    assert configs.choose(1, 5120, sm90, 4) == narrow
-    short = configs.split_count(5120, 5120, narrow, 132)
-    long = configs.split_count(5120, 27648, narrow, 132)
+    narrow = SM90.gemv
+    assert choose(1, 5120, sm90, 4) == narrow
+    short = split_count(5120, 5120, narrow, 132)
+    long = split_count(5120, 27648, narrow, 132)
     assert long[0] >= short[0]
     assert long[1] > short[1]
-    assert configs.choose(16, 5120, sm90, 4) == configs.SM90.decode
+    assert choose(16, 5120, sm90, 4) == SM90.decode
 
 
 @pytest.mark.parametrize(
@@ -111,36 +124,34 @@ def test_the_dot_tiles_take_the_split_counts_run_16_found_fastest(n, k, decode, 
     chose 14, 3, 14 and 10, and 4, 1, 4 and 3."""
     sm90 = (9, 0)
     for m, splits in ((2, decode), (4, decode), (16, decode), (64, gemm)):
-        launch = configs.choose(m, n, sm90, 4)
+        launch = choose(m, n, sm90, 4)
         assert launch.split_cost is not None
-        assert configs.split_count(n, k, launch, 132, m)[0] == splits
+        assert split_count(n, k, launch, 132, m)[0] == splits
 
 
 def test_balanced_splits() -> None:
     # 20 tiles of 216 steps: 13 splits (260 programs, 2 per SM) and not 14 (280: a wave more).
-    assert -(-216 // configs.balanced_splits(20, 216, 2, 1.5, 132)) == 13
+    assert -(-216 // balanced_splits(20, 216, 2, 1.5, 132)) == 13
     # A lone tile is cut to single steps; one step is never cut.
-    assert configs.balanced_splits(1, 40, 2, 1.5, 132) == 1
-    assert configs.balanced_splits(50, 1, 2, 1.5, 132) == 1
+    assert balanced_splits(1, 40, 2, 1.5, 132) == 1
+    assert balanced_splits(50, 1, 2, 1.5, 132) == 1
     # Twice the tiles (32 tokens on a 16-row tile): never more splits than for one row block.
     for tiles, k_blocks in ((20, 40), (28, 40), (108, 40), (20, 216)):
-        one = -(-k_blocks // configs.balanced_splits(tiles, k_blocks, 2, 1.5, 132))
-        two = -(-k_blocks // configs.balanced_splits(2 * tiles, k_blocks, 2, 1.5, 132))
+        one = -(-k_blocks // balanced_splits(tiles, k_blocks, 2, 1.5, 132))
+        two = -(-k_blocks // balanced_splits(2 * tiles, k_blocks, 2, 1.5, 132))
         assert two <= one, (tiles, k_blocks)
     # Nothing to split is refused by name, not answered.
     with pytest.raises(ValueError, match="k_blocks=0"):
-        configs.balanced_splits(20, 0, 2, 1.5, 132)
+        balanced_splits(20, 0, 2, 1.5, 132)
     with pytest.raises(ValueError, match="split_cost"):
-        replace(configs.SM90.decode, split_cost=-1.0)
+        replace(SM90.decode, split_cost=-1.0)
     with pytest.raises(ValueError, match="split_cost"):
-        replace(configs.SM90.dequant, split_cost=1.0)
+        replace(SM90.dequant, split_cost=1.0)
     with pytest.raises(ValueError, match="unmasked build"):
-        replace(configs.SM90.dequant, unmasked=True)
+        replace(SM90.dequant, unmasked=True)
     # The m row blocks count: 17 tokens make two 16-row tiles.
-    launch = configs.SM90.decode
-    assert configs.split_count(5120, 5120, launch, 132, 17) == configs.split_count(
-        10240, 5120, launch, 132, 16
-    )
+    launch = SM90.decode
+    assert split_count(5120, 5120, launch, 132, 17) == split_count(10240, 5120, launch, 132, 16)
 
 
 def test_sm90_tiles_differ_from_sm70_tiles() -> None:
@@ -164,12 +175,12 @@ def _sweep_configs() -> list:
     for m in bench.SWEEP_MS:
         for launch in bench.sweep_candidates(m):
             key = replace(launch, programs_per_sm=0)
-            if launch.path != configs.SPLITK or key in seen:  # the table's dequantize build
+            if launch.path != SPLITK or key in seen:  # the table's dequantize build
                 continue
             seen.add(key)
             for zp in (False, True) if launch.use_dot else (False,):
-                gt = configs.group_tile(launch, bench.GROUP)
-                out.append(configs.splitk_config(launch, 4, zp, False, True, gt))
+                gt = group_tile(launch, bench.GROUP)
+                out.append(splitk_config(launch, 4, zp, False, True, gt))
     return out
 
 
@@ -182,10 +193,10 @@ def test_sweep_candidates_compile_for_sm90_without_spills(cfg) -> None:
 
 
 def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
-    decode = configs.SM90.decode
-    assert configs.group_tile(decode, 128)
-    assert configs.group_tile(decode, 256)
-    assert not configs.group_tile(decode, 64)
-    assert not configs.group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
-    assert not configs.group_tile(configs.SM90.gemv, 128)  # the GEMV loads per 32 inputs
-    assert not configs.group_tile(configs.SM70.gemm, 128)  # the GEMM kernel loads per row
+    decode = SM90.decode
+    assert group_tile(decode, 128)
+    assert group_tile(decode, 256)
+    assert not group_tile(decode, 64)
+    assert not group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
+    assert not group_tile(SM90.gemv, 128)  # the GEMV loads per 32 inputs
+    assert not group_tile(SM70.gemm, 128)  # the GEMM kernel loads per row

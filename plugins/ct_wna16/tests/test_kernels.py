@@ -8,23 +8,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import ct_wna16_bench as bench
 import pytest
 import torch
 import triton
 import triton.language as tl
-
-from volta_core.kernel_api import MIN_COUNTERS, arrival_counters, zeroed_accumulators
-from volta_ct_wna16 import bench, configs
-from volta_ct_wna16.kernels import _slot_q16
-from volta_ct_wna16.layout import PackedWeights, dequantize
-from volta_ct_wna16.ops import device_facts, wna16_linear
-from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import (
+from ct_wna16_checkpoints import (
     LIBRARY_FIXTURES,
     Checkpoint,
     fresh_checkpoint,
     library_checkpoint,
 )
+
+from volta_core.kernel_api import MIN_COUNTERS, arrival_counters, device_facts, zeroed_accumulators
+from volta_ct_wna16.kernels.dequant import slot_q16
+from volta_ct_wna16.launch import SPLITK, Launch, slot_dots, split_count, whole_tiles
+from volta_ct_wna16.layout import PackedWeights, dequantize
+from volta_ct_wna16.ops import wna16_linear
+from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.tables import SM70, SM90, choose
 from volta_devkit.testing import assert_rel_close, poison_, rel_error
 
 SCHEMES = [
@@ -92,7 +94,7 @@ SM90_SCHEMES = [
 @pytest.mark.parametrize("scheme", SM90_SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
 def test_every_sm90_tile_in_the_interpreter(scheme) -> None:
     pw = packed(library_checkpoint(40, 384, scheme, seed=2))
-    table = configs.SM90
+    table = SM90
     assert table.wide_gemv is not None
     assert table.short_gemv is not None
     for launch, m in (
@@ -128,7 +130,7 @@ def test_gemv_fields_lie_below_the_fp32_exponent() -> None:
     """The GEMV reads field ``j`` of a word as the fp32 ``2**(23 - o) + q`` at bit offset ``o``
     of the copy shifted by ``field_shift``: exact only if the whole field lies in bits 0..22 of
     that copy, and for every field of both widths."""
-    from volta_ct_wna16.kernels import field_shift
+    from volta_ct_wna16.kernels.gemv import field_shift
 
     for bits in (4, 8):
         for j in range(32 // bits):
@@ -141,7 +143,7 @@ def test_dot_slots_lie_in_the_fp16_mantissa_of_their_half() -> None:
     """The dot paths read value ``j`` of a word, shifted by ``slot_shift``, as the fp16
     ``2**(10 - o) + q`` at offset ``o`` of one 16-bit half: exact only if the field lies in bits
     0..9 of that half, for every value of both widths, in place or not (then at bit 0)."""
-    from volta_ct_wna16.kernels import slot_shift
+    from volta_ct_wna16.kernels.dequant import slot_shift
 
     for bits in (4, 8):
         half = 16 // bits
@@ -163,19 +165,19 @@ def _slots(
     TINY: tl.constexpr,
     R: tl.constexpr,
 ):
-    """Every value of ``R`` words through ``_slot_q16``: ``[R, 32 // BITS]``."""
+    """Every value of ``R`` words through ``slot_q16``: ``[R, 32 // BITS]``."""
     r = tl.arange(0, R)
     t = tl.load(w_ptr + r).to(tl.uint32, bitcast=True)
     z = tl.load(z_ptr + r).to(tl.float32)
     for j in tl.static_range(32 // BITS):
-        tl.store(out_ptr + r * (32 // BITS) + j, _slot_q16(t, z, j, BITS, IN_PLACE, TINY))
+        tl.store(out_ptr + r * (32 // BITS) + j, slot_q16(t, z, j, BITS, IN_PLACE, TINY))
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("in_place", [True, False])
 @pytest.mark.parametrize("tiny", [False, True])
 def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool, tiny: bool) -> None:
-    """``_slot_q16`` against ``q - z`` computed in integers (times ``2**-24`` for the subnormal
+    """``slot_q16`` against ``q - z`` computed in integers (times ``2**-24`` for the subnormal
     form): every field value at every slot, against every zero point, bit for bit."""
     pack, levels = 32 // bits, 1 << bits
     rows = 1024
@@ -194,11 +196,9 @@ def test_dot_slots_dequantize_every_value_exactly(bits: int, in_place: bool, tin
 
 def test_split_k_and_unsplit_agree_with_odd_shapes() -> None:
     pw = packed(library_checkpoint(24, 2304, WeightScheme(4, False, 128), seed=2))
-    one_split = configs.Launch(
-        configs.SPLITK, block_m=1, block_n=16, block_k=256, programs_per_sm=0
-    )
-    assert configs.split_count(pw.n, pw.k, one_split, 80)[0] == 1
-    assert configs.split_count(pw.n, pw.k, configs.SM70.gemv, 80)[0] > 1
+    one_split = Launch(SPLITK, block_m=1, block_n=16, block_k=256, programs_per_sm=0)
+    assert split_count(pw.n, pw.k, one_split, 80)[0] == 1
+    assert split_count(pw.n, pw.k, SM70.gemv, 80)[0] > 1
     check(pw, 1, bias=True, launch=one_split)
     check(pw, 1, bias=True)
 
@@ -208,8 +208,8 @@ def test_pair_read_activations_with_odd_rows(bits: int) -> None:
     """The dot tile reads activations two slots at a time as 32-bit words: an odd input
     length (channel-wise, so the last word is padded), and rows of a view whose stride and
     start are odd, take the launcher's zero-padded copy and still match float64."""
-    launch = configs.SM90.decode
-    assert configs.slot_dots(launch, bits)
+    launch = SM90.decode
+    assert slot_dots(launch, bits)
     pw = packed(library_checkpoint(40, 383, WeightScheme(bits, False, None), seed=7))
     check(pw, 16, bias=True, launch=launch)
     pw = packed(library_checkpoint(40, 384, WeightScheme(bits, True, 128), seed=8))
@@ -237,8 +237,8 @@ def test_each_path_reads_its_own_zero_points(bits: int) -> None:
     x = torch.randn(16, pw.k, generator=gen).to(torch.float16)
     ref = x.double() @ dequantize(pw).t()
     no_fp16 = replace(pw, zeros=torch.full_like(pw.zeros, float("nan")))
-    assert configs.SM90.short_gemv is not None
-    for gemv in (configs.SM70.gemv, configs.SM90.gemv, configs.SM90.short_gemv[1]):
+    assert SM90.short_gemv is not None
+    for gemv in (SM70.gemv, SM90.gemv, SM90.short_gemv[1]):
         assert gemv.byte_zeros
         out = poison_(torch.empty(1, pw.n, dtype=torch.float16))
         wna16_linear(x[:1], no_fp16, launch=gemv, out=out)
@@ -246,9 +246,9 @@ def test_each_path_reads_its_own_zero_points(bits: int) -> None:
         fp16_only = wna16_linear(x[:1], replace(pw, zeros8=None), launch=gemv)
         assert torch.equal(out, fp16_only)
     # The wide GEMV (fp16 zero points measured faster there) and the dot tiles read fp16.
-    assert configs.SM90.wide_gemv is not None
+    assert SM90.wide_gemv is not None
     wrong_bytes = replace(pw, zeros8=torch.full_like(pw.zeros8, 200))
-    for launch, m in ((configs.SM90.wide_gemv[1], 1), (configs.SM90.decode, 16)):
+    for launch, m in ((SM90.wide_gemv[1], 1), (SM90.decode, 16)):
         launch = launch.scaled_for_bits(bits)
         assert not launch.byte_zeros
         out = poison_(torch.empty(m, pw.n, dtype=torch.float16))
@@ -274,7 +274,7 @@ def test_refuses_byte_zero_points_that_are_not_a_copy_of_the_zero_points() -> No
 
 def test_only_a_gemv_reads_byte_zero_points() -> None:
     with pytest.raises(ValueError, match="only a 1-token GEMV"):
-        replace(configs.SM90.decode, byte_zeros=True)
+        replace(SM90.decode, byte_zeros=True)
 
 
 @pytest.mark.parametrize("m", [1, 3, 16, 20])
@@ -285,10 +285,10 @@ def test_atomic_split_reduction(m: int) -> None:
     agrees. One token runs the table's GEMV (on uint8 zero points), more the dot tile."""
     pw = packed(library_checkpoint(72, 640, WeightScheme(4, False, 128), seed=12))
     device = pw.qweight.device
-    table = configs.SM90.gemv if m == 1 else configs.SM90.decode
+    table = SM90.gemv if m == 1 else SM90.decode
     launch = replace(table, block_n=32, programs_per_sm=64)
     assert launch.atomic
-    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1], m)[0] > 1
+    assert split_count(pw.n, pw.k, launch, device_facts(pw.qweight.device).sm_count, m)[0] > 1
     for seed in (0, 1):
         check(pw, m, bias=True, launch=launch, seed=seed)
         assert not arrival_counters(device).any()
@@ -303,40 +303,40 @@ def test_whole_tiles_run_unmasked_and_match_float64(scheme) -> None:
     fewer and every launch is masked again."""
     bits = scheme.num_bits
     pw = packed(library_checkpoint(512, 1024, scheme, seed=21))
-    assert configs.SM90.short_gemv is not None
-    assert configs.SM90.wide_gemv is not None
+    assert SM90.short_gemv is not None
+    assert SM90.wide_gemv is not None
     launches = [
-        (configs.SM90.gemv, 1),
-        (configs.SM90.short_gemv[1], 1),
-        (configs.SM90.wide_gemv[1], 1),
-        (configs.SM90.decode, 16),
+        (SM90.gemv, 1),
+        (SM90.short_gemv[1], 1),
+        (SM90.wide_gemv[1], 1),
+        (SM90.decode, 16),
     ]
     for launch, m in launches:
         launch = launch.scaled_for_bits(bits)
-        assert configs.whole_tiles(pw.n, pw.k, launch, bits), launch
+        assert whole_tiles(pw.n, pw.k, launch, bits), launch
         for split in (launch, replace(launch, programs_per_sm=1, split_cost=None)):
             check(pw, m, bias=True, launch=split, seed=m)
-        assert not configs.whole_tiles(pw.n - 1, pw.k, launch, bits)
-        assert not configs.whole_tiles(pw.n, pw.k - 8, launch, bits)
+        assert not whole_tiles(pw.n - 1, pw.k, launch, bits)
+        assert not whole_tiles(pw.n, pw.k - 8, launch, bits)
     # The interleaved dot tile (4-bit 64-input steps: 8 words a slot) has no unmasked build,
     # nor has any SM70 launch.
-    assert not configs.slot_dots(configs.SM90.gemm, 4)
-    assert not configs.whole_tiles(pw.n, pw.k, configs.SM90.gemm, 4)
-    for launch in (configs.SM70.gemv, configs.SM70.small, configs.SM70.decode):
-        assert not configs.whole_tiles(pw.n, pw.k, launch.scaled_for_bits(bits), bits)
+    assert not slot_dots(SM90.gemm, 4)
+    assert not whole_tiles(pw.n, pw.k, SM90.gemm, 4)
+    for launch in (SM70.gemv, SM70.small, SM70.decode):
+        assert not whole_tiles(pw.n, pw.k, launch.scaled_for_bits(bits), bits)
 
 
 def test_only_split_k_launches_add_atomically() -> None:
     with pytest.raises(ValueError, match="only a split-K launch"):
-        replace(configs.SM90.dequant, atomic=True)
+        replace(SM90.dequant, atomic=True)
 
 
 def splits_of(pw: PackedWeights, m: int) -> int:
     """How many input splits the table's launch for ``m`` tokens makes on this device."""
     probe = torch.empty(0, device=pw.qweight.device)
-    capability, sm_count = device_facts(probe)
-    launch = configs.choose(m, pw.n, capability, pw.bits)
-    return configs.split_count(pw.n, pw.k, launch, sm_count, m)[0]
+    capability, sm_count = device_facts(probe.device)
+    launch = choose(m, pw.n, capability, pw.bits)
+    return split_count(pw.n, pw.k, launch, sm_count, m)[0]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
@@ -354,8 +354,8 @@ def test_reduction_tree_shapes(splits: int, m: int) -> None:
     """The two-level reduction with a fan-in of 2: one group (2), a short last group (3, 5),
     and more groups than the fan-in, so the tile's last arriver loops (5, 9)."""
     pw = packed(library_checkpoint(24, 32 * splits, WeightScheme(4, False, 32), seed=splits))
-    launch = configs.Launch(
-        configs.SPLITK,
+    launch = Launch(
+        SPLITK,
         block_m=1 if m == 1 else 16,
         block_n=32,
         block_k=32,
@@ -363,7 +363,7 @@ def test_reduction_tree_shapes(splits: int, m: int) -> None:
         programs_per_sm=64,
         reduce_unroll=2,
     )
-    assert configs.split_count(pw.n, pw.k, launch, device_facts(pw.qweight)[1])[0] == splits
+    assert split_count(pw.n, pw.k, launch, device_facts(pw.qweight.device).sm_count)[0] == splits
     check(pw, m, bias=True, launch=launch, seed=splits)
     assert not arrival_counters(pw.qweight.device).any()
 
@@ -387,7 +387,7 @@ def test_arrival_counters_reset_themselves() -> None:
 
 def test_gemv_tiles_must_cover_whole_sub_tiles() -> None:
     pw = packed(library_checkpoint(40, 256, WeightScheme(4, True, 128), seed=4))
-    bad = configs.Launch(configs.SPLITK, block_m=1, block_n=64, block_k=16)
+    bad = Launch(SPLITK, block_m=1, block_n=64, block_k=16)
     with pytest.raises(ValueError, match="32-input sub-tiles"):
         wna16_linear(torch.randn(1, 256).half(), pw, launch=bad)
 
@@ -444,9 +444,9 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
             with torch.cuda.graph(graph, stream=stream):
                 wna16_linear(x, pw, b, out=out)
             eager = out.clone()
-            capability, sm_count = device_facts(x)
-            launch = configs.choose(m, n, capability, pw.bits)
-            atomic = launch.atomic and configs.split_count(n, k, launch, sm_count, m)[0] > 1
+            capability, sm_count = device_facts(x.device)
+            launch = choose(m, n, capability, pw.bits)
+            atomic = launch.atomic and split_count(n, k, launch, sm_count, m)[0] > 1
             for replay in range(3):
                 poison_(out)
                 graph.replay()
@@ -487,13 +487,13 @@ def test_gpu_small_for_sanitizer() -> None:
     reset)."""
     ckpt = fresh_checkpoint(600, 1280, WeightScheme(4, False, 128), seed=3, device="cuda")
     pw = packed(ckpt, "cuda")
-    decode = replace(configs.SM90.decode, block_n=64, programs_per_sm=8)
-    assert configs.split_count(pw.n, pw.k, decode, device_facts(pw.qweight)[1], 16)[0] > 1
+    decode = replace(SM90.decode, block_n=64, programs_per_sm=8)
+    assert split_count(pw.n, pw.k, decode, device_facts(pw.qweight.device).sm_count, 16)[0] > 1
     assert decode.atomic
-    assert configs.SM90.gemv.atomic
+    assert SM90.gemv.atomic
     for launch, m in (
-        (configs.SM90.gemv, 1),
-        (replace(configs.SM90.gemv, atomic=False), 1),
+        (SM90.gemv, 1),
+        (replace(SM90.gemv, atomic=False), 1),
         (decode, 16),
         (replace(decode, atomic=False), 16),
     ):
@@ -503,12 +503,11 @@ def test_gpu_small_for_sanitizer() -> None:
     whole = packed(
         fresh_checkpoint(512, 1280, WeightScheme(4, False, 128), seed=4, device="cuda"), "cuda"
     )
-    assert configs.SM90.short_gemv is not None
-    for launch, m in ((configs.SM90.short_gemv[1], 1), (decode, 16)):
-        assert configs.whole_tiles(whole.n, whole.k, launch, whole.bits)
-        assert (
-            configs.split_count(whole.n, whole.k, launch, device_facts(whole.qweight)[1], m)[0] > 1
-        )
+    assert SM90.short_gemv is not None
+    sm_count = device_facts(whole.qweight.device).sm_count
+    for launch, m in ((SM90.short_gemv[1], 1), (decode, 16)):
+        assert whole_tiles(whole.n, whole.k, launch, whole.bits)
+        assert split_count(whole.n, whole.k, launch, sm_count, m)[0] > 1
         check(whole, m, bias=True, launch=launch)
     assert not arrival_counters(pw.qweight.device).any()
     assert not zeroed_accumulators(pw.qweight.device).any()

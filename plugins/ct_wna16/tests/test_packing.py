@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+from ct_wna16_checkpoints import fresh_checkpoint, library_checkpoint
 
 from volta_ct_wna16.layout import pack_int32, unpack_int32
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import fresh_checkpoint, library_checkpoint
 
 
 def test_facts_test_vector() -> None:

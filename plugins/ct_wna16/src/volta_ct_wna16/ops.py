@@ -1,41 +1,41 @@
 """Launching the kernels: ``wna16_linear(x, weights, bias)`` on CUDA (or the Triton interpreter).
 
-Checks run before any launch; the launch itself is picked by :func:`volta_ct_wna16.configs.choose`
-for the device, so the SM70 gate has seen every configuration that runs on a V100.
+Checks run before any launch; the launch itself is picked by :func:`volta_ct_wna16.tables.choose`
+for the device's facts (:func:`volta_core.kernel_api.device_facts`), and its kernel arguments come
+from :mod:`volta_ct_wna16.launch`, as the gate's do, so the SM70 gate has seen every
+configuration that runs on a V100.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 
-from volta_core.kernel_api import arrival_counters, zeroed_accumulators
-from volta_ct_wna16 import configs
+from volta_core.kernel_api import (
+    arrival_counters,
+    device_facts,
+    interpreting,
+    zeroed_accumulators,
+)
+from volta_ct_wna16.launch import (
+    GEMM,
+    SPLITK,
+    Launch,
+    dequant_constexprs,
+    gemm_constexprs,
+    group_tile,
+    moe_constexprs,
+    moe_splits,
+    slot_dots,
+    split_count,
+    splitk_constexprs,
+    whole_tiles,
+)
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import Blocks
+from volta_ct_wna16.tables import SILU_BLOCK, SM70, choose
 
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
 KERNEL_DTYPES = (torch.float16,)
-
-
-def interpreting() -> bool:
-    """Whether Triton runs kernels in its CPU interpreter (set before the kernels are imported)."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-@functools.cache
-def _device_facts(index: int) -> tuple[tuple[int, int], int]:
-    props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count
-
-
-def device_facts(x: torch.Tensor) -> tuple[tuple[int, int], int]:
-    """Compute capability and SM count of ``x``'s device (a V100's figures in the interpreter)."""
-    if x.is_cuda:
-        return _device_facts(x.device.index or 0)
-    return (7, 0), 80
 
 
 def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -69,7 +69,7 @@ def _pair_aligned(x2: torch.Tensor) -> torch.Tensor:
     """``x2`` itself if each row starts 4-byte aligned and has an even length, else a copy
     padded with one zero column to an even row length (an odd input length, a row stride
     that is odd, an odd storage offset): what the dot tile that reads activations as 32-bit
-    pairs needs (:func:`volta_ct_wna16.kernels._slot_pair_x`)."""
+    pairs needs (:func:`volta_ct_wna16.kernels.dots.dot_per_slot`)."""
     k = x2.shape[1]
     if k % 2 == 0 and x2.stride(0) % 2 == 0 and x2.data_ptr() % 4 == 0:
         return x2
@@ -82,7 +82,7 @@ def wna16_linear(
     x: torch.Tensor,
     pw: PackedWeights,
     bias: torch.Tensor | None = None,
-    launch: configs.Launch | None = None,
+    launch: Launch | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``x @ dequant(W).T + bias`` for ``x`` of shape ``[..., K]``; returns ``[..., N]``.
@@ -104,20 +104,20 @@ def wna16_linear(
         raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {pw.n})")
     if m == 0:
         return out.reshape(*lead, pw.n)
-    capability, sm_count = device_facts(x)
+    capability, sm_count = device_facts(x.device)
     if launch is None:
-        launch = configs.choose(m, pw.n, capability, pw.bits, k=pw.k)
+        launch = choose(m, pw.n, capability, pw.bits, k=pw.k)
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zero_points_for(launch.byte_zeros)
     if zeros is None:
         zeros = _empty(x.dtype, x.device)
     b = bias if bias is not None else out  # never read without HAS_BIAS
-    if configs.slot_dots(launch, pw.bits):
+    if slot_dots(launch, pw.bits):
         x2 = _pair_aligned(x2)
-    if launch.path == configs.SPLITK:
+    if launch.path == SPLITK:
         if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
-        splits, per_split = configs.split_count(pw.n, pw.k, launch, sm_count, m)
+        splits, per_split = split_count(pw.n, pw.k, launch, sm_count, m)
         use_ws = splits > 1
         atomic = use_ws and launch.atomic
         # Row blocks first: the programs of one weight tile's row blocks start together, so
@@ -153,20 +153,20 @@ def wna16_linear(
             x2.stride(0),
             out.stride(0),
             per_split,
-            **configs.splitk_constexprs(
+            **splitk_constexprs(
                 launch,
                 pw.bits,
                 pw.zeros is not None,
                 bias is not None,
                 use_ws,
-                configs.group_tile(launch, pw.group),
+                group_tile(launch, pw.group),
                 atomic,
-                configs.whole_tiles(pw.n, pw.k, launch, pw.bits),
+                whole_tiles(pw.n, pw.k, launch, pw.bits),
             ),
             num_warps=launch.num_warps,
             num_stages=launch.num_stages,
         )
-    elif launch.path == configs.GEMM:
+    elif launch.path == GEMM:
         grid = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
         kernels.wna16_gemm_kernel[grid](
             x2,
@@ -182,13 +182,7 @@ def wna16_linear(
             pw.group,
             x2.stride(0),
             out.stride(0),
-            BITS=pw.bits,
-            HAS_ZP=pw.zeros is not None,
-            HAS_BIAS=bias is not None,
-            BLOCK_M=launch.block_m,
-            BLOCK_N=launch.block_n,
-            BLOCK_K=launch.block_k,
-            GROUP_M=launch.group_m,
+            **gemm_constexprs(launch, pw.bits, pw.zeros is not None, bias is not None),
             num_warps=launch.num_warps,
             num_stages=launch.num_stages,
         )
@@ -203,7 +197,7 @@ def moe_linear(
     x: torch.Tensor,
     pw: PackedWeights,
     blocks: Blocks,
-    launch: configs.Launch,
+    launch: Launch,
     row_div: int = 1,
     router_weights: torch.Tensor | None = None,
     sum_slots: int = 0,
@@ -231,10 +225,10 @@ def moe_linear(
         raise ValueError(f"router weights must be float32 of shape ({blocks.num_pairs},)")
     if sum_slots < 0 or (sum_slots and blocks.num_pairs % sum_slots):
         raise ValueError(f"{blocks.num_pairs} pairs do not make tokens of {sum_slots} slots")
-    sm_count = device_facts(x)[1]
+    sm_count = device_facts(x.device).sm_count
     splits, per_split = 1, pw.k
-    if configs.moe_splits(launch):
-        splits, per_split = configs.split_count(pw.n * blocks.blocks, pw.k, launch, sm_count)
+    if moe_splits(launch):
+        splits, per_split = split_count(pw.n * blocks.blocks, pw.k, launch, sm_count)
     atomic = splits > 1 or sum_slots > 0
     rows = blocks.num_pairs // sum_slots if sum_slots else blocks.num_pairs
     if atomic:
@@ -245,7 +239,7 @@ def moe_linear(
         return out
     if x.stride(-1) != 1:
         x = x.contiguous()
-    if configs.slot_dots(launch, pw.bits):
+    if slot_dots(launch, pw.bits):
         x = _pair_aligned(x)
     zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)
     rw = router_weights if router_weights is not None else _empty(torch.float32, x.device)
@@ -272,12 +266,12 @@ def moe_linear(
         pw.qweight.stride(0),
         pw.scales.stride(0),
         per_split,
-        **configs.moe_constexprs(
+        **moe_constexprs(
             launch,
             pw.bits,
             pw.zeros is not None,
             router_weights is not None,
-            configs.group_tile(launch, pw.group),
+            group_tile(launch, pw.group),
             atomic,
         ),
         num_warps=launch.num_warps,
@@ -302,7 +296,7 @@ def silu_mul(h: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     rows, inter = h.shape[0], h.shape[1] // 2
     out = torch.empty((rows, inter), dtype=dtype, device=h.device)
     if rows:
-        block = configs.SILU_BLOCK
+        block = SILU_BLOCK
         kernels.silu_mul_kernel[(rows, -(-inter // block))](
             h, out, inter, h.stride(0), out.stride(0), BLOCK=block
         )
@@ -323,12 +317,12 @@ def _expert(pw: PackedWeights, e: int) -> PackedWeights:
 
 
 def dequantize_dense(
-    pw: PackedWeights, dtype: torch.dtype, launch: configs.Launch | None = None
+    pw: PackedWeights, dtype: torch.dtype, launch: Launch | None = None
 ) -> torch.Tensor:
     """``dequant(W).T`` as a dense ``[k, n]`` matrix, written by :func:`wna16_dequant_kernel`."""
     from volta_ct_wna16 import kernels
 
-    launch = launch or configs.SM70.dequant
+    launch = launch or SM70.dequant
     out = torch.empty((pw.k, pw.n), dtype=dtype, device=pw.qweight.device)
     grid = (-(-pw.n // launch.block_n), -(-pw.k // launch.block_k))
     kernels.wna16_dequant_kernel[grid](
@@ -340,10 +334,7 @@ def dequantize_dense(
         pw.k,
         pw.words_per_column,
         pw.group,
-        BITS=pw.bits,
-        HAS_ZP=pw.zeros is not None,
-        BLOCK_N=launch.block_n,
-        BLOCK_K=launch.block_k,
+        **dequant_constexprs(launch, pw.bits, pw.zeros is not None),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )

@@ -24,6 +24,7 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
+from volta_ct_wna16.limits import supports_device
 from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 
 VOLTA_HOST_API = "1.0"
@@ -43,15 +44,7 @@ EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
 
-#: Compute capabilities the kernels run on: Volta/Turing (the target) and Hopper (tested).
-CAPABILITY_MAJORS = (7,)
-TESTED_CAPABILITIES = ((9, 0),)
-
 COMPRESSED_TENSORS = "compressed-tensors"
-
-
-def supports_device(device: Device) -> bool:
-    return device.capability[0] in CAPABILITY_MAJORS or device.capability in TESTED_CAPABILITIES
 
 
 @hookimpl
@@ -87,7 +80,7 @@ def volta_quant_method(
         return None
     if isinstance(scheme, Unsupported):
         return QuantDecline(METHOD, scheme.reason)
-    if not supports_device(device):
+    if not supports_device(device.capability):
         return QuantDecline(
             METHOD,
             f"{device.sm} is neither Volta/Turing nor a tested device; "
@@ -145,6 +138,6 @@ def _describe(scheme: WeightScheme | Unsupported | None) -> str:
 
 @hookimpl
 def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
-    from volta_ct_wna16.configs import kernel_configs
+    from volta_ct_wna16.gate_configs import kernel_configs
 
     return kernel_configs(device)

@@ -1,11 +1,11 @@
 """Routed (token, expert) pairs sorted into per-expert blocks for the fused MoE kernel.
 
 vLLM routes first and hands over ``topk_ids`` ``[tokens, top_k]``. The fused kernel
-(:func:`volta_ct_wna16.kernels.wna16_moe_kernel`) runs one program per block of ``block_m``
+(:func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel`) runs one program per block of ``block_m``
 rows of one expert, so the pairs (``p = token * top_k + slot``) are grouped by expert and
 each expert's run padded to whole blocks. Two Triton launches do it on the device
-(:func:`~volta_ct_wna16.kernels.moe_count_kernel`, then
-:func:`~volta_ct_wna16.kernels.moe_place_kernel`), sized by the pair count alone: no count
+(:func:`~volta_ct_wna16.kernels.routing.moe_count_kernel`, then
+:func:`~volta_ct_wna16.kernels.routing.moe_place_kernel`), sized by the pair count alone: no count
 comes back to the host, so a decode step that routes this way can be captured in a CUDA
 graph and replayed with new routing. (In torch the same grouping took about 25 small
 launches: in a one-token step inside a graph, more time than the two expert kernels.)
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from volta_ct_wna16 import configs
+from volta_ct_wna16.tables import ROUTE_COUNT_BLOCK, route_place_tile
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def route(
     counts = torch.zeros(num_experts, dtype=torch.int32, device=device)
     rank = torch.empty(num_pairs, dtype=torch.int32, device=device)
     local = torch.empty(num_pairs, dtype=torch.int32, device=device)
-    count_block = configs.ROUTE_COUNT_BLOCK
+    count_block = ROUTE_COUNT_BLOCK
     kernels.moe_count_kernel[(-(-num_pairs // count_block),)](
         flat,
         flat if expert_map is None else expert_map,
@@ -94,7 +94,7 @@ def route(
         HAS_MAP=expert_map is not None,
         BLOCK=count_block,
     )
-    e_pow2, place_block = configs.route_place_tile(num_experts)
+    e_pow2, place_block = route_place_tile(num_experts)
     kernels.moe_place_kernel[(-(-(blocks * block_m) // place_block),)](
         counts,
         rank,

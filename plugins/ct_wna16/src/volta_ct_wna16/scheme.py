@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from volta_ct_wna16.limits import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
+
 #: vLLM's usual fused-module names and their checkpoint shards (``packed_modules_mapping``).
 DEFAULT_FUSED: Mapping[str, Sequence[str]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
@@ -26,9 +28,6 @@ DEFAULT_FUSED: Mapping[str, Sequence[str]] = {
 
 #: The compressed-tensors format this plugin reads.
 PACK_QUANTIZED = "pack-quantized"
-
-SUPPORTED_BITS = (4, 8)
-SUPPORTED_GROUP_SIZES = (32, 64, 128)
 
 
 @dataclass(frozen=True)

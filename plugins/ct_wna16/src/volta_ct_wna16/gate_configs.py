@@ -1,0 +1,301 @@
+"""The kernel configurations the SM70 compile gate checks: every build the launcher can make
+on a device, from that device family's table (the plugin's ``volta_kernel_configs`` hook).
+
+Torch- and triton-free: each configuration names its kernel by import path and takes its
+constexprs from :mod:`volta_ct_wna16.launch`, as the launcher does, so the gate compiles exactly
+the builds that run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
+
+from volta_core import Device, KernelConfig
+from volta_ct_wna16.launch import (
+    DEQUANT_MATMUL,
+    GEMM,
+    SPLITK,
+    Launch,
+    dequant_constexprs,
+    gemm_constexprs,
+    moe_constexprs,
+    splitk_constexprs,
+    unmasked_build,
+)
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, SUPPORTED_BITS
+from volta_ct_wna16.tables import ROUTE_COUNT_BLOCK, SILU_BLOCK, Table, route_place_tile, table_for
+
+#: The kernels' import paths, one module per kernel family.
+SPLITK_KERNEL = "volta_ct_wna16.kernels.splitk:wna16_splitk_kernel"
+GEMM_KERNEL = "volta_ct_wna16.kernels.gemm:wna16_gemm_kernel"
+DEQUANT_KERNEL = "volta_ct_wna16.kernels.dequant:wna16_dequant_kernel"
+MOE_KERNEL = "volta_ct_wna16.kernels.moe:wna16_moe_kernel"
+ROUTE_COUNT_KERNEL = "volta_ct_wna16.kernels.routing:moe_count_kernel"
+ROUTE_PLACE_KERNEL = "volta_ct_wna16.kernels.routing:moe_place_kernel"
+SILU_KERNEL = "volta_ct_wna16.kernels.activation:silu_mul_kernel"
+
+_SPLITK_SIG = {
+    "x_ptr": "*fp16",
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*fp16",
+    "b_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "ws_ptr": "*fp32",
+    "cnt_ptr": "*i32",
+    "M": "i32",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "GROUP": "i32",
+    "stride_xm": "i32",
+    "stride_om": "i32",
+    "K_PER_SPLIT": "i32",
+}
+
+_GEMM_SIG = {k: v for k, v in _SPLITK_SIG.items() if k not in ("ws_ptr", "cnt_ptr", "K_PER_SPLIT")}
+
+_MOE_SIG = {
+    "x_ptr": "*fp16",
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "rw_ptr": "*fp32",
+    "pair_ptr": "*i32",
+    "expert_ptr": "*i32",
+    "PAIRS": "i32",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "GROUP": "i32",
+    "EXPERTS": "i32",
+    "ROW_DIV": "i32",
+    "OUT_DIV": "i32",
+    "stride_xm": "i32",
+    "stride_om": "i32",
+    "stride_we": "i32",
+    "stride_se": "i32",
+    "K_PER_SPLIT": "i32",
+}
+
+_DEQUANT_SIG = {
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "GROUP": "i32",
+}
+
+
+#: Integer arguments that are multiples of 16 for model-sized layers (every shape of the
+#: benchmark, and the group sizes); the JIT specializes them, and the gate compiles them so
+#: as well as unspecialized (:func:`volta_devkit.gate.gate_variants`).
+_MODEL_DIVISIBLE = ("N", "K", "KW", "GROUP", "stride_xm", "stride_om")
+_SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
+_DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
+_MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se", "K_PER_SPLIT")
+
+
+def splitk_config(
+    launch: Launch,
+    bits: int,
+    zp: bool,
+    bias: bool,
+    use_ws: bool,
+    group_tile: bool,
+    zp8: bool = False,
+    atomic: bool = False,
+    whole: bool = False,
+) -> KernelConfig:
+    """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
+    ``zp8``: zero points as uint8 (``Launch.byte_zeros``); ``atomic``: the splits added
+    atomically (``Launch.atomic``); ``whole``: every tile inside the layer
+    (:func:`volta_ct_wna16.launch.whole_tiles`)."""
+    tile = (
+        f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+        f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
+    )
+    return KernelConfig(
+        name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
+        f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}"
+        f"{'_z8' if zp8 else ''}{'_at' if atomic else ''}{'_wh' if whole else ''}",
+        kernel=SPLITK_KERNEL,
+        signature={**_SPLITK_SIG, "z_ptr": "*u8"} if zp8 else _SPLITK_SIG,
+        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile, atomic, whole),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_SPLITK_DIVISIBLE,
+    )
+
+
+def moe_config(
+    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, atomic: bool
+) -> KernelConfig:
+    """The gate's configuration of one fused-MoE launch: fp16 rows stored, or (``atomic``)
+    fp32 tiles added into zeroed rows, times the router weights with ``mul_router``."""
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+    tile += f"w{launch.num_warps}s{launch.num_stages}"
+    return KernelConfig(
+        name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
+        f"{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}",
+        kernel=MOE_KERNEL,
+        signature={**_MOE_SIG, "out_ptr": "*fp32" if atomic else "*fp16"},
+        constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile, atomic),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_MOE_DIVISIBLE,
+    )
+
+
+#: ``(mul_router, atomic)`` of every launch a fused-MoE step makes with any tile: gate/up
+#: stores fp16 rows, or adds fp32 partials when split; down adds each pair's fp32 tile into
+#: its token's row, times the router weight or not (vLLM's ``apply_router_weight_on_input``
+#: applies it to the input instead).
+MOE_OUTPUTS = ((False, False), (False, True), (True, True))
+
+
+def _routing_variants(table: Table) -> Iterator[KernelConfig]:
+    """The routing's two launches and the SiLU product between the expert kernels."""
+    for ids, has_map in itertools.product(("*i32", "*i64"), (False, True)):
+        yield KernelConfig(
+            name=f"moe_count_{ids[1:]}{'_map' if has_map else ''}",
+            kernel=ROUTE_COUNT_KERNEL,
+            signature={
+                "ids_ptr": ids,
+                "map_ptr": "*i32" if has_map else ids,
+                "count_ptr": "*i32",
+                "rank_ptr": "*i32",
+                "local_ptr": "*i32",
+                "PAIRS": "i32",
+                "EXPERTS": "i32",
+            },
+            constexprs={"HAS_MAP": has_map, "BLOCK": ROUTE_COUNT_BLOCK},
+        )
+    experts = 1
+    while experts <= MAX_ROUTED_EXPERTS:
+        e_pow2, block = route_place_tile(experts)
+        for block_m in sorted({table.moe.block_m, table.moe_large.block_m}):
+            yield KernelConfig(
+                name=f"moe_place_e{e_pow2}_m{block_m}",
+                kernel=ROUTE_PLACE_KERNEL,
+                signature={
+                    "count_ptr": "*i32",
+                    "rank_ptr": "*i32",
+                    "local_ptr": "*i32",
+                    "pair_ptr": "*i32",
+                    "expert_ptr": "*i32",
+                    "PAIRS": "i32",
+                    "EXPERTS": "i32",
+                    "BLOCKS": "i32",
+                },
+                constexprs={"BLOCK_M": block_m, "E_POW2": e_pow2, "BLOCK": block},
+            )
+        experts = e_pow2 + 1
+    for h in ("*fp16", "*fp32"):
+        yield KernelConfig(
+            name=f"silu_mul_{h[1:]}",
+            kernel=SILU_KERNEL,
+            signature={
+                "h_ptr": h,
+                "out_ptr": "*fp16",
+                "INTER": "i32",
+                "stride_h": "i32",
+                "stride_o": "i32",
+            },
+            constexprs={"BLOCK": SILU_BLOCK},
+            divisible_by_16=("INTER", "stride_h", "stride_o"),
+        )
+
+
+def _moe_variants(table: Table) -> Iterator[KernelConfig]:
+    """4 and 8 bits, both symmetries, scales per tile or per word row, every output kind."""
+    for launch in (table.moe, table.moe_large):
+        for bits, zp, gt in itertools.product(SUPPORTED_BITS, (False, True), (False, True)):
+            for mul_router, atomic in MOE_OUTPUTS:
+                yield moe_config(launch, bits, zp, mul_router, gt, atomic)
+
+
+def _launches(table: Table) -> list[Launch]:
+    """The table's compile-distinct launches (``programs_per_sm`` sizes the grid only, so two
+    launches that differ in it alone are one kernel build)."""
+    seen: list[Launch] = []
+    for launch in (
+        table.gemv,
+        table.wide_gemv[1] if table.wide_gemv else None,
+        table.short_gemv[1] if table.short_gemv else None,
+        table.small,
+        table.decode,
+        table.gemm,
+        table.dequant,
+    ):
+        if launch is None:
+            continue
+        if launch.path == GEMM and table.dequant_from is not None and table.dequant_from <= 17:
+            continue
+        if launch.path == DEQUANT_MATMUL and table.dequant_from is None:
+            continue
+        build = replace(launch, programs_per_sm=1)
+        if build not in seen:
+            seen.append(build)
+    return seen
+
+
+def _variants(table: Table) -> Iterator[KernelConfig]:
+    for base in _launches(table):
+        for bits in SUPPORTED_BITS:
+            launch = base.scaled_for_bits(bits)
+            for zp in (False, True):
+                tag = f"w{bits}{'a' if zp else 's'}"
+                tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+                if launch.path == SPLITK:
+                    # Split (fused reduction) or unsplit, each with and without bias; the dot
+                    # tiles also with scales per tile (a layer whose groups hold whole tiles).
+                    group_tiles = (False, True) if launch.use_dot else (False,)
+                    # Zero points as uint8 where the launch takes them from a layer's
+                    # ``zeros8``, and as fp16 where it has none (a bare ``PackedWeights``).
+                    zp8s = (False, True) if zp and launch.byte_zeros else (False,)
+                    # Masked, and unmasked where the launch has that build (whole tiles).
+                    wholes = (False, True) if unmasked_build(launch, bits) else (False,)
+                    for use_ws, bias, in_group, zp8, whole in itertools.product(
+                        (True, False), (True, False), group_tiles, zp8s, wholes
+                    ):
+                        yield splitk_config(
+                            launch, bits, zp, bias, use_ws, in_group, zp8, whole=whole
+                        )
+                        if use_ws and launch.atomic:
+                            yield splitk_config(
+                                launch, bits, zp, bias, use_ws, in_group, zp8, True, whole
+                            )
+                elif launch.path == GEMM:
+                    for bias in (False, True):
+                        yield KernelConfig(
+                            name=f"gemm_{tile}_{tag}{'_bias' if bias else ''}",
+                            kernel=GEMM_KERNEL,
+                            signature=_GEMM_SIG,
+                            constexprs=gemm_constexprs(launch, bits, zp, bias),
+                            num_warps=launch.num_warps,
+                            num_stages=launch.num_stages,
+                            divisible_by_16=_MODEL_DIVISIBLE,
+                        )
+                else:
+                    yield KernelConfig(
+                        name=f"dequant_n{launch.block_n}k{launch.block_k}_{tag}",
+                        kernel=DEQUANT_KERNEL,
+                        signature=_DEQUANT_SIG,
+                        constexprs=dequant_constexprs(launch, bits, zp),
+                        num_warps=launch.num_warps,
+                        num_stages=launch.num_stages,
+                        divisible_by_16=_DEQUANT_DIVISIBLE,
+                    )
+
+
+def kernel_configs(device: Device) -> list[KernelConfig]:
+    """Every kernel configuration :func:`volta_ct_wna16.tables.choose` can launch on ``device``."""
+    table = table_for(device.capability)
+    return [*_variants(table), *_moe_variants(table), *_routing_variants(table)]

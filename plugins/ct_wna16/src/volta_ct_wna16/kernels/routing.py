@@ -1,0 +1,96 @@
+"""The fused-MoE routing's two launches: (token, slot) pairs sorted by expert into blocks of
+``BLOCK_M`` rows (:func:`volta_ct_wna16.routing.route`), with no count read back to the host.
+
+Their result has the layout of vLLM's ``moe_align_block_size``
+(``vllm/model_executor/layers/fused_moe/moe_align_block_size.py``): each expert's pairs padded
+to whole blocks with the pair count, and one expert per block.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def moe_count_kernel(
+    ids_ptr,
+    map_ptr,
+    count_ptr,
+    rank_ptr,
+    local_ptr,
+    PAIRS,
+    EXPERTS,
+    HAS_MAP: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """``local[p] = e``, ``rank[p] = count[e]`` before pair ``p``'s add, ``count[e] += 1``, for
+    ``e`` pair ``p``'s local expert: the first of the two routing launches.
+
+    ``ids_ptr`` holds each pair's expert (int32 or int64), mapped through ``map_ptr`` when
+    ``HAS_MAP`` (expert parallelism: -1 for another rank's expert). The rank is the expert's
+    count before the pair's atomic add on ``count_ptr`` (zeroed by the launcher): unique within
+    the expert, in whatever order the adds land, which is all the second launch needs and
+    costs no sort. ``local_ptr`` gets the expert, ``EXPERTS`` for a pair no local expert runs.
+    """
+    p = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = p < PAIRS
+    e = tl.load(ids_ptr + p, mask=ok, other=-1).to(tl.int32)
+    if HAS_MAP:
+        e = tl.load(map_ptr + e, mask=ok & (e >= 0), other=-1).to(tl.int32)
+    local = ok & (e >= 0) & (e < EXPERTS)
+    ones = tl.full([BLOCK], 1, tl.int32)
+    rank = tl.atomic_add(count_ptr + e, ones, mask=local, sem="relaxed")
+    tl.store(rank_ptr + p, rank, mask=local)
+    tl.store(local_ptr + p, tl.where(local, e, EXPERTS), mask=ok)
+
+
+@triton.jit
+def moe_place_kernel(
+    count_ptr,
+    rank_ptr,
+    local_ptr,
+    pair_ptr,
+    expert_ptr,
+    PAIRS,
+    EXPERTS,
+    BLOCKS,
+    BLOCK_M: tl.constexpr,
+    E_POW2: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """``pair[start[e] * BLOCK_M + rank[p]] = p`` for every pair ``p`` of local expert ``e``,
+    ``start[e] = sum(ceil(count[e'] / BLOCK_M) for e' < e)``; ``pair[i] = PAIRS`` for every
+    other slot and ``expert[b] = e`` for the blocks ``start[e] <= b < start[e + 1]``
+    (``EXPERTS`` past the last): the second routing launch.
+
+    Every program reads all ``EXPERTS`` counts and takes each expert's first block from their
+    running sum of whole blocks, so no launch in between adds them up. Program ``i`` covers
+    ``BLOCK`` pairs and the same ``BLOCK`` slots of ``pair_ptr`` (``BLOCKS * BLOCK_M`` of them,
+    never fewer than the pairs): it writes each of its pairs at ``first block * BLOCK_M +
+    rank``, each of its slots that no rank reaches with ``PAIRS`` (the kernel's padding), and
+    the expert of each block that starts in its slots (``EXPERTS`` past the routed ones). A slot
+    is either a pair's or padding, never both, so the two kinds of store need no ordering.
+    """
+    ex = tl.arange(0, E_POW2)
+    ex_ok = ex < EXPERTS
+    counts = tl.load(count_ptr + ex, mask=ex_ok, other=0)
+    per_expert = (counts + BLOCK_M - 1) // BLOCK_M
+    end = tl.cumsum(per_expert, 0)
+    start = end - per_expert
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    e = tl.load(local_ptr + i, mask=i < PAIRS, other=EXPERTS)
+    placed = e < EXPERTS
+    rank = tl.load(rank_ptr + i, mask=placed, other=0)
+    first = tl.sum(tl.where(e[:, None] == ex[None, :], start[None, :], 0), axis=1)
+    tl.store(pair_ptr + first * BLOCK_M + rank, i, mask=placed)
+    b = i // BLOCK_M
+    r = i % BLOCK_M
+    slot_ok = b < BLOCKS
+    owner = tl.sum(((end[None, :] <= b[:, None]) & ex_ok[None, :]).to(tl.int32), axis=1)
+    hit = owner[:, None] == ex[None, :]
+    owner_start = tl.sum(tl.where(hit, start[None, :], 0), axis=1)
+    owner_count = tl.sum(tl.where(hit, counts[None, :], 0), axis=1)
+    padding = (b - owner_start) * BLOCK_M + r >= owner_count
+    tl.store(pair_ptr + i, tl.full([BLOCK], 0, tl.int32) + PAIRS, mask=slot_ok & padding)
+    tl.store(expert_ptr + b, owner, mask=slot_ok & (r == 0))

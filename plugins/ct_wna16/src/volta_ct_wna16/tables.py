@@ -1,0 +1,217 @@
+"""Which launch each call gets, per device family: one :class:`Table` of launches by token count.
+
+Two families. On SM70 ``tl.dot`` runs on the FMA units (docs/kernels.md#sm70-facts), so decode
+tiles are modest and one to four tokens take the plain-FMA GEMV rather than a dot padded to 16
+rows; above 32 tokens the weights are dequantized once and the product goes to cuBLAS, which
+still has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80 and newer (the
+H100 the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are wider.
+Torch- and triton-free; the history of every choice is docs/perf/ct_wna16/PERFORMANCE_HISTORY.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MOE, SPLITK, Launch
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
+
+#: The most tokens a table's decode (split-K) tile takes unless the table says otherwise.
+DECODE_MAX_M = 16
+
+
+@dataclass(frozen=True)
+class Table:
+    """The launches of one device family, by number of tokens."""
+
+    gemv: Launch
+    """1 token (below the ``wide_gemv`` threshold, if any)."""
+    small: Launch
+    """2 to 4 tokens."""
+    decode: Launch
+    """5 to ``decode_max_m`` tokens."""
+    gemm: Launch
+    """From ``decode_max_m + 1`` up to ``dequant_from`` tokens: the GEMM kernel, or a split-K
+    tile of many rows."""
+    dequant_from: int | None
+    """From this many tokens on, dequantize and call cuBLAS (None: never)."""
+    dequant: Launch
+    moe: Launch
+    """Fused MoE while experts get few routed rows each."""
+    moe_large: Launch
+    """Fused MoE once the routed rows average more than ``moe.block_m`` per expert."""
+    wide_gemv: tuple[int, Launch] | None = None
+    """1 token from this many outputs on: ``(outputs, launch)``."""
+    short_gemv: tuple[int, Launch] | None = None
+    """1 token below ``wide_gemv``'s outputs, with at most this many inputs: ``(inputs,
+    launch)``."""
+    decode_max_m: int = DECODE_MAX_M
+    """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
+
+
+SM70 = Table(
+    # uint8 zero points because the GEMV is bandwidth-bound, more so on a V100 than on the H100
+    # where they gained (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15; not measured on SM70).
+    gemv=Launch(
+        SPLITK,
+        block_m=1,
+        block_n=256,
+        block_k=32,
+        programs_per_sm=4,
+        reduce_unroll=4,
+        byte_zeros=True,
+    ),
+    # 8 warps because on 4 the 8-bit tile spills at sm_70 once the JIT specializes model shapes
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm70_small_warps).
+    small=Launch(SPLITK, block_m=4, block_n=64, block_k=32, num_warps=8, programs_per_sm=4),
+    decode=Launch(SPLITK, block_m=16, block_n=32, block_k=64, use_dot=True, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=32, block_n=64, block_k=32, num_warps=4),
+    dequant_from=33,
+    dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
+    moe=Launch(MOE, block_m=16, block_n=64, block_k=32, use_dot=True),
+    moe_large=Launch(MOE, block_m=32, block_n=64, block_k=32, use_dot=True),
+)
+
+#: The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``).
+_SM90_DOT = Launch(
+    SPLITK,
+    block_m=16,
+    block_n=256,
+    block_k=128,
+    use_dot=True,
+    programs_per_sm=2,
+    num_stages=3,
+    atomic=True,
+    unmasked=True,
+    split_cost=1.5,
+)
+
+#: The SM90 1-token GEMV (the table's ``gemv``); its wide and short tiles differ from it in
+#: warps, programs per SM, fan-in and zero-point form only.
+_SM90_GEMV = Launch(
+    SPLITK,
+    block_m=1,
+    block_n=512,
+    block_k=32,
+    num_warps=2,
+    programs_per_sm=4,
+    num_stages=3,
+    reduce_unroll=8,
+    byte_zeros=True,
+    atomic=True,
+    unmasked=True,
+)
+
+SM90 = Table(
+    # 1 token: 512 outputs on 2 warps at 4 programs per SM, the best or within 1.1 us of the best
+    # on every layer swept (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
+    gemv=_SM90_GEMV,
+    # From 8192 outputs: 4 warps at 5 programs per SM and a fan-in of 16, with fp16 zero points
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
+    wide_gemv=(
+        8192,
+        replace(_SM90_GEMV, num_warps=4, programs_per_sm=5, reduce_unroll=16, byte_zeros=False),
+    ),
+    # Up to 8192 inputs: 4 warps at 6 programs per SM, faster than the narrow tile on the layers
+    # of 5120 inputs (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
+    short_gemv=(8192, replace(_SM90_GEMV, num_warps=4, programs_per_sm=6)),
+    # 2-32 tokens: 256 outputs at 2 programs per SM with atomic splits, the best tile overall in
+    # the sweeps at 4 and 16 tokens (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_dot).
+    small=_SM90_DOT,
+    decode=_SM90_DOT,
+    # Up to 32 tokens on the decode tile: at 32 it beat the GEMM on every layer timed
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run9).
+    decode_max_m=32,
+    # 33-191 tokens: a 64x64x64 dequantized tile with split-K, because the GEMM kernel has no
+    # split-K and ran a layer with few output tiles on few SMs
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemm).
+    gemm=Launch(
+        SPLITK,
+        block_m=64,
+        block_n=64,
+        block_k=64,
+        use_dot=True,
+        num_warps=4,
+        programs_per_sm=3,
+        num_stages=3,
+        unmasked=True,
+        split_cost=3.0,
+    ),
+    # From 192 tokens dequantize-then-cuBLAS, which won everywhere at 256
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemm).
+    dequant_from=192,
+    dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
+    # Fused MoE: 16x128x128 while the routed rows per expert are few, 64x128x64 from 16 rows per
+    # expert on average (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_moe).
+    moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
+    moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
+)
+
+
+def table_for(capability: tuple[int, int]) -> Table:
+    """SM70 tiles on Volta (and Turing), SM90 tiles on anything with tensor-core ``tl.dot``."""
+    return SM70 if capability < (8, 0) else SM90
+
+
+def choose(
+    m: int,
+    n: int,
+    capability: tuple[int, int],
+    bits: int,
+    table: Table | None = None,
+    k: int | None = None,
+) -> Launch:
+    """The launch for ``m`` tokens, ``n`` outputs and ``k`` inputs on ``capability`` with
+    ``bits``-bit weights.
+
+    One token: the wide tile from ``wide_gemv``'s outputs on, else the short one up to
+    ``short_gemv``'s inputs (``k`` None: not known, so not short), else the narrow one. The
+    input length also acts through :func:`volta_ct_wna16.launch.split_count` (a long input is
+    cut into more splits).
+    """
+    t = table or table_for(capability)
+    if m <= 1:
+        launch = t.gemv
+        if t.wide_gemv is not None and n >= t.wide_gemv[0]:
+            launch = t.wide_gemv[1]
+        elif t.short_gemv is not None and k is not None and k <= t.short_gemv[0]:
+            launch = t.short_gemv[1]
+    elif m <= 4:
+        launch = t.small
+    elif m <= t.decode_max_m:
+        launch = t.decode
+    elif t.dequant_from is not None and m >= t.dequant_from:
+        launch = t.dequant
+    else:
+        launch = t.gemm
+    return launch.scaled_for_bits(bits)
+
+
+def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:
+    """The fused-MoE launch for ``pairs`` routed (token, expert) rows over ``experts`` local
+    experts: the larger tile once the rows average more than the small tile holds per expert.
+    Depends on the batch only (not on the routing), so a captured CUDA graph keeps its tile."""
+    t = table_for(capability)
+    return t.moe_large if pairs > t.moe.block_m * experts else t.moe
+
+
+#: Pairs per program of the routing's first launch.
+ROUTE_COUNT_BLOCK = 256
+
+#: Count-by-pair elements one program of the routing's second launch compares at once.
+_ROUTE_PLACE_ELEMENTS = 8192
+
+
+def route_place_tile(experts: int) -> tuple[int, int]:
+    """``(E_POW2, BLOCK)`` of the routing's second launch for ``experts`` local experts: the
+    counts padded to a power of two (at least 16), and as many pairs per program as keep the
+    pairs-by-experts comparisons at ``_ROUTE_PLACE_ELEMENTS`` (16 to 128)."""
+    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
+        raise ValueError(
+            f"{experts} local experts: the fused routing takes 1 to {MAX_ROUTED_EXPERTS}"
+        )
+    e_pow2 = max(16, 1 << (experts - 1).bit_length())
+    return e_pow2, max(16, min(128, _ROUTE_PLACE_ELEMENTS // e_pow2))
+
+
+#: Columns per program of the SiLU product between the fused-MoE launches.
+SILU_BLOCK = 512

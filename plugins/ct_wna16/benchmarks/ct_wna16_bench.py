@@ -13,10 +13,12 @@ For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, o
 
 Timing: the core harness's :func:`volta_devkit.bench.time_cuda_graph` (calls back to back
 inside one captured CUDA graph, as vLLM runs decode), rotating weight copies (more bytes than
-the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate: the
-larger of bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton paths (the V100's
-FMA rate: ``tl.dot`` has no tensor cores there), or, on the dequantize-then-cuBLAS path SM70
-takes above 32 tokens, the dequantization's bytes plus cuBLAS at the V100's 125 TFLOP/s.
+the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate
+(:mod:`volta_ct_wna16.sm70_model`) of the path a V100 with NVRTC takes: the tensor-core GEMM at
+8-256 tokens (bytes at 900 GB/s, or its padded products at 125 TFLOP/s); else the larger of
+bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton paths (``tl.dot`` has no
+tensor cores there), or, on the dequantize-then-cuBLAS path above 256 tokens, the
+dequantization's bytes plus cuBLAS at the V100's 125 TFLOP/s.
 
 ``--sweep`` also times candidate launches per (shape, M, symmetry) for choosing the SM90 table
 (``--sweep-only``: nothing else, into ``DIR/ct_wna16_sweep.json``); the table itself is what the
@@ -44,23 +46,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ct_wna16_checkpoints import fresh_checkpoint
 
-from volta_ct_wna16 import __version__
+from volta_ct_wna16 import __version__, sm70_model
 from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, SPLITK, Launch
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import SM90, choose
+from volta_ct_wna16.sm70_model import V100_BANDWIDTH, V100_FMA_FLOPS, V100_TENSOR_FLOPS
+from volta_ct_wna16.tables import SM90, choose, choose_mma
 from volta_devkit.bench import measure_copy_bandwidth, time_cuda_graph
 from volta_devkit.read_floor import read_floor
 
 SHAPES = ((5120, 5120), (27648, 5120), (5120, 27648), (7168, 5120))
 MS = (1, 4, 16, 32, 64, 128, 256, 2048)
 GROUP = 128
-
-#: V100 figures for the SM70 estimate.
-V100_BANDWIDTH = 900e9
-V100_FMA_FLOPS = 15.7e12
-V100_TENSOR_FLOPS = 125e12
 
 #: Bytes of weights each timed run cycles through (well above an H100's 50 MB L2).
 ROTATE_BYTES = 256 << 20
@@ -94,13 +92,18 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
-    """Seconds a V100 would need at best for the path it takes at ``m`` tokens, and why."""
+    """Seconds a V100 with NVRTC would need at best for the path it takes at ``m`` tokens, and
+    what bounds it (:mod:`volta_ct_wna16.sm70_model`): the tensor-core GEMM at 8-256 tokens,
+    else the table's Triton launch."""
+    mma = choose_mma(m, n, k, (7, 0), pw.bits, pw.nbytes())
+    if mma is not None:
+        flops = sm70_model.mma_flops(m, n, k, mma, pw.bits) / V100_TENSOR_FLOPS
+        seconds = sm70_model.mma_seconds(m, n, k, mma, pw.bits, pw.nbytes())
+        return seconds, "tensor cores" if seconds == flops else "memory (tensor cores)"
     launch = choose(m, n, (7, 0), pw.bits, k=k)
-    io = m * k * 2 + m * n * 2
     if launch.path == DEQUANT_MATMUL:
-        dequant = (pw.nbytes() + n * k * 2) / V100_BANDWIDTH
-        gemm = max((n * k * 2 + io) / V100_BANDWIDTH, 2 * m * n * k / V100_TENSOR_FLOPS)
-        return dequant + gemm, "dequant+cuBLAS"
+        return sm70_model.dequant_cublas_seconds(m, n, k, pw.nbytes()), "dequant+cuBLAS"
+    io = sm70_model.io_bytes(m, n, k)
     memory = (pw.nbytes(launch.byte_zeros) + io) / V100_BANDWIDTH
     compute = 2 * m * n * k / V100_FMA_FLOPS
     return max(memory, compute), "memory" if memory >= compute else "FMA"

@@ -21,9 +21,47 @@ def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
     seconds, bound = bench.sm70_estimate(1, n, k, pw)
     assert bound == "memory"
     assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / bench.V100_BANDWIDTH)
-    assert bench.sm70_estimate(16, n, k, pw)[1] == "FMA"
+    assert bench.sm70_estimate(4, n, k, pw)[1] == "memory"
+    # 8-256 tokens: the tensor cores (a V100 with NVRTC), bound by bytes, then by products.
+    assert bench.sm70_estimate(8, n, k, pw)[1] == "memory (tensor cores)"
+    seconds, bound = bench.sm70_estimate(256, n, k, pw)
+    assert bound == "tensor cores"
+    assert seconds == pytest.approx(2 * 256 * n * k / bench.V100_TENSOR_FLOPS)
     assert choose(2048, 256, (7, 0), 4).path == DEQUANT_MATMUL
     assert bench.sm70_estimate(2048, n, k, pw)[1] == "dequant+cuBLAS"
+
+
+def test_mma_benchmark_rows_set_the_estimates_side_by_side() -> None:
+    import ct_wna16_mma_bench as mma_bench
+
+    n, k = 27648, 5120
+    pw_bytes = fresh_checkpoint(64, k, WeightScheme(4, True, 128)).packed("b").nbytes() * n // 64
+    for m, table_path in ((16, "splitk"), (64, "dequant_matmul")):
+        est = mma_bench.estimates(m, n, k, pw_bytes)
+        assert est["sm70_table_path"] == table_path
+        assert est["sm70_mma_us"] <= 0.5 * est["sm70_dot_us"]
+        assert est["sm70_mma_us"] < est["sm70_table_us"]
+    row = {
+        "n": n,
+        "k": k,
+        "m": 16,
+        "symmetric": True,
+        "mma_us": 900.0,
+        "mma_max_rel_error": 1e-4,
+        "triton_us": 40.0,
+        "triton_path": "splitk",
+        "fp16_us": 100.0,
+        **mma_bench.estimates(16, n, k, pw_bytes),
+    }
+    assert len(mma_bench.line(row)) == len(mma_bench.HEADER)  # one column per heading
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_mma_benchmark_refuses_to_run_without_cuda(tmp_path) -> None:
+    import ct_wna16_mma_bench as mma_bench
+
+    assert mma_bench.main(["--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")

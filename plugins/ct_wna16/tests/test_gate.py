@@ -3,27 +3,57 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import ct_wna16_bench as bench
 import pytest
 
 from volta_core.device import V100, Device
-from volta_ct_wna16.gate_configs import MOE_OUTPUTS, moe_config, splitk_config
+from volta_ct_wna16.gate_configs import (
+    MOE_OUTPUTS,
+    CudaBuild,
+    cuda_builds,
+    moe_config,
+    splitk_config,
+)
 from volta_ct_wna16.launch import (
     DEQUANT_MATMUL,
     SPLITK,
     Launch,
     balanced_splits,
     group_tile,
+    mma_k_tile,
+    mma_options,
+    mma_words,
     moe_splits,
     split_count,
     whole_tiles,
 )
-from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, SUPPORTED_BITS
 from volta_ct_wna16.plugin import volta_kernel_configs
-from volta_ct_wna16.tables import SM70, SM90, choose, choose_moe, route_place_tile, table_for
-from volta_devkit.gate import assert_gate_passes, check_kernel_config, gate_variants
+from volta_ct_wna16.tables import (
+    SM70,
+    SM70_MMA,
+    SM90,
+    choose,
+    choose_mma,
+    choose_moe,
+    route_place_tile,
+    table_for,
+)
+from volta_devkit.cuda_gate import (
+    MAX_BLOCK_THREADS,
+    REGISTERS_PER_BLOCK,
+    CudaGateConfig,
+    block_registers,
+    check_cuda_config,
+)
+from volta_devkit.gate import (
+    MAX_SHARED_BYTES,
+    assert_gate_passes,
+    check_kernel_config,
+    gate_variants,
+)
 
 SM70_CONFIGS = list(volta_kernel_configs(V100))
 
@@ -200,3 +230,76 @@ def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
     assert not group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
     assert not group_tile(SM90.gemv, 128)  # the GEMV loads per 32 inputs
     assert not group_tile(SM70.gemm, 128)  # the GEMM kernel loads per row
+
+
+# -- the CUDA tensor-core GEMM (wna16_mma.cu) ---------------------------------------------------
+
+#: A k-tile's products moved to the FMA units would take 8 FFMA per HMMA step (an HMMA.884 step
+#: is 256 multiply-adds of a warp, 8 per thread). The rule for "no FFMA-based dot": at most one
+#: FFMA per 8 HMMA, so the FMA units could do no more than 1/64 of the tensor cores' products.
+HMMA_PER_FFMA = 8
+
+#: What a Volta SM holds besides registers (CUDA C++ Programming Guide, "Compute Capabilities"):
+#: 2048 resident threads.
+THREADS_PER_SM = 2048
+
+_MMA_CASES = [
+    (launch, bits, zp) for _, launch in SM70_MMA for bits in SUPPORTED_BITS for zp in (False, True)
+]
+
+
+def _build(launch: Launch, bits: int, zp: bool) -> CudaBuild:
+    options = mma_options(launch, bits, zp)
+    return next(b for b in cuda_builds(V100) if b.options == options)
+
+
+@pytest.fixture(scope="module")
+def mma_reports() -> dict[tuple[str, ...], object]:
+    """The gate's report of every shipped tensor-core build, by NVRTC options (one compile)."""
+    return {
+        b.options: check_cuda_config(CudaGateConfig(**asdict(b)), capability=70)
+        for b in cuda_builds(V100)
+    }
+
+
+@pytest.mark.parametrize(
+    ("launch", "bits", "zp"),
+    _MMA_CASES,
+    ids=[f"m{ln.block_m}-w{bits}{'a' if zp else 's'}" for ln, bits, zp in _MMA_CASES],
+)
+def test_sm70_gate_tensor_core_gemm(mma_reports, launch: Launch, bits: int, zp: bool) -> None:
+    """Each shipped build compiles for sm_70 with no spills, at most 96 KB of shared memory,
+    a block that fits the register file, and its products on HMMA: every k-tile's (static
+    count a whole multiple of the tile's 4 HMMA steps per m8n8k4), no FFMA-based dot. Its
+    registers let an SM hold the blocks the table's split count assumes."""
+    report = mma_reports[mma_options(launch, bits, zp)]
+    assert_gate_passes(report)
+    hmma = report.sass_histogram.get("HMMA", 0)
+    per_tile = 4 * (mma_k_tile(bits) // 4) * (launch.block_m // 8) * mma_words(launch)
+    assert hmma >= per_tile, (hmma, per_tile)
+    assert hmma % per_tile == 0, (hmma, per_tile)
+    assert report.sass_histogram.get("FFMA", 0) * HMMA_PER_FFMA <= hmma, report.sass_histogram
+    threads = launch.num_warps * 32
+    held = min(
+        REGISTERS_PER_BLOCK // block_registers(report.n_regs, threads),
+        THREADS_PER_SM // threads,
+        MAX_SHARED_BYTES // report.shared_bytes,
+    )
+    assert threads <= MAX_BLOCK_THREADS
+    assert held >= launch.programs_per_sm, (report.n_regs, report.shared_bytes, held)
+
+
+def test_the_cuda_builds_cover_every_tensor_core_launch() -> None:
+    """Every launch :func:`choose_mma` makes on a V100 has its builds in the gate's list, and
+    no other device gets any."""
+    options = {b.options for b in cuda_builds(V100)}
+    assert len(options) == len(cuda_builds(V100)) == len(_MMA_CASES)
+    for m in range(1, 300):
+        for n, k in ((8, 8192), (5120, 5120), (27648, 5120), (5120, 27648)):
+            for bits, zp in itertools.product(SUPPORTED_BITS, (False, True)):
+                launch = choose_mma(m, n, k, (7, 0), bits, n * k // 2)
+                if launch is not None:
+                    assert mma_options(launch, bits, zp) in options, (m, n, k, launch)
+    for device in (Device((7, 5)), Device((9, 0))):
+        assert cuda_builds(device) == []
+    assert all(_build(*case).claims_tensor_cores for case in _MMA_CASES)

@@ -71,6 +71,8 @@ def test_claims_supported_schemes(manager, bits, symmetric, group, device) -> No
     assert resolution.source == "ct_wna16"
     assert resolution.claim.impl == "volta_ct_wna16.linear:make_linear_method"
     assert f"W{bits}A16" in resolution.claim.detail
+    # The plan names the tensor-core GEMM where it can run: on sm_70 only.
+    assert ("tensor cores" in resolution.claim.detail) == (device == V100)
 
 
 @pytest.mark.parametrize(

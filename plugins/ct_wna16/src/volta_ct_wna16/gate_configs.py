@@ -1,16 +1,17 @@
 """The kernel configurations the SM70 compile gate checks: every build the launcher can make
-on a device, from that device family's table (the plugin's ``volta_kernel_configs`` hook).
+on a device, from that device family's table: the Triton ones (the plugin's
+``volta_kernel_configs`` hook) and the CUDA tensor-core GEMM's (:func:`cuda_builds`).
 
 Torch- and triton-free: each configuration names its kernel by import path and takes its
-constexprs from :mod:`volta_ct_wna16.launch`, as the launcher does, so the gate compiles exactly
-the builds that run.
+constexprs (NVRTC options) from :mod:`volta_ct_wna16.launch`, as the launcher does, so the gate
+compiles exactly the builds that run.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from volta_core import Device, KernelConfig
 from volta_ct_wna16.launch import (
@@ -20,12 +21,20 @@ from volta_ct_wna16.launch import (
     Launch,
     dequant_constexprs,
     gemm_constexprs,
+    mma_options,
     moe_constexprs,
     splitk_constexprs,
     unmasked_build,
 )
-from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, SUPPORTED_BITS
-from volta_ct_wna16.tables import ROUTE_COUNT_BLOCK, SILU_BLOCK, Table, route_place_tile, table_for
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY, SUPPORTED_BITS
+from volta_ct_wna16.tables import (
+    ROUTE_COUNT_BLOCK,
+    SILU_BLOCK,
+    SM70_MMA,
+    Table,
+    route_place_tile,
+    table_for,
+)
 
 #: The kernels' import paths, one module per kernel family.
 SPLITK_KERNEL = "volta_ct_wna16.kernels.splitk:wna16_splitk_kernel"
@@ -299,3 +308,41 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
     """Every kernel configuration :func:`volta_ct_wna16.tables.choose` can launch on ``device``."""
     table = table_for(device.capability)
     return [*_variants(table), *_moe_variants(table), *_routing_variants(table)]
+
+
+@dataclass(frozen=True)
+class CudaBuild:
+    """One build of a CUDA-source kernel a device launches: its fields are those of the
+    devkit's ``volta_devkit.cuda_gate.CudaGateConfig``, which the gate tests make from it (the
+    package does not import the devkit)."""
+
+    name: str
+    source: str
+    kernel: str
+    block_threads: int
+    options: tuple[str, ...]
+    dynamic_shared_bytes: int = 0
+    claims_tensor_cores: bool = True
+
+
+def cuda_builds(device: Device) -> list[CudaBuild]:
+    """Every build of the tensor-core GEMM the launcher can run on ``device``: on a V100 each
+    row of :data:`volta_ct_wna16.tables.SM70_MMA` for 4 and 8 bits, symmetric and asymmetric
+    (bias and splits are launch arguments, not builds); none elsewhere."""
+    from volta_ct_wna16.cuda import KERNEL, SOURCE
+
+    if device.capability != MMA_CAPABILITY:
+        return []
+    return [
+        CudaBuild(
+            name=f"mma_m{launch.block_m}n{launch.block_n}w{launch.num_warps}_w{bits}"
+            f"{'a' if zp else 's'}",
+            source=SOURCE,
+            kernel=KERNEL,
+            block_threads=launch.num_warps * 32,
+            options=mma_options(launch, bits, zp),
+        )
+        for _, launch in SM70_MMA
+        for bits in SUPPORTED_BITS
+        for zp in (False, True)
+    ]

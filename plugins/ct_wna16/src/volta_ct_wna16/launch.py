@@ -1,6 +1,6 @@
 """One launch choice (:class:`Launch`) and what follows from it for a layer: the split count,
-which builds it runs (unmasked, scales per tile, one dot per word slot) and the constexprs it
-compiles with.
+which builds it runs (unmasked, scales per tile, one dot per word slot) and the constexprs (or,
+for the CUDA tensor-core GEMM, the NVRTC options) it compiles with.
 
 Torch- and triton-free: the launcher (:mod:`volta_ct_wna16.ops`) and the gate configurations
 (:mod:`volta_ct_wna16.gate_configs`) both derive a launch's kernel arguments here, so the SM70
@@ -12,11 +12,25 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-#: The launch paths: the split-K kernel, the GEMM kernel, dequantize then cuBLAS, fused MoE.
+#: The launch paths: the split-K kernel, the GEMM kernel, dequantize then cuBLAS, fused MoE, and
+#: the CUDA GEMM on Volta's tensor cores (:mod:`volta_ct_wna16.cuda`).
 SPLITK = "splitk"
 GEMM = "gemm"
 DEQUANT_MATMUL = "dequant_matmul"
 MOE = "moe"
+MMA = "mma"
+
+#: Word rows of one k-tile of the tensor-core GEMM (32 inputs of 4 bits, 16 of 8,
+#: ``wna16_mma.cu``), and the input step its splits are counted in: a multiple of both tiles,
+#: so every split starts at a tile, and a divisor of every group size, so a tile never crosses
+#: a group.
+MMA_WORD_ROWS = 4
+MMA_BLOCK_K = 32
+
+#: Rows of one ``mma.m8n8k4`` product and outputs one warp covers per word it loads (four quad
+#: pairs of 8, PTX ISA "Matrix Fragments for mma.m8n8k4").
+MMA_ROWS = 8
+MMA_WARP_OUTPUTS = 32
 
 #: Fused-MoE tiles of at most this many rows (decode's) may split the input.
 MOE_SPLIT_MAX_ROWS = 16
@@ -44,6 +58,11 @@ class Launch:
     :func:`balanced_splits`, which counts a program's fixed cost as this many input steps and
     takes ``programs_per_sm`` as the programs an SM runs at once; where None,
     :func:`split_count` aims at ``programs_per_sm`` programs per SM.
+
+    The tensor-core GEMM (``MMA``): ``block_m`` tokens (a multiple of 8) by ``block_n``
+    outputs (``num_warps`` warps of 32 outputs per word a lane loads, :func:`mma_words`) per
+    block, splits of ``block_k`` (:data:`MMA_BLOCK_K`) input steps, balanced by
+    ``split_cost``.
     """
 
     path: str
@@ -68,8 +87,20 @@ class Launch:
             raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
         if self.unmasked and self.path != SPLITK:
             raise ValueError(f"only a split-K launch has an unmasked build: {self}")
-        if self.split_cost is not None and (self.path != SPLITK or self.split_cost < 0):
-            raise ValueError(f"split_cost is a split-K launch's cost in steps, >= 0: {self}")
+        if self.split_cost is not None and (self.path not in (SPLITK, MMA) or self.split_cost < 0):
+            raise ValueError(
+                f"split_cost is a split-K or tensor-core launch's cost in steps, >= 0: {self}"
+            )
+        if self.path == MMA and (
+            self.block_m % MMA_ROWS
+            or self.block_k != MMA_BLOCK_K
+            or self.block_n % (MMA_WARP_OUTPUTS * self.num_warps)
+            or self.split_cost is None
+        ):
+            raise ValueError(
+                f"a tensor-core launch has rows a multiple of {MMA_ROWS}, {MMA_BLOCK_K} input "
+                f"steps, {MMA_WARP_OUTPUTS} outputs per warp and word, and a split cost: {self}"
+            )
 
     def scaled_for_bits(self, bits: int) -> Launch:
         """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
@@ -225,6 +256,28 @@ def gemm_constexprs(launch: Launch, bits: int, zp: bool, bias: bool) -> dict[str
 def dequant_constexprs(launch: Launch, bits: int, zp: bool) -> dict[str, int | bool]:
     """The ``tl.constexpr`` arguments of the dequantize kernel (launcher and gate)."""
     return {"BITS": bits, "HAS_ZP": zp, "BLOCK_N": launch.block_n, "BLOCK_K": launch.block_k}
+
+
+def mma_words(launch: Launch) -> int:
+    """Words a lane of the tensor-core GEMM loads per word row (its outputs 32 apart)."""
+    return launch.block_n // (MMA_WARP_OUTPUTS * launch.num_warps)
+
+
+def mma_k_tile(bits: int) -> int:
+    """Inputs of one k-tile of the tensor-core GEMM: :data:`MMA_WORD_ROWS` words."""
+    return MMA_WORD_ROWS * (32 // bits)
+
+
+def mma_options(launch: Launch, bits: int, zp: bool) -> tuple[str, ...]:
+    """The NVRTC options of the tensor-core GEMM for one launch (``wna16_mma.cu``'s macros):
+    the launcher and the gate both build them here."""
+    return (
+        f"-DBITS={bits}",
+        f"-DHAS_ZP={int(zp)}",
+        f"-DBM={launch.block_m}",
+        f"-DWARPS={launch.num_warps}",
+        f"-DJ={mma_words(launch)}",
+    )
 
 
 def moe_constexprs(

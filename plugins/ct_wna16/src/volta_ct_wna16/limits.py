@@ -7,6 +7,10 @@ from __future__ import annotations
 #: refuses (``CompressedTensorsWNA16.get_min_capability()`` is 75), and Turing.
 CAPABILITY_MAJORS = (7,)
 
+#: The device the tensor-core GEMM (CUDA, ``mma.m8n8k4``) is selected on: m8n8k4 is Volta's own
+#: shape; the PTX ISA says it is optimized for sm_70 only (later GPUs emulate it).
+MMA_CAPABILITY = (7, 0)
+
 #: Other compute capabilities the kernels are tested on (the H100 of docs/perf/ct_wna16).
 TESTED_CAPABILITIES = ((9, 0),)
 

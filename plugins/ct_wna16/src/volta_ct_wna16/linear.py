@@ -7,8 +7,9 @@ checkpoint names with vLLM's parameter classes (as upstream ``CompressedTensorsW
 vLLM's loader shards them for tensor parallelism and places merged QKV / gate-up shards; each
 tensor passes through a checking loader first, so a malformed checkpoint fails at load time
 with the layer and tensor named. After loading, the tensors are checked against each other and
-moved to the kernels' layout (:func:`volta_ct_wna16.layout.prepare`), and the originals are
-released.
+moved to the kernels' layout (:func:`volta_ct_wna16.layout.prepare`), the originals are
+released, and on a V100 the tensor-core GEMM's builds are compiled
+(:func:`volta_ct_wna16.ops.warm_up`).
 """
 
 from __future__ import annotations
@@ -204,6 +205,8 @@ class WNA16LinearMethod(LinearMethodBase):
             else:
                 setattr(layer, f"ct_{attr}", None)
         layer.ct_wna16_meta = (pw.k, pw.bits, pw.group)
+        # The tensor-core builds compile now, before vLLM captures its CUDA graphs.
+        ops.warm_up(pw)
 
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None

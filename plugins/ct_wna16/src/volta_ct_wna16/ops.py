@@ -1,9 +1,10 @@
 """Launching the kernels: ``wna16_linear(x, weights, bias)`` on CUDA (or the Triton interpreter).
 
-Checks run before any launch; the launch itself is picked by :func:`volta_ct_wna16.tables.choose`
-for the device's facts (:func:`volta_core.kernel_api.device_facts`), and its kernel arguments come
-from :mod:`volta_ct_wna16.launch`, as the gate's do, so the SM70 gate has seen every
-configuration that runs on a V100.
+Checks run before any launch; the launch itself is picked by :func:`select_launch` for the
+device's facts (:func:`volta_core.kernel_api.device_facts`): on a V100 the tensor-core GEMM
+(:func:`volta_ct_wna16.tables.choose_mma`) where NVRTC builds it, else the table's Triton launch
+(:func:`volta_ct_wna16.tables.choose`). Kernel arguments come from :mod:`volta_ct_wna16.launch`,
+as the gate's do, so the SM70 gate has seen every configuration that runs on a V100.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from volta_core.kernel_api import (
 )
 from volta_ct_wna16.launch import (
     GEMM,
+    MMA,
     SPLITK,
     Launch,
     dequant_constexprs,
@@ -31,8 +33,9 @@ from volta_ct_wna16.launch import (
     whole_tiles,
 )
 from volta_ct_wna16.layout import PackedWeights
+from volta_ct_wna16.limits import MMA_CAPABILITY
 from volta_ct_wna16.routing import Blocks
-from volta_ct_wna16.tables import SILU_BLOCK, SM70, choose
+from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM70_MMA, choose, choose_mma
 
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
 KERNEL_DTYPES = (torch.float16,)
@@ -78,6 +81,34 @@ def _pair_aligned(x2: torch.Tensor) -> torch.Tensor:
     return padded
 
 
+def select_launch(m: int, pw: PackedWeights, device: torch.device) -> Launch:
+    """The launch for ``m`` tokens of ``pw`` on ``device``: the tensor-core GEMM where the
+    table takes it and its build runs on the device (:func:`volta_ct_wna16.cuda.mma.ready`:
+    NVRTC present, loaded outside CUDA-graph capture), else the table's Triton launch."""
+    capability = device_facts(device).capability
+    if device.type == "cuda":
+        mma = choose_mma(m, pw.n, pw.k, capability, pw.bits, pw.nbytes())
+        if mma is not None:
+            from volta_ct_wna16.cuda import mma as tensor_cores
+
+            if tensor_cores.ready(device, mma, pw.bits, pw.zeros is not None):
+                return mma
+    return choose(m, pw.n, capability, pw.bits, k=pw.k)
+
+
+def warm_up(pw: PackedWeights) -> None:
+    """Compile and load the tensor-core builds ``pw``'s layer can take on its device, so no
+    call compiles during CUDA-graph capture: on a V100, with NVRTC (without it, the Triton
+    kernels serve, logged once; ``VLLM_VOLTA_STRICT=1`` raises). Elsewhere it does nothing."""
+    device = pw.qweight.device
+    if device.type != "cuda" or device_facts(device).capability != MMA_CAPABILITY:
+        return
+    from volta_ct_wna16.cuda import mma as tensor_cores
+
+    launches = [launch for _, launch in SM70_MMA]
+    tensor_cores.warm_up(device, launches, pw.bits, pw.zeros is not None)
+
+
 def wna16_linear(
     x: torch.Tensor,
     pw: PackedWeights,
@@ -87,8 +118,9 @@ def wna16_linear(
 ) -> torch.Tensor:
     """``x @ dequant(W).T + bias`` for ``x`` of shape ``[..., K]``; returns ``[..., N]``.
 
-    ``launch`` overrides the device's table (the benchmark's sweep uses it); ``out``, a
-    contiguous ``[M, N]`` tensor, receives the result (tests poison it first).
+    ``launch`` overrides the device's choice (the benchmark's sweep uses it; a tensor-core
+    launch runs the CUDA GEMM on any CUDA device); ``out``, a contiguous ``[M, N]`` tensor,
+    receives the result (tests poison it first).
     """
     from volta_ct_wna16 import kernels
 
@@ -104,9 +136,14 @@ def wna16_linear(
         raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {pw.n})")
     if m == 0:
         return out.reshape(*lead, pw.n)
-    capability, sm_count = device_facts(x.device)
     if launch is None:
-        launch = choose(m, pw.n, capability, pw.bits, k=pw.k)
+        launch = select_launch(m, pw, x.device)
+    if launch.path == MMA:
+        from volta_ct_wna16.cuda.mma import mma_linear
+
+        mma_linear(x2, pw, bias, launch, out)
+        return out.reshape(*lead, pw.n)
+    sm_count = device_facts(x.device).sm_count
     # Placeholders of the right pointer types for arguments a variant never reads.
     zeros = pw.zero_points_for(launch.byte_zeros)
     if zeros is None:

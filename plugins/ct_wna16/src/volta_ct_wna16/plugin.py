@@ -24,7 +24,7 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
-from volta_ct_wna16.limits import supports_device
+from volta_ct_wna16.limits import MMA_CAPABILITY, supports_device
 from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 
 VOLTA_HOST_API = "1.0"
@@ -55,8 +55,9 @@ def volta_quant_methods() -> Iterable[QuantMethodSpec]:
             impl=FACTORY,
             description=(
                 "compressed-tensors pack-quantized int4/int8 weights (group 32/64/128 or "
-                "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM; "
-                "fused MoE experts one expert at a time through the same kernels"
+                "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM, and "
+                "on a V100 with NVRTC a CUDA tensor-core GEMM for 8-256 tokens; fused MoE "
+                "experts one expert at a time through the Triton kernels"
             ),
         )
     ]
@@ -96,11 +97,11 @@ def volta_quant_method(
                 "expert's tokens through the linear kernels, gate/up then down)"
             ),
         )
+    kernels = "Triton split-K GEMV (decode) / tiled GEMM"
+    if device.capability == MMA_CAPABILITY:
+        kernels += "; 8-256 tokens on the tensor cores (CUDA mma.m8n8k4, where NVRTC is installed)"
     return QuantClaim(
-        method=METHOD,
-        impl=FACTORY,
-        priority=PRIORITY,
-        detail=f"{scheme.label}: Triton split-K GEMV (decode) / tiled GEMM",
+        method=METHOD, impl=FACTORY, priority=PRIORITY, detail=f"{scheme.label}: {kernels}"
     )
 
 

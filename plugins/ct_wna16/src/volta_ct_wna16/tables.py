@@ -5,6 +5,10 @@ tiles are modest and one to four tokens take the plain-FMA GEMV rather than a do
 rows; above 32 tokens the weights are dequantized once and the product goes to cuBLAS, which
 still has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80 and newer (the
 H100 the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are wider.
+
+On a V100 with NVRTC, 8 to 256 tokens take the CUDA GEMM on the tensor cores instead
+(:data:`SM70_MMA`, :func:`choose_mma`) wherever the SM70 model (:mod:`volta_ct_wna16.sm70_model`)
+puts it ahead of the table's Triton launch; without NVRTC the table's launch runs.
 Torch- and triton-free; the history of every choice is docs/perf/ct_wna16/PERFORMANCE_HISTORY.md.
 """
 
@@ -12,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MOE, SPLITK, Launch
-from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
+from volta_ct_wna16 import sm70_model
+from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, MOE, SPLITK, Launch
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY
 
 #: The most tokens a table's decode (split-K) tile takes unless the table says otherwise.
 DECODE_MAX_M = 16
@@ -184,6 +189,56 @@ def choose(
     else:
         launch = t.gemm
     return launch.scaled_for_bits(bits)
+
+
+#: The fewest and the most tokens the tensor-core GEMM takes: from 8, one ``m8n8k4`` product's
+#: rows (fewer tokens stay on the FMA GEMV and decode tiles, which are bound by the weights'
+#: bytes there); up to 256, beyond which the dequantize-then-cuBLAS path serves.
+MMA_MIN_M = 8
+MMA_MAX_M = 256
+
+
+def _mma(block_m: int, programs_per_sm: int) -> Launch:
+    return Launch(
+        MMA,
+        block_m=block_m,
+        block_n=256,
+        block_k=32,
+        num_warps=4,
+        programs_per_sm=programs_per_sm,
+        split_cost=2.0,
+    )
+
+
+#: The tensor-core GEMM on a V100, one row per token class: ``(most tokens, launch)``. Four
+#: warps of 64 outputs (two words a lane per word row, so each activation fragment serves two
+#: products); 16, 32 or 64 tokens a block (more tokens take several row blocks, which read the
+#: same weights from L2). ``programs_per_sm`` is what the sm_70 build's registers let an SM hold
+#: (4, 3 and 2 blocks of 128 threads at up to 111, 154 and 238 registers); the split count
+#: balances them with a fixed cost of 2 k-tiles per block (its start and its atomic sums).
+#: Estimated, not measured (no V100; docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#mma_sm70).
+SM70_MMA: tuple[tuple[int, Launch], ...] = (
+    (16, _mma(16, 4)),
+    (32, _mma(32, 3)),
+    (MMA_MAX_M, _mma(64, 2)),
+)
+
+
+def choose_mma(
+    m: int, n: int, k: int, capability: tuple[int, int], bits: int, weight_bytes: int
+) -> Launch | None:
+    """The tensor-core launch for ``m`` tokens on an ``n x k`` layer of ``bits``-bit weights
+    (``weight_bytes`` read), or None where the table's Triton launch (:func:`choose`) serves:
+    another device, a token count outside :data:`MMA_MIN_M`-:data:`MMA_MAX_M`, or a model time
+    (:func:`volta_ct_wna16.sm70_model.seconds`) longer than the Triton launch's. A tie (both
+    bound by the same bytes, 8-bit weights at 8 tokens) goes to the tensor cores, whose
+    arithmetic is further from binding."""
+    if capability != MMA_CAPABILITY or not MMA_MIN_M <= m <= MMA_MAX_M:
+        return None
+    launch = next(row for most, row in SM70_MMA if m <= most)
+    triton = choose(m, n, capability, bits, k=k)
+    mma = sm70_model.seconds(m, n, k, launch, bits, weight_bytes)
+    return launch if mma <= sm70_model.seconds(m, n, k, triton, bits, weight_bytes) else None
 
 
 def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:

@@ -1,0 +1,157 @@
+"""Loading and launching the tensor-core GEMM (``wna16_mma.cu``).
+
+:func:`ready` answers whether a device runs it: each build (device, NVRTC options) is compiled
+and loaded once (NVRTC, its cubins cached on disk by :mod:`volta_core.kernel_api`); a missing
+toolkit or a compile error leaves the Triton kernels to serve, logged once, or raises with
+``VLLM_VOLTA_STRICT=1``. It never compiles inside CUDA-graph capture (loading a module is not a
+stream operation): :func:`warm_up` loads a layer's builds when the layer is set up, and a build
+first asked for during capture is left to the Triton path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from volta_core.kernel_api import (
+    CudaCompileError,
+    CudaKernel,
+    CudaToolkitUnavailable,
+    arrival_counters,
+    device_facts,
+    load_cuda_kernel,
+    zeroed_accumulators,
+)
+from volta_ct_wna16.cuda import KERNEL, SOURCE
+from volta_ct_wna16.launch import MMA, Launch, mma_options, split_count
+from volta_ct_wna16.layout import PackedWeights
+
+#: The host's switch that turns fallbacks into errors (the host's plugin manager reads it too).
+STRICT_ENV = "VLLM_VOLTA_STRICT"
+
+#: The most elements a tensor the kernel indexes may have: it indexes with 32-bit ints.
+MAX_ELEMENTS = 2**31 - 1
+
+#: Loaded builds by (device index, NVRTC options); None where the toolkit or the compile failed.
+_kernels: dict[tuple[int, tuple[str, ...]], CudaKernel | None] = {}
+#: Whether this process has logged a fallback (once is enough: the reason is the same).
+_logged: list[str] = []
+_logger = logging.getLogger(__name__)
+
+
+def strict() -> bool:
+    """Whether ``VLLM_VOLTA_STRICT`` asks for errors instead of fallbacks (1, true, yes or on,
+    as the host reads it)."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def ready(device: torch.device, launch: Launch, bits: int, zp: bool) -> bool:
+    """Whether ``launch``'s build for ``bits``-bit weights (asymmetric with ``zp``) runs on CUDA
+    ``device``; loaded now if it was not asked for before, outside CUDA-graph capture.
+
+    :raises CudaToolkitUnavailable: no CUDA 12 NVRTC, with ``VLLM_VOLTA_STRICT=1``.
+    :raises CudaCompileError: NVRTC refused the build, with ``VLLM_VOLTA_STRICT=1``.
+    :raises RuntimeError: first asked for during capture, with ``VLLM_VOLTA_STRICT=1``.
+    """
+    key = (_index(device), mma_options(launch, bits, zp))
+    if key in _kernels:
+        return _kernels[key] is not None
+    if torch.cuda.is_current_stream_capturing():
+        why = f"its build {' '.join(key[1])} was first asked for during CUDA-graph capture"
+        if strict():
+            raise RuntimeError(f"ct_wna16: the tensor-core GEMM cannot run: {why}")
+        _log_fallback(why)
+        return False
+    try:
+        _kernels[key] = load_cuda_kernel(SOURCE, KERNEL, options=key[1], device=device)
+    except (CudaToolkitUnavailable, CudaCompileError) as exc:
+        if strict():
+            raise
+        _kernels[key] = None
+        _log_fallback(str(exc))
+    return _kernels[key] is not None
+
+
+def _log_fallback(why: str) -> None:
+    if not _logged:
+        _logged.append(why)
+        _logger.warning("ct_wna16: the tensor-core GEMM cannot run (%s); Triton serves", why)
+
+
+def warm_up(device: torch.device, launches: list[Launch], bits: int, zp: bool) -> None:
+    """Load each of ``launches``' builds on ``device`` (before any CUDA-graph capture)."""
+    for launch in launches:
+        ready(device, launch, bits, zp)
+
+
+def mma_linear(
+    x2: torch.Tensor,
+    pw: PackedWeights,
+    bias: torch.Tensor | None,
+    launch: Launch,
+    out: torch.Tensor,
+    ptx_arch: str | None = None,
+) -> None:
+    """``out = x2 @ dequant(W).T (+ bias)`` on the tensor cores, for arguments
+    :func:`volta_ct_wna16.ops.wna16_linear` has checked: ``x2`` ``[M, K]`` fp16 of unit stride
+    along K, ``out`` a contiguous ``[M, N]`` fp16 tensor.
+
+    ``ptx_arch`` (``"compute_70"``) builds PTX for that architecture and lets the driver
+    JIT-compile it, instead of a cubin for the device: the V100's build, run on another GPU.
+
+    :raises ValueError: not the tensor-core GEMM's launch, not on CUDA, or a tensor past 32-bit
+        indexing, before any launch.
+    :raises CudaToolkitUnavailable: no CUDA 12 NVRTC.
+    :raises CudaCompileError: NVRTC refused the build.
+    """
+    if launch.path != MMA:
+        raise ValueError(f"not a tensor-core launch: {launch}")
+    if not x2.is_cuda:
+        raise ValueError(f"the tensor-core GEMM runs on CUDA devices, not on {x2.device}")
+    m, k = x2.shape
+    xk = _vector_rows(x2)
+    sizes = {
+        "activations": m * xk.stride(0),
+        "output": m * out.stride(0),
+        "weights": pw.qweight.numel(),
+    }
+    if max(sizes.values()) > MAX_ELEMENTS:
+        raise ValueError(f"the tensor-core GEMM indexes with 32-bit ints; elements: {sizes}")
+    options = mma_options(launch, pw.bits, pw.zeros is not None)
+    kernel = _kernels.get((_index(x2.device), options)) if ptx_arch is None else None
+    if kernel is None:
+        kernel = load_cuda_kernel(
+            SOURCE, KERNEL, options=options, device=x2.device, ptx_arch=ptx_arch
+        )
+    splits, per_split = split_count(pw.n, k, launch, device_facts(x2.device).sm_count, m)
+    grid = (-(-m // launch.block_m), -(-pw.n // launch.block_n), splits)
+    ws: torch.Tensor | None = None
+    counters: torch.Tensor | None = None
+    if splits > 1:
+        ws = zeroed_accumulators(x2.device, m * pw.n)
+        counters = arrival_counters(x2.device, grid[0] * grid[1])
+    kernel.launch(
+        grid,
+        launch.num_warps * 32,
+        xk, pw.qweight, pw.scales, pw.zeros, bias, out, ws, counters,
+        m, pw.n, k, xk.shape[1], pw.words_per_column, pw.group, xk.stride(0), out.stride(0),
+        per_split,
+    )  # fmt: skip
+
+
+def _vector_rows(x2: torch.Tensor) -> torch.Tensor:
+    """The activations as the kernel reads them, 16-byte vectors of 8 inputs: ``x2`` itself
+    where its rows start 16-byte aligned and its length is a multiple of 8, else a copy
+    zero-padded to one (an odd input length, a strided view)."""
+    k = x2.shape[1]
+    if k % 8 == 0 and x2.stride(0) % 8 == 0 and x2.data_ptr() % 16 == 0:
+        return x2
+    padded = x2.new_zeros((x2.shape[0], -(-k // 8) * 8))
+    padded[:, :k] = x2
+    return padded

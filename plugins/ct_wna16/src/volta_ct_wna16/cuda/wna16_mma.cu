@@ -1,0 +1,346 @@
+// out[M, N] = x[M, K] . dequant(W)[N, K]^T (+ bias) on Volta's tensor cores: inline PTX
+// mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 (PTX ISA, "Matrix multiply-accumulate
+// operation using mma instruction", m8n8k4), fp32 accumulation, fp16 output.
+//
+// Build options (-D): BITS 4 or 8; HAS_ZP 0 or 1 (asymmetric zero points); BM tokens per block
+// (a multiple of 8); WARPS warps per block; J words per lane per word row (a warp covers 32 * J
+// outputs, a block BN = WARPS * 32 * J).
+//
+// Weights as volta_ct_wna16.layout prepares them: w int32 [KW, N] (word kw of output n holds
+// inputs PACK * kw .. PACK * kw + PACK - 1 at bits BITS * j, offset by 2^(BITS-1)), scales s
+// fp16 [groups, N], zero points z fp16 [groups, N] (stored values) when HAS_ZP. A k-tile is
+// four word rows, 32 inputs of 4 bits or 16 of 8, so it lies inside one quantization group
+// (32, 64, 128, or the whole input) and takes one row of scales and zero points.
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m8n8k4 with .f16 floating point type"): the
+// four quad pairs of a warp (lanes 4p..4p+3 with 4p+16..4p+19) each run one 8x8x4 product;
+// lane `own` = (lane & 3) + 4 * (lane >> 4) of a pair holds row `own` of A (4 inputs) and
+// column `own` of B (4 inputs). A is the activations (row = token), B the weights (column =
+// output). The word a lane loads, word kw of output n, already holds PACK consecutive inputs of
+// its column: the weights go from global memory straight into B fragments, dequantized in
+// registers, with no shared-memory staging. Pair p takes outputs 8p..8p+7 of each 32, so a
+// warp's word loads are 128 contiguous bytes. The pairs share the tokens, so the A fragment is
+// the same for all four (a broadcast shared-memory read); the activations are staged through
+// shared memory, double-buffered through registers (sm_70 has no cp.async).
+//
+// Integers become fp16 without a conversion instruction: a 4-bit field ORed into bits 0..3 of a
+// half with exponent 0x6400 reads as 1024 + q, into bits 4..7 as 1024 + 16 q; a byte placed
+// under 0x64 reads as 1024 + q (vLLM's Marlin, csrc/quantization/marlin/dequant.h, after NVIDIA
+// FasterTransformer's interleaved_numeric_conversion.h). For 4 bits that pairs values (0, 4),
+// (1, 5), (2, 6), (3, 7) of a word in one register, so the activations are stored to shared
+// memory in the order 0, 4, 1, 5, 2, 6, 3, 7 within each 8 inputs: a dot product does not
+// depend on the order of its terms, only on both operands having the same one.
+//
+// Split-K: blockIdx.z splits the input. With more than one split every block adds its fp32
+// tile atomically into zeroed accumulators ws [M, N]; the last block to arrive on the tile's
+// counter (CUTLASS's serial split-K arrival: fence, barrier, one atomic increment) reads the
+// sums with atomicExch, which puts the zeros back, adds the bias, stores fp16 and resets the
+// counter, so the next launch (a CUDA graph replay) needs no memset.
+
+#if !defined(BITS) || !defined(HAS_ZP) || !defined(BM) || !defined(WARPS) || !defined(J)
+#error "build with -DBITS -DHAS_ZP -DBM -DWARPS -DJ"
+#endif
+
+#define THREADS (WARPS * 32)
+#define PACK (32 / BITS)
+#define KW_TILE 4
+#define BK (KW_TILE * PACK)
+#define STEPS (PACK / 4)
+#define TB (BM / 8)
+#define BN (WARPS * 32 * J)
+// Rows of staged activations are padded by 8 halves (16 bytes), so the 8 token rows one
+// fragment read touches start in different bank pairs.
+#define XS_LD (BK + 8)
+#define XVECS (BM * BK / 8)
+#define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+// fp16 pair arithmetic with explicit rounding, which PTX never fuses into another operation.
+__device__ __forceinline__ u32 hadd2(u32 a, u32 b) {
+  u32 d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ u32 hsub2(u32 a, u32 b) {
+  u32 d;
+  asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ u32 hmul2(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+__device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+__device__ __forceinline__ float h2f(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ u16 f2h(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+__device__ __forceinline__ void mma(float (&d)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
+      "{%0, %1, %2, %3, %4, %5, %6, %7};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
+}
+
+// (a & MASK) | c in one LOP3. Written in C, the AND's and the OR's constants take two LOP3s (one
+// holds a single immediate); here c is a register the loop keeps.
+template <u32 MASK>
+__device__ __forceinline__ u32 and_or(u32 a, u32 c) {
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "n"(MASK), "r"(c));
+  return d;
+}
+
+// One word's values as (q - z) * s, fp16 pairs in B-fragment order (2 * STEPS registers): q - z
+// is exact, the product rounds once. zc holds 1024 + z, c16 -(64 + z) (both exact in fp16),
+// ss the scale and ex 0x64006400 (1024), each in both halves.
+__device__ __forceinline__ void dequant(u32 w, u32 zc, u32 c16, u32 ss, u32 ex,
+                                        u32 (&f)[2 * STEPS]) {
+#if BITS == 4
+  const u32 w8 = w >> 8;
+  const u32 sixteenth = 0x2C002C00u;  // (1024 + 16 q) / 16 - (64 + z) = q - z, exactly
+  f[0] = hmul2(hsub2(and_or<0x000F000Fu>(w, ex), zc), ss);
+  f[1] = hmul2(hfma2(and_or<0x00F000F0u>(w, ex), sixteenth, c16), ss);
+  f[2] = hmul2(hsub2(and_or<0x000F000Fu>(w8, ex), zc), ss);
+  f[3] = hmul2(hfma2(and_or<0x00F000F0u>(w8, ex), sixteenth, c16), ss);
+#else
+  f[0] = hmul2(hsub2(__byte_perm(w, ex, 0x5150), zc), ss);
+  f[1] = hmul2(hsub2(__byte_perm(w, ex, 0x5352), zc), ss);
+#endif
+}
+
+// What one k-tile needs from global memory, held in registers while the previous tile computes.
+struct Tile {
+  u32 w[KW_TILE][J];
+  u32 s[J];
+  u32 z[J];
+  uint4 xv[XV_PER_THREAD];
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS) wna16_mma(
+    const u16* __restrict__ x, const u32* __restrict__ w, const u16* __restrict__ s,
+    const u16* __restrict__ z, const u16* __restrict__ bias, u16* __restrict__ out,
+    float* __restrict__ ws, int* __restrict__ counters, int m, int n, int k, int kx, int kw,
+    int group, int ldx, int ldo, int k_per_split) {
+  __shared__ __align__(16) u16 xs[2][BM * XS_LD];
+  __shared__ int last;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int own = (lane & 3) + ((lane >> 4) << 2);
+  const int pair = (lane >> 2) & 3;
+  const int tok0 = blockIdx.x * BM;
+  const int n_warp = blockIdx.y * BN + warp * 32 * J;
+  const int col0 = n_warp + pair * 8 + own;  // this lane's output j is col0 + 32 j
+  const int k_begin = blockIdx.z * k_per_split;
+  const int k_end = min(k_begin + k_per_split, k);
+  const int tiles = (k_end - k_begin + BK - 1) / BK;
+
+  // Outputs past n are not loaded: their words and scales keep earlier (finite) values, which
+  // reach only their own accumulators, and those are not stored. One address per word row
+  // serves a lane's J outputs (32 apart).
+  bool col_ok[J];
+#pragma unroll
+  for (int j = 0; j < J; ++j) col_ok[j] = col0 + 32 * j < n;
+  const u32* w_lane = w + col0;
+  // The split's first group, and its tiles left; then the rows move on by n a group. The
+  // whole input (channel-wise) may not be whole tiles: its last partial tile is its own.
+  const int group_tiles = (group + BK - 1) / BK;
+  int group_left = group_tiles - (k_begin / BK) % group_tiles;
+  const u16* sp = s + (k_begin / group) * n + col0;
+#if HAS_ZP
+  const u16* zp = z + (k_begin / group) * n + col0;
+#endif
+
+  // This thread's share of the activations: 16-byte vectors of 8 inputs, each at one token
+  // and one place in the tile, the same every tile.
+  const u16* xp[XV_PER_THREAD];
+  bool x_ok[XV_PER_THREAD];
+  int x_k[XV_PER_THREAD];
+  uint4* x_to[XV_PER_THREAD];
+#pragma unroll
+  for (int i = 0; i < XV_PER_THREAD; ++i) {
+    const int v = threadIdx.x + i * THREADS;
+    const int tok = v / (BK / 8);
+    x_k[i] = (v % (BK / 8)) * 8;
+    x_ok[i] = v < XVECS && tok0 + tok < m;
+    xp[i] = x + (tok0 + tok) * ldx + x_k[i];
+    x_to[i] = reinterpret_cast<uint4*>(&xs[0][tok * XS_LD + x_k[i]]);
+  }
+
+  // Global memory to registers for the tile at input k0: its words (rows past the input are
+  // not loaded: they keep earlier, finite values and meet zero activations), its row of scales
+  // and zero points, and the activations (zero past kx, up to which the launcher zero-pads x).
+  auto load = [&](Tile& t, int k0) {
+    const int kw0 = (unsigned)k0 / PACK;
+    const int rows = min(kw - kw0, KW_TILE);
+    const u32* row = w_lane + kw0 * n;
+#pragma unroll
+    for (int r = 0; r < KW_TILE; ++r, row += n)
+#pragma unroll
+      for (int j = 0; j < J; ++j)
+        if (r < rows && col_ok[j]) t.w[r][j] = row[32 * j];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+      if (col_ok[j]) {
+        t.s[j] = sp[32 * j];
+#if HAS_ZP
+        t.z[j] = zp[32 * j];
+#endif
+      }
+    }
+    if (--group_left == 0) {
+      group_left = group_tiles;
+      sp += n;
+#if HAS_ZP
+      zp += n;
+#endif
+    }
+#pragma unroll
+    for (int i = 0; i < XV_PER_THREAD; ++i) {
+      const bool ok = x_ok[i] && k0 + x_k[i] < kx;
+      t.xv[i] = ok ? *reinterpret_cast<const uint4*>(xp[i] + k0) : make_uint4(0, 0, 0, 0);
+    }
+  };
+
+  // Registers to shared buffer `buf`, in the inputs' fragment order.
+  auto stage = [&](const Tile& t, int buf) {
+#pragma unroll
+    for (int i = 0; i < XV_PER_THREAD; ++i) {
+      if (threadIdx.x + i * THREADS < XVECS) {
+        uint4 q = t.xv[i];
+#if BITS == 4
+        q = make_uint4(__byte_perm(q.x, q.z, 0x5410), __byte_perm(q.x, q.z, 0x7632),
+                       __byte_perm(q.y, q.w, 0x5410), __byte_perm(q.y, q.w, 0x7632));
+#endif
+        x_to[i][buf * (BM * XS_LD / 8)] = q;
+      }
+    }
+  };
+
+  float acc[J][TB][8];
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int b = 0; b < TB; ++b)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[j][b][i] = 0.f;
+
+  Tile cur = {}, nxt = {};
+  if (tiles > 0) {
+    load(cur, k_begin);
+    stage(cur, 0);
+  }
+  __syncthreads();
+  const u32 ex = 0x64006400u;
+  for (int t = 0; t < tiles; ++t) {
+    const bool more = t + 1 < tiles;
+    if (more) load(nxt, k_begin + (t + 1) * BK);
+    u32 zc[J], c16[J], ss[J];
+#pragma unroll
+    for (int j = 0; j < J; ++j) {
+#if HAS_ZP
+      const u32 zz = cur.z[j] * 0x10001u;
+#else
+      const u32 zz = BITS == 4 ? 0x48004800u : 0x58005800u;  // 8.0 or 128.0
+#endif
+      zc[j] = hadd2(zz, ex);
+      c16[j] = hfma2(zz, 0xBC00BC00u, 0xD400D400u);  // z * -1 - 64
+      ss[j] = cur.s[j] * 0x10001u;
+    }
+    const u16* xrow = &xs[t & 1][own * XS_LD];
+#pragma unroll
+    for (int r = 0; r < KW_TILE; ++r) {
+      u32 f[J][2 * STEPS];
+#pragma unroll
+      for (int j = 0; j < J; ++j) dequant(cur.w[r][j], zc[j], c16[j], ss[j], ex, f[j]);
+#pragma unroll
+      for (int st = 0; st < STEPS; ++st) {
+#pragma unroll
+        for (int b = 0; b < TB; ++b) {
+          const uint2 a =
+              *reinterpret_cast<const uint2*>(xrow + b * 8 * XS_LD + r * PACK + st * 4);
+#pragma unroll
+          for (int j = 0; j < J; ++j) mma(acc[j][b], a.x, a.y, f[j][2 * st], f[j][2 * st + 1]);
+        }
+      }
+    }
+    if (more) {
+      stage(nxt, (t + 1) & 1);
+      cur = nxt;
+    }
+    __syncthreads();
+  }
+
+  // Accumulator i of a lane: token (lane & 1) + (i & 2) + 4 * (lane >> 4) of its 8-token
+  // block, output (i & 4) + (lane & 2) + (i & 1) of its pair's 8 outputs; i and i + 1 (i even)
+  // are adjacent outputs of one token.
+  const bool split = gridDim.z > 1;
+  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
+  if (split) {
+#pragma unroll
+    for (int j = 0; j < J; ++j)
+#pragma unroll
+      for (int b = 0; b < TB; ++b)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
+          const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2) + (i & 1);
+          if (tok < m && col < n) atomicAdd(&ws[tok * n + col], acc[j][b][i]);
+        }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1) == (int)gridDim.z - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+  }
+#pragma unroll
+  for (int j = 0; j < J; ++j)
+#pragma unroll
+    for (int b = 0; b < TB; ++b)
+#pragma unroll
+      for (int i = 0; i < 8; i += 2) {
+        const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
+        const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2);
+        if (tok >= m) continue;
+        float v0 = acc[j][b][i], v1 = acc[j][b][i + 1];
+        const bool ok0 = col < n, ok1 = col + 1 < n;
+        if (split) {
+          if (ok0) v0 = atomicExch(&ws[tok * n + col], 0.f);
+          if (ok1) v1 = atomicExch(&ws[tok * n + col + 1], 0.f);
+        }
+        if (bias != nullptr) {
+          if (ok0) v0 += h2f(bias[col]);
+          if (ok1) v1 += h2f(bias[col + 1]);
+        }
+        u16* o = out + tok * ldo + col;
+        if (ok1 && (reinterpret_cast<unsigned long long>(o) & 3) == 0) {
+          *reinterpret_cast<u32*>(o) = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
+        } else {
+          if (ok0) o[0] = f2h(v0);
+          if (ok1) o[1] = f2h(v1);
+        }
+      }
+  if (split && threadIdx.x == 0) counters[tile] = 0;
+}

@@ -315,3 +315,13 @@ def test_a_wrapper_that_breaks_calls_is_disabled_and_answers_are_kept(
     assert manager.records["breaker"].status is PluginStatus.FAILED
     assert "wrapper exploded" in manager.records["breaker"].error
     assert manager.records["easy"].status is PluginStatus.LOADED
+
+
+@pytest.mark.parametrize(
+    ("value", "strict"), [("1", True), ("yes", True), ("On", True), ("0", False), ("", False)]
+)
+def test_strict_mode_reads_the_switch_one_way(value: str, strict: bool) -> None:
+    from volta_core import strict_mode
+
+    assert strict_mode({"VLLM_VOLTA_STRICT": value}) is strict
+    assert strict_mode({}) is False

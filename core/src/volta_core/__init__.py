@@ -26,6 +26,7 @@ from volta_core.manager import (
     PluginStatus,
     VoltaPluginManager,
     get_plugin_manager,
+    strict_mode,
 )
 from volta_core.resolution.reasoning import check_no_text_lost
 from volta_core.types import (
@@ -100,4 +101,5 @@ __all__ = [
     "hookimpl",
     "kv_cache_writer",
     "parse_device",
+    "strict_mode",
 ]

@@ -178,6 +178,12 @@ def _env_flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+def strict_mode(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``VLLM_VOLTA_STRICT`` (1, true, yes or on) turns plugin failures and kernel
+    fallbacks into errors; read the same way by the host and every plugin."""
+    return _env_flag((os.environ if environ is None else environ).get(ENV_STRICT))
+
+
 def _describe(exc: BaseException) -> str:
     """An exception as one short line: its type and its first line of message."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -654,7 +660,7 @@ def discover(
     ``VLLM_VOLTA_TEST_PLUGINS`` adds the test-only entry-point group.
     """
     env = os.environ if environ is None else environ
-    manager = factory(strict=_env_flag(env.get(ENV_STRICT)))
+    manager = factory(strict=strict_mode(env))
     groups = [ENTRY_POINT_GROUP]
     if _env_flag(env.get(ENV_TEST_PLUGINS)):
         groups.append(TEST_ENTRY_POINT_GROUP)

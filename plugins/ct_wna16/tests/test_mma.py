@@ -126,7 +126,7 @@ def v100(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     monkeypatch.setattr(mma, "_kernels", {})
     monkeypatch.setattr(mma, "_logged", [])
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    monkeypatch.delenv(mma.STRICT_ENV, raising=False)
+    monkeypatch.delenv("VLLM_VOLTA_STRICT", raising=False)
     return []
 
 
@@ -197,7 +197,7 @@ def test_without_a_build_the_triton_kernels_serve_logged_once(
 )
 def test_strict_mode_raises_instead(v100, monkeypatch, failure) -> None:
     monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100, failure))
-    monkeypatch.setenv(mma.STRICT_ENV, "1")
+    monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(type(failure), match=str(failure).split(":")[0]):
         ops.select_launch(16, _layer(), CUDA0)
 
@@ -210,7 +210,7 @@ def test_nothing_compiles_during_capture(v100, monkeypatch) -> None:
     pw = _layer()
     assert ops.select_launch(16, pw, CUDA0) == choose(16, pw.n, (7, 0), 4, k=pw.k)
     assert v100 == []
-    monkeypatch.setenv(mma.STRICT_ENV, "1")
+    monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(RuntimeError, match="during CUDA-graph capture"):
         ops.select_launch(16, pw, CUDA0)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
@@ -257,12 +257,6 @@ def test_activations_are_read_as_aligned_vectors_of_8() -> None:
         assert padded.shape == (5, -(-odd.shape[1] // 8) * 8)
         assert torch.equal(padded[:, : odd.shape[1]], odd)
         assert not padded[:, odd.shape[1] :].any()
-
-
-def test_strict_reads_the_host_switch(monkeypatch) -> None:
-    for value, want in (("1", True), ("yes", True), ("0", False), ("", False)):
-        monkeypatch.setenv(mma.STRICT_ENV, value)
-        assert mma.strict() is want
 
 
 # -- on the GPU: the sm_90 build and the compute_70 PTX against float64 -----------------------

@@ -38,17 +38,13 @@ import logging
 import os
 import sys
 
-from volta_core.manager import ENV_STRICT, VoltaPluginManager, get_plugin_manager
+from volta_core.manager import VoltaPluginManager, get_plugin_manager, strict_mode
 from volta_core.vllm import attention, compat, report
 from volta_core.vllm.reasoning import ENV_ALIASES, aliases
 
 log = logging.getLogger("volta_core.vllm")
 
 _applied = False
-
-
-def _strict() -> bool:
-    return os.environ.get(ENV_STRICT, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _register_parsers(manager: VoltaPluginManager) -> None:
@@ -108,7 +104,7 @@ def register() -> None:
     try:
         manager = get_plugin_manager()
     except Exception as exc:
-        if _strict():
+        if strict_mode():
             raise
         log.error("vllm-volta: plugin discovery failed; vLLM runs without Volta plugins: %s", exc)
         return
@@ -134,7 +130,7 @@ def register() -> None:
         try:
             apply(manager)
         except Exception as exc:
-            if _strict() or manager.strict:
+            if strict_mode() or manager.strict:
                 raise
             log.error(
                 "vllm-volta: %s were not applied (%s: %s); vLLM's own behaviour stands",

@@ -11,10 +11,10 @@ first asked for during capture is left to the Triton path.
 from __future__ import annotations
 
 import logging
-import os
 
 import torch
 
+from volta_core import strict_mode
 from volta_core.kernel_api import (
     CudaCompileError,
     CudaKernel,
@@ -28,9 +28,6 @@ from volta_ct_wna16.cuda import KERNEL, SOURCE
 from volta_ct_wna16.launch import MMA, Launch, mma_options, split_count
 from volta_ct_wna16.layout import PackedWeights
 
-#: The host's switch that turns fallbacks into errors (the host's plugin manager reads it too).
-STRICT_ENV = "VLLM_VOLTA_STRICT"
-
 #: The most elements a tensor the kernel indexes may have: it indexes with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
 
@@ -39,12 +36,6 @@ _kernels: dict[tuple[int, tuple[str, ...]], CudaKernel | None] = {}
 #: Whether this process has logged a fallback (once is enough: the reason is the same).
 _logged: list[str] = []
 _logger = logging.getLogger(__name__)
-
-
-def strict() -> bool:
-    """Whether ``VLLM_VOLTA_STRICT`` asks for errors instead of fallbacks (1, true, yes or on,
-    as the host reads it)."""
-    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _index(device: torch.device) -> int:
@@ -64,14 +55,14 @@ def ready(device: torch.device, launch: Launch, bits: int, zp: bool) -> bool:
         return _kernels[key] is not None
     if torch.cuda.is_current_stream_capturing():
         why = f"its build {' '.join(key[1])} was first asked for during CUDA-graph capture"
-        if strict():
+        if strict_mode():
             raise RuntimeError(f"ct_wna16: the tensor-core GEMM cannot run: {why}")
         _log_fallback(why)
         return False
     try:
         _kernels[key] = load_cuda_kernel(SOURCE, KERNEL, options=key[1], device=device)
     except (CudaToolkitUnavailable, CudaCompileError) as exc:
-        if strict():
+        if strict_mode():
             raise
         _kernels[key] = None
         _log_fallback(str(exc))

@@ -13,9 +13,9 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
 python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton", triton.__version__, "python", sys.version.split()[0])' | tee -a "$out/device.txt"
 
-attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
-ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
-attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_cache_write.py plugins/attn_v100/tests/test_errors.py)
+attn_path=core/src:core/devkit/src:plugins/fp8kv/src:plugins/attn_v100/src:plugins/attn_v100/tests
+ct_path=core/src:core/devkit/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
+attn_tests=(plugins/attn_v100/tests/test_kernels.py plugins/attn_v100/tests/test_errors.py)
 
 echo "== phase 1: GPU tests and memcheck, side by side"
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${TEST_LIMIT:-540}" \
@@ -35,13 +35,13 @@ done
 
 echo "== phase 2: benchmarks, one at a time"
 if [ "${SELF_LIMIT:-90}" != 0 ]; then
-  PYTHONPATH=core/src timeout "${SELF_LIMIT:-90}" python3 -m volta_devkit.bench_selfcheck --out "$out/core" \
+  PYTHONPATH=core/src:core/devkit/src timeout "${SELF_LIMIT:-90}" python3 -m volta_devkit.bench_selfcheck --out "$out/core" \
     > "$out/core/selfcheck.log" 2>&1
 fi
 PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_BENCH_LIMIT:-200}" \
-  python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" > "$out/ct_wna16/bench.log" 2>&1
+  python3 plugins/ct_wna16/benchmarks/ct_wna16_bench.py --out "$out/ct_wna16" > "$out/ct_wna16/bench.log" 2>&1
 PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_BENCH_LIMIT:-240}" \
-  python3 -m volta_attn_v100.bench --out "$out/attn_v100" --parts "${ATTN_PARTS:-decode,prefill,sweep}" \
+  python3 plugins/attn_v100/benchmarks/bench.py --out "$out/attn_v100" --parts "${ATTN_PARTS:-decode,prefill,sweep}" \
   > "$out/attn_v100/bench.log" 2>&1
 tar -C "$out" -czf "$out/logs.tar.gz" attn_v100 ct_wna16 core device.txt
 

@@ -13,8 +13,8 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
 python3 -c 'import torch, triton, sys; print("torch", torch.__version__, "triton", triton.__version__, "python", sys.version.split()[0])' | tee -a "$out/device.txt"
 
-attn_path=core/src:plugins/attn_v100/src:plugins/attn_v100/tests
-ct_path=core/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
+attn_path=core/src:core/devkit/src:plugins/fp8kv/src:plugins/attn_v100/src:plugins/attn_v100/tests
+ct_path=core/src:core/devkit/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
 
 plugins=${PLUGINS:-attn_v100 ct_wna16}
 has() { [[ " $plugins " == *" $1 "* ]]; }
@@ -33,9 +33,9 @@ done
 
 echo "== phase 2: sweeps, one at a time"
 has attn_v100 && PYTHONPATH=$attn_path TRITON_CACHE_DIR=/tmp/tc_attn timeout "${ATTN_LIMIT:-190}" \
-  python3 -m volta_attn_v100.bench --out "$out/attn_v100" --parts "${ATTN_PARTS:-sweep}" > "$out/attn_v100/sweep.log" 2>&1
+  python3 plugins/attn_v100/benchmarks/bench.py --out "$out/attn_v100" --parts "${ATTN_PARTS:-sweep}" > "$out/attn_v100/sweep.log" 2>&1
 has ct_wna16 && PYTHONPATH=$ct_path TRITON_CACHE_DIR=/tmp/tc_ct timeout "${CT_LIMIT:-270}" \
-  python3 -m volta_ct_wna16.bench --out "$out/ct_wna16" --sweep-only > "$out/ct_wna16/sweep.log" 2>&1
+  python3 plugins/ct_wna16/benchmarks/ct_wna16_bench.py --out "$out/ct_wna16" --sweep-only > "$out/ct_wna16/sweep.log" 2>&1
 tar -C "$out" -czf "$out/logs.tar.gz" attn_v100 ct_wna16 device.txt
 
 echo "== tables"

@@ -210,7 +210,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ],
         capture_output=True,
         text=True,
-        env=engine_env(VLLM_VOLTA_PLUGINS="attn_v100"),
+        env=engine_env(VLLM_VOLTA_PLUGINS="attn_v100,fp8kv"),
         cwd=root,
         timeout=600,
     )

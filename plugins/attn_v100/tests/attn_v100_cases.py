@@ -13,11 +13,13 @@ import math
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from volta_attn_v100.tables import SM70, LaunchTable, OneStageTail, Pairing, WideCombine
 
 #: The torch dtype of each fp8 KV dtype's codes.
 TORCH_FP8: dict[str, torch.dtype] = {
@@ -150,6 +152,26 @@ def make_case(
     )
 
 
+#: Choices that take every launch they can (tests force kernel forms the table of the device
+#: they run on does not pick there; the interpreter runs the SM70 table).
+EVERY_LAUNCH_WIDE = WideCombine(max_programs_per_sm=1 << 20)
+EVERY_LAUNCH_ONE_STAGE_TAIL = OneStageTail(min_splits=1, max_keys=1 << 30)
+
+
+def paired(kv_per_prog: int) -> Pairing:
+    """Decode programs walk ``kv_per_prog`` KV heads wherever they divide the KV heads and
+    their rows fit the program's."""
+    return Pairing(
+        kv_heads=(kv_per_prog,), max_pad=1 << 20, max_keys=1 << 30, min_walked_keys=0, min_fill=0
+    )
+
+
+def forced(table: LaunchTable = SM70, **policy: Any) -> LaunchTable:
+    """``table`` with the :class:`~volta_attn_v100.tables.KVPolicy` fields ``policy`` set for
+    both KV dtypes."""
+    return replace(table, fp16=replace(table.fp16, **policy), fp8=replace(table.fp8, **policy))
+
+
 def dequantized_cache(case: PagedCase) -> torch.Tensor:
     """The cache in float64 real units: fp16 as is, fp8 decoded by torch and times its scales."""
     kv = case.kv_cache.detach().cpu()
@@ -247,21 +269,35 @@ def point_cpu_attention_slot(path: str) -> None:
     _cached_get_attn_backend.cache_clear()
 
 
+def writer_name(write: Callable[..., None]) -> str:
+    """A cache writer as ``module:name``, as a ``KVCacheOpsSpec`` names its ``impl``."""
+    return f"{write.__module__}:{write.__qualname__}"
+
+
 def watch_kernel_calls(on_call: Callable[[str, tuple, dict], None]) -> None:
-    """Report every real call into the backend's kernel entry points (``paged_attention``,
-    ``write_kv_cache``) to ``on_call(name, args, kwargs)`` after it ran unchanged, so an
-    engine test can prove the plugin's kernels did the work and check what they wrote."""
+    """Report every real call into the backend's kernels to ``on_call(name, args, kwargs)``
+    after it ran unchanged, so an engine test can prove the plugin's kernels did the work and
+    check what they wrote: ``paged_attention`` with its arguments, and ``write_kv_cache``
+    (each layer's cache update) with ``(key, value, kv_cache, slot_mapping)`` and the writer
+    the layer's impl holds (``writer``: :func:`writer_name`)."""
     import volta_attn_v100.backend as volta
 
-    for name in ("paged_attention", "write_kv_cache"):
-        real = getattr(volta, name)
+    attend = volta.paged_attention
 
-        def watched(*args, _real=real, _name=name, **kwargs):
-            result = _real(*args, **kwargs)
-            on_call(_name, args, kwargs)
-            return result
+    def watched_attention(*args, **kwargs):
+        result = attend(*args, **kwargs)
+        on_call("paged_attention", args, kwargs)
+        return result
 
-        setattr(volta, name, watched)
+    volta.paged_attention = watched_attention
+    update = volta.VoltaAttentionImpl.do_kv_cache_update
+
+    def watched_update(self, layer, key, value, kv_cache, slot_mapping):
+        update(self, layer, key, value, kv_cache, slot_mapping)
+        writer = {"writer": writer_name(self.write_kv_cache)}
+        on_call("write_kv_cache", (key, value, kv_cache, slot_mapping), writer)
+
+    volta.VoltaAttentionImpl.do_kv_cache_update = watched_update
 
 
 def record_attention_error(store: dict, args: tuple, kwargs: dict) -> None:

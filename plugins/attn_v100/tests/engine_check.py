@@ -31,13 +31,16 @@ def use_backend(backend: str) -> None:
 
 
 def count_calls() -> None:
-    """Count (and check against the float64 reference) the real calls into the kernels."""
+    """Count (and check against the float64 reference) the real calls into the kernels, and
+    name the writers the layers' cache updates went through."""
     cases = _cases()
 
     def on_call(name: str, args: tuple, kwargs: dict) -> None:
         CALLS[name] = CALLS.get(name, 0) + 1
         if name == "paged_attention":
             cases.record_attention_error(CALLS, args, kwargs)
+        if name == "write_kv_cache":
+            CALLS["writers"] = sorted({*CALLS.get("writers", []), kwargs["writer"]})
 
     cases.watch_kernel_calls(on_call)
 

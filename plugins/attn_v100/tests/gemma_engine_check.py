@@ -39,6 +39,7 @@ TOP_LOGPROBS = 5
 ROUTES: list[dict] = []
 CALLS: Counter = Counter()
 ERRORS: dict[str, float] = {}
+WRITERS: set[str] = set()
 
 
 def install_judged_v100_platform() -> None:
@@ -95,6 +96,8 @@ def count_calls() -> None:
     def on_call(name: str, args: tuple, kwargs: dict) -> None:
         # query / key is the first argument: [tokens, heads, head_size].
         CALLS[f"volta.{name}.{args[0].shape[-1]}"] += 1
+        if name == "write_kv_cache":
+            WRITERS.add(kwargs["writer"])
         if name == "paged_attention":
             attn_v100_cases.record_attention_error(ERRORS, args, kwargs)
             window = kwargs["sliding_window"]
@@ -142,7 +145,9 @@ def main(model: str, mode: str) -> None:
         raise SystemExit(f"unknown mode {mode!r} (cpu or volta)")
     count_calls()
     result = generate(model)
-    result.update(mode=mode, routes=ROUTES, calls=dict(CALLS), reference=ERRORS)
+    result.update(
+        mode=mode, routes=ROUTES, calls=dict(CALLS), reference=ERRORS, writers=sorted(WRITERS)
+    )
     print("RESULT " + json.dumps(result))
 
 

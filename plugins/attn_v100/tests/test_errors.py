@@ -14,6 +14,7 @@ from attn_v100_cases import make_case
 
 from volta_attn_v100 import ops
 from volta_attn_v100.ops import AttentionInputError, paged_attention
+from volta_core.kernel_api import DeviceFacts
 
 
 def attempt(case, **kwargs) -> torch.Tensor:
@@ -166,7 +167,7 @@ def test_sinks_shape(case) -> None:
     ],
 )
 def test_split_policy_needs_positive_integers_within_bounds(field, value) -> None:
-    from volta_attn_v100.configs import SplitPolicy
+    from volta_attn_v100.tables import SplitPolicy
 
     expected = "at most 64" if value == 65 else "a positive integer"
     with pytest.raises(ValueError, match=f"SplitPolicy.{field} must be {expected}"):
@@ -181,6 +182,6 @@ def test_e4m3_cache_refused_on_a_gpu_below_sm89(monkeypatch) -> None:
     case = make_case(
         [(1, 40), (3, 20)], head_size=64, kv_cache_dtype="fp8_e4m3", scales="head", device="cuda"
     )
-    monkeypatch.setattr(ops, "_cuda_facts", lambda index: ((7, 0), 80))
+    monkeypatch.setattr(ops, "device_facts", lambda device: DeviceFacts((7, 0), 80))
     with pytest.raises(AttentionInputError, match=r"'fp8_e4m3' needs compute capability 8\.9"):
         attempt(case)

@@ -30,7 +30,6 @@ def test_configs_cover_the_declaration() -> None:
         for kv_type in ("*fp16", "*u8"):
             assert ("paged_decode_kernel", head_size, kv_type) in covered
             assert ("paged_prefill_kernel", head_size, kv_type) in covered
-            assert ("cache_write_kernel", head_size, kv_type) in covered
 
 
 def test_sm70_and_sm90_tiles_differ() -> None:
@@ -55,17 +54,17 @@ def test_sm70_gate(config) -> None:
 
 
 def test_prefill_tile_follows_the_query_length_on_sm90_only() -> None:
-    """SM80+ takes 128 keys per prefill tile from :data:`LONG_PREFILL_QUERY` tokens on (heads
-    up to 128), and both tiles are in the configuration list; SM70 has one tile."""
-    from volta_attn_v100.configs import LONG_PREFILL_QUERY, prefill_tiles
-    from volta_core import Device
+    """SM80+ takes 128 keys per prefill tile from 1024-token queries on (heads up to 128), and
+    both tiles are in the configuration list; SM70 has one tile."""
+    from volta_attn_v100.tables import SM70, SM80
 
     h100 = (9, 0)
-    short = prefill_tiles(128, h100, LONG_PREFILL_QUERY - 1)
-    long = prefill_tiles(128, h100, LONG_PREFILL_QUERY)
+    tiles = SM80.prefill_tiles[128]
+    assert tiles.long_query == 1024
+    short, long = tiles.for_query(1023), tiles.for_query(1024)
     assert (short.block_n, long.block_n) == (64, 128)
-    assert prefill_tiles(256, h100, 1) == prefill_tiles(256, h100, LONG_PREFILL_QUERY)
-    assert prefill_tiles(128, (7, 0), 1) == prefill_tiles(128, (7, 0), LONG_PREFILL_QUERY)
+    assert SM80.prefill_tiles[256].choices() == [SM80.prefill_tiles[256].for_query(1 << 20)]
+    assert all(len(t.choices()) == 1 for t in SM70.prefill_tiles.values())
     listed = {
         (c.constexprs["BLOCK_N"], c.signature["kv_ptr"])
         for c in plugin.volta_kernel_configs(Device(h100))
@@ -87,15 +86,11 @@ def test_scores_ahead_configs_compile_for_sm90(config) -> None:
 
 
 def test_e4m3_builds_from_sm89_only() -> None:
-    """No e4m3 build on a V100 (or SM80: no e4m3 there); from SM89 every prefill and
-    cache-write build and each head size's first decode build get an e4m3 twin, which reads
-    its codes through the hardware conversion and writes them with the codec's e4m3 format."""
-    from volta_attn_v100.configs import (
-        FP8_E4M3_NATIVE,
-        KV_FORMAT_CODES,
-        fp8_decode,
-        kernel_configs,
-    )
+    """No e4m3 build on a V100 (or SM80: no e4m3 there); from SM89 every prefill build and
+    each head size's first decode build get an e4m3 twin, which reads its codes through the
+    hardware conversion."""
+    from volta_attn_v100.gate_configs import kernel_configs
+    from volta_attn_v100.limits import FP8_E4M3_NATIVE, fp8_decode
 
     for capability in ((7, 0), (8, 0)):
         assert not [c.name for c in kernel_configs(capability) if "e4m3" in c.name]
@@ -108,10 +103,7 @@ def test_e4m3_builds_from_sm89_only() -> None:
     decode = [c for c in twins.values() if c.name.startswith("decode")]
     assert sorted(c.constexprs["HEAD_SIZE"] for c in decode) == sorted(plugin.SPEC.head_sizes)
     for c in twins.values():
-        if c.kernel.endswith("cache_write_kernel"):
-            assert c.constexprs["KV_FORMAT"] == KV_FORMAT_CODES["fp8_e4m3"] == 2
-        else:
-            assert c.constexprs["FP8_DECODE"] == FP8_E4M3_NATIVE
+        assert c.constexprs["FP8_DECODE"] == FP8_E4M3_NATIVE
     assert fp8_decode("fp8_e4m3", (8, 9)) == FP8_E4M3_NATIVE
     assert fp8_decode("fp8_e4m3", (7, 0)) != FP8_E4M3_NATIVE
     assert fp8_decode("fp8_e5m2", (7, 0)) != fp8_decode("fp8_e5m2", (9, 0))

@@ -14,18 +14,30 @@ import itertools
 
 import pytest
 import torch
-from attn_v100_cases import PagedCase, dequantized_cache, make_case, reference
-
-from volta_attn_v100.configs import (
-    E4M3_MIN_CAPABILITY,
-    LONG_PREFILL_QUERY,
-    OFFSETS_32_SPAN,
-    cache_offsets_32,
+from attn_v100_cases import (
+    EVERY_LAUNCH_ONE_STAGE_TAIL,
+    EVERY_LAUNCH_WIDE,
+    PagedCase,
+    dequantized_cache,
+    forced,
+    make_case,
+    paired,
+    reference,
 )
+
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
+from volta_attn_v100.launch import cache_offsets_32
+from volta_attn_v100.limits import E4M3_MIN_CAPABILITY
 from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
+from volta_attn_v100.tables import SM70, SM80, LaunchTable, table_for
 from volta_core.kernel_api import arrival_counters
+
+#: The SM80 prefill tile's query length from which it takes 128 keys (head size 128).
+LONG_PREFILL_QUERY = SM80.prefill_tiles[128].long_query
+
+#: Largest cache span the kernels address with 32-bit row offsets.
+OFFSETS_32_SPAN = SM80.offsets_32_max_span
 
 #: fp16 output and fp16 probabilities in P.V: relative error well under 1e-3 in practice.
 TOL = 4e-3
@@ -48,6 +60,11 @@ def run(case: PagedCase, **kwargs) -> torch.Tensor:
     out = torch.full_like(case.query, float("nan"))
     paged_attention(*case.tensors(), out, **case.kwargs(), **kwargs)
     return out
+
+
+def gpu_table() -> LaunchTable:
+    """The launch table of the GPU the tests run on."""
+    return table_for(torch.cuda.get_device_capability())
 
 
 def check(out: torch.Tensor, case: PagedCase, what: str, tol: float = TOL) -> None:
@@ -111,7 +128,7 @@ def test_sliding_window_shorter_and_longer_than_context(path, kv_dtype, window) 
 
 @pytest.mark.parametrize(("tail", "halves"), [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("num_splits", [1, 3])
-def test_window_with_speculative_queries(monkeypatch, num_splits, tail, halves) -> None:
+def test_window_with_speculative_queries(num_splits, tail, halves) -> None:
     """Decode where a window's start cuts a tile, speculative queries' diagonal cuts the last
     ones and whole tiles lie between (one partition, or three), with either form of the masked
     tiles' loop, and the one-stage form also on the head-halves loop (both forced: the
@@ -119,14 +136,12 @@ def test_window_with_speculative_queries(monkeypatch, num_splits, tail, halves) 
     one-stage loop takes the masked tiles on both sides of the whole ones; when it skipped the
     gap wrongly, the other window tests passed and this one failed
     (``docs/perf/attn_v100/masked_one_stage/``)."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "one_stage_tail", lambda *args: tail)
-    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: halves)
+    table = forced(halves=halves)
+    table = dataclasses.replace(table, one_stage_tail=EVERY_LAUNCH_ONE_STAGE_TAIL if tail else None)
     lens = [(5, 200), (3, 77), (1, 64)]
     case = make_case(lens, head_size=64, sliding_window=50, sinks=True, seed=11)
     check(
-        run(case, path="decode", num_splits=num_splits),
+        run(case, path="decode", num_splits=num_splits, table=table),
         case,
         f"window, {num_splits} splits, one-stage tail {tail}, halves {halves}",
     )
@@ -162,14 +177,11 @@ def test_split_counts_agree(num_splits) -> None:
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("num_splits", [32, 33])
-def test_wide_combine_agrees(monkeypatch, num_splits, kv_dtype) -> None:
+def test_wide_combine_agrees(num_splits, kv_dtype) -> None:
     """The wide combine (SM80+ small grids: fp16, and fp8 at 32 partitions) loads 32
     partitions of 4 rows per step: forced here, since the interpreter runs SM70 tiles; 33
     partitions take a second step of one, and the short sequences leave most partitions
     without a key."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "wide_combine", lambda *args: True)
     case = make_case(
         [(1, 70), (1, 2), (1, 600)],
         head_size=128,
@@ -178,21 +190,21 @@ def test_wide_combine_agrees(monkeypatch, num_splits, kv_dtype) -> None:
         sinks=True,
         seed=5,
     )
-    check(run(case, path="decode", num_splits=num_splits), case, f"wide, {num_splits} splits")
+    table = forced(wide_combine=EVERY_LAUNCH_WIDE)
+    out = run(case, path="decode", num_splits=num_splits, table=table)
+    check(out, case, f"wide, {num_splits} splits")
 
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize(("wide", "num_splits"), [(False, 1), (False, 5), (True, 33)])
 @pytest.mark.parametrize(("num_heads", "q_len"), [(16, 1), (8, 2), (4, 1)])
-def test_fp16_partials(monkeypatch, num_heads, q_len, wide, num_splits, kv_dtype) -> None:
+def test_fp16_partials(num_heads, q_len, wide, num_splits, kv_dtype) -> None:
     """Partials stored normalised in fp16 (SM80+ combines of 8 rows or more), forced here for
     8- and 4-row combines, narrow and wide: a window and short sequences leave partitions
     that see no key of a row, which must weigh nothing; sinks join the combine. One partition
     (the same build, an empty fp16 partials buffer) writes its output directly."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "fp16_partials", lambda *args: True)
-    monkeypatch.setattr(ops, "wide_combine", lambda *args: wide)
+    table = forced(wide_combine=EVERY_LAUNCH_WIDE if wide else None)
+    table = dataclasses.replace(table, fp16_partials_min_rows=1)
     case = make_case(
         [(q_len, 70), (q_len, 2), (q_len, 600)],
         head_size=128,
@@ -204,7 +216,8 @@ def test_fp16_partials(monkeypatch, num_heads, q_len, wide, num_splits, kv_dtype
         sinks=True,
         seed=41,
     )
-    check(run(case, path="decode", num_splits=num_splits), case, f"fp16 partials {num_splits}")
+    out = run(case, path="decode", num_splits=num_splits, table=table)
+    check(out, case, f"fp16 partials {num_splits}")
 
 
 @pytest.mark.parametrize("sinks", [False, True])
@@ -223,13 +236,10 @@ def test_split_decode_leaves_its_counters_zero(sinks) -> None:
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("path", ["decode", "prefill"])
 @pytest.mark.parametrize("head_size", [80, 128])
-def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> None:
+def test_head_dimension_in_halves(head_size, path, kv_dtype) -> None:
     """The ``HALVES`` loop (Q.K as two dots into one score tile, P.V into two output halves; the
     SM80+ fp8 path) on both dtypes, a head size whose upper half is mostly padding, masked and
     whole tiles, sinks and a soft cap: forced here, since the interpreter runs SM70 tiles."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
     lens = DECODE_LENS if path == "decode" else PREFILL_LENS
     case = make_case(
         lens,
@@ -240,7 +250,7 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
         seed=11,
     )
     check(
-        run(case, path=path, num_splits=3 if path == "decode" else None),
+        run(case, path=path, num_splits=3 if path == "decode" else None, table=forced(halves=True)),
         case,
         f"halves {path} d{head_size} {kv_dtype}",
     )
@@ -248,15 +258,12 @@ def test_head_dimension_in_halves(monkeypatch, head_size, path, kv_dtype) -> Non
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("num_splits", [1, 4])
-def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
+def test_scores_one_tile_ahead(num_splits, kv_dtype) -> None:
     """The whole tiles' loop with each tile's scores taken one iteration ahead (``AHEAD``, in
     halves): sequences of no whole tile, one, and several (16-key tiles under the interpreter),
     partitions left empty, sinks and a soft cap; forced here, since the interpreter runs SM70
     tiles."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    table = forced(halves=True, ahead_min_keys=0)
     case = make_case(
         [(1, 1), (1, 17), (1, 33), (1, 130), (0, 5)],
         head_size=128,
@@ -266,7 +273,7 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
         seed=13,
     )
     check(
-        run(case, path="decode", num_splits=num_splits),
+        run(case, path="decode", num_splits=num_splits, table=table),
         case,
         f"ahead {num_splits} {kv_dtype}",
     )
@@ -285,20 +292,14 @@ def test_scores_one_tile_ahead(monkeypatch, num_splits, kv_dtype) -> None:
         (4, 3, True, "fp8_e5m2"),
     ],
 )
-def test_kv_heads_paired_in_one_program(
-    monkeypatch, kv_per_prog, num_splits, ahead, kv_dtype
-) -> None:
+def test_kv_heads_paired_in_one_program(kv_per_prog, num_splits, ahead, kv_dtype) -> None:
     """Two and four KV heads per program (``KV_PER_PROG``), their tiles walked as one stream
     with each row masked to its own head: per-head scales, sinks and a soft cap, one and two
     query tokens (8 KV heads, 4 query heads each for two a program, 2 for four: 16 rows),
     sequences of no whole tile, one and several, split and not, with and without scores
     ahead, and a sliding window (masked tiles only); forced here, since the interpreter runs
     SM70 tiles."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "head_halves", lambda kv_fp8, capability: True)
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: kv_per_prog)
+    table = forced(halves=True, ahead_min_keys=0 if ahead else None, pairing=paired(kv_per_prog))
     lens = [(1, 1), (1, 17), (2, 33), (1, 130), (0, 5)]
     for feature in ({"sinks": True, "logits_soft_cap": 2.5}, {"sliding_window": 20}):
         case = make_case(
@@ -312,7 +313,7 @@ def test_kv_heads_paired_in_one_program(
             **feature,
         )
         check(
-            run(case, path="decode", num_splits=num_splits),
+            run(case, path="decode", num_splits=num_splits, table=table),
             case,
             f"{kv_per_prog} heads {num_splits} {ahead} {kv_dtype} {sorted(feature)}",
         )
@@ -355,8 +356,9 @@ def test_physical_cache_layouts(path, order) -> None:
 def test_caches_of_2_31_elements_or_more_take_64_bit_offsets() -> None:
     """The rule and the span it is given: a cache's elements from first to last through its
     strides, so a view of vLLM's layout spans its buffer and a slice only what it addresses."""
-    assert cache_offsets_32(OFFSETS_32_SPAN)
-    assert not cache_offsets_32(OFFSETS_32_SPAN + 1)
+    for table in (SM70, SM80):
+        assert cache_offsets_32(table, OFFSETS_32_SPAN)
+        assert not cache_offsets_32(table, OFFSETS_32_SPAN + 1)
     raw = torch.empty(10, 16, 2, 256, dtype=torch.float16, device="meta")
     assert cache_span(raw.transpose(1, 2)) == raw.numel()
     assert cache_span(raw.transpose(1, 2)[:4]) == 4 * 16 * 2 * 256
@@ -368,12 +370,10 @@ def test_caches_of_2_31_elements_or_more_take_64_bit_offsets() -> None:
 
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize(("path", "num_splits"), [("decode", 1), ("decode", 3), ("prefill", None)])
-def test_64_bit_cache_offsets(monkeypatch, path, num_splits, kv_dtype) -> None:
+def test_64_bit_cache_offsets(path, num_splits, kv_dtype) -> None:
     """The kernels' 64-bit row-offset build (a cache of 2^31 elements or more), forced here on
     a small cache: split and unsplit decode, prefill, a window and soft-cap, shuffled pages."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "cache_offsets_32", lambda span: False)
+    table = dataclasses.replace(SM70, offsets_32_max_span=0)
     lens = [(1, 70), (2, 33), (1, 5)] if path == "decode" else [(30, 70), (2, 33), (5, 5)]
     case = make_case(
         lens,
@@ -384,7 +384,7 @@ def test_64_bit_cache_offsets(monkeypatch, path, num_splits, kv_dtype) -> None:
         logits_soft_cap=20.0,
         seed=23,
     )
-    check(run(case, path=path, num_splits=num_splits), case, f"64-bit offsets {path}")
+    check(run(case, path=path, num_splits=num_splits, table=table), case, f"64-bit offsets {path}")
 
 
 #: Blocks of one KV head x 16 slots x 2 x 64 e5m2 values (2048 bytes) whose offsets reach 2^31.
@@ -543,16 +543,15 @@ def test_gpu_decode_and_prefill(head_size, kv_dtype, feature) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("kv_dtype", ["float16", "fp8_e5m2"])
 @pytest.mark.parametrize("head_size", [128, 512])
-def test_gpu_64_bit_cache_offsets(monkeypatch, head_size, kv_dtype) -> None:
+def test_gpu_64_bit_cache_offsets(head_size, kv_dtype) -> None:
     """The 64-bit row-offset build, forced, at serving sizes: decode split and not, prefill."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "cache_offsets_32", lambda span: False)
+    table = dataclasses.replace(gpu_table(), offsets_32_max_span=0)
     decode = gpu_case([(1, 777), (2, 2048), (1, 4096)], kv_dtype, 31, head_size, "head")
     for num_splits in (None, 1):
-        check(run(decode, num_splits=num_splits), decode, f"gpu 64-bit decode {num_splits}")
+        out = run(decode, num_splits=num_splits, table=table)
+        check(out, decode, f"gpu 64-bit decode {num_splits}")
     prefill = gpu_case([(300, 1000), (77, 2000)], kv_dtype, 32, head_size, "tensor")
-    check(run(prefill), prefill, "gpu 64-bit prefill")
+    check(run(prefill, table=table), prefill, "gpu 64-bit prefill")
 
 
 @pytest.mark.gpu
@@ -600,32 +599,30 @@ def test_gpu_long_prefill_takes_the_wide_tile(kv_dtype) -> None:
 @pytest.mark.parametrize("head_size", sorted(SPEC.head_sizes))
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
 @pytest.mark.parametrize("kv_dtype", FP8_DTYPES)
-def test_gpu_fp8_decode_with_scores_ahead(monkeypatch, head_size, feature, kv_dtype) -> None:
+def test_gpu_fp8_decode_with_scores_ahead(head_size, feature, kv_dtype) -> None:
     """fp8 decode with the whole tiles' scores one iteration ahead (SM80+, taken only where a
     partition holds thousands of keys): forced here for short partitions too, with 16 and 32
     rows (8 query tokens), partitions that hold no whole tile, and each feature."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    table = forced(gpu_table(), ahead_min_keys=0)
     lens = [(1, 1), (1, 777), (0, 4), (8, 1500), (4, 1500), (1, 4096)]
     case = gpu_case(lens, kv_dtype, head_size, head_size, "head", feature)
     what = f"gpu ahead d{head_size} {kv_dtype} {feature}"
-    check(run(case, path="decode"), case, what)
-    check(run(case, path="decode", num_splits=1), case, f"{what} unsplit")
+    check(run(case, path="decode", table=table), case, what)
+    check(run(case, path="decode", num_splits=1, table=table), case, f"{what} unsplit")
 
 
 @pytest.mark.gpu
-def test_gpu_scores_ahead_for_sanitizer(monkeypatch) -> None:
+def test_gpu_scores_ahead_for_sanitizer() -> None:
     """A small fp8 decode with scores ahead (forced), split and not, for compute-sanitizer."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    table = forced(gpu_table(), ahead_min_keys=0)
     case = make_case(
         [(1, 300), (2, 33)], head_size=128, kv_cache_dtype="fp8_e5m2", sinks=True, device="cuda"
     )
     for num_splits in (1, 3):
         check(
-            run(case, path="decode", num_splits=num_splits), case, f"sanitizer ahead {num_splits}"
+            run(case, path="decode", num_splits=num_splits, table=table),
+            case,
+            f"sanitizer ahead {num_splits}",
         )
 
 
@@ -634,23 +631,18 @@ def test_gpu_scores_ahead_for_sanitizer(monkeypatch) -> None:
 @pytest.mark.parametrize("feature", [None, "sliding_window", "logits_soft_cap", "sinks"])
 @pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("kv_per_prog", [2, 4])
-def test_gpu_fp8_decode_with_kv_heads_paired(
-    monkeypatch, head_size, feature, ahead, kv_per_prog
-) -> None:
+def test_gpu_fp8_decode_with_kv_heads_paired(head_size, feature, ahead, kv_per_prog) -> None:
     """fp8 decode with two and four KV heads per program (taken on SM80+ for large batches of
     1-4K keys, heads up to 128): forced here for any length, with and without scores ahead,
     split and not, one and two query tokens, partitions that hold no whole tile, and each
     feature, in both fp8 formats."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: kv_per_prog)
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: ahead)
+    table = forced(gpu_table(), ahead_min_keys=0 if ahead else None, pairing=paired(kv_per_prog))
     lens = [(1, 1), (1, 777), (0, 4), (2, 1500), (1, 1500), (1, 4096)]
     for kv_dtype in FP8_DTYPES:
         case = gpu_case(lens, kv_dtype, head_size, head_size, "head", feature, heads=(8, 4))
         for num_splits in (None, 1, 3):
             check(
-                run(case, path="decode", num_splits=num_splits),
+                run(case, path="decode", num_splits=num_splits, table=table),
                 case,
                 f"gpu {kv_per_prog} heads d{head_size} {kv_dtype} {feature} ahead {ahead} "
                 f"splits {num_splits}",
@@ -658,15 +650,12 @@ def test_gpu_fp8_decode_with_kv_heads_paired(
 
 
 @pytest.mark.gpu
-def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
+def test_gpu_kv_heads_paired_for_sanitizer() -> None:
     """A small fp8 decode with four KV heads per program (forced), with scores ahead, split and
     not, for compute-sanitizer: 16 rows a program, so the split launch's combine covers 16
     rows (racecheck found replicas of a row's normaliser one bit apart there, see
     ``combine_splits``)."""
-    from volta_attn_v100 import ops
-
-    monkeypatch.setattr(ops, "kv_heads_per_program", lambda *args: 4)
-    monkeypatch.setattr(ops, "scores_ahead", lambda *args: True)
+    table = forced(gpu_table(), ahead_min_keys=0, pairing=paired(4))
     case = make_case(
         [(1, 300), (2, 33)],
         head_size=128,
@@ -679,7 +668,9 @@ def test_gpu_kv_heads_paired_for_sanitizer(monkeypatch) -> None:
     )
     for num_splits in (1, 3):
         check(
-            run(case, path="decode", num_splits=num_splits), case, f"sanitizer 4 heads {num_splits}"
+            run(case, path="decode", num_splits=num_splits, table=table),
+            case,
+            f"sanitizer 4 heads {num_splits}",
         )
 
 
@@ -691,10 +682,9 @@ def test_gpu_decode_with_8_row_combines(head_size, kv_dtype, feature) -> None:
     """16/2 heads: each program combines 8 rows, which SM80+ stores as fp16 partials; split
     (the policy's count, with a short sequence and a window leaving partitions empty), with
     3 partitions, and unsplit (the same build's one-partition path)."""
-    from volta_attn_v100.configs import fp16_partials
+    from volta_attn_v100.launch import fp16_partials
 
-    major, minor = torch.cuda.get_device_capability()
-    assert fp16_partials((major, minor), 8) == (major >= 8)
+    assert fp16_partials(gpu_table(), 8) == (torch.cuda.get_device_capability() >= (8, 0))
     lens = [(1, 1), (1, 777), (1, 2048), (1, 4096)]
     case = gpu_case(lens, kv_dtype, 43, head_size, "head", feature, heads=(16, 2))
     for num_splits in (None, 3, 1):
@@ -710,15 +700,15 @@ def test_gpu_fp8_decode_with_the_wide_combine(head_size, feature, heads, kv_dtyp
     """fp8 decode of one sequence: the policy cuts it into 32 partitions, which SM80+ combines
     in the wide step (4 and 8 rows a program; 8 stored as fp16 partials); the second batch
     adds a short sequence whose later partitions hold no key."""
-    from volta_attn_v100.configs import WIDE_FP8_MIN_SPLITS, wide_combine
+    from volta_attn_v100.launch import takes_wide_combine
 
-    capability = torch.cuda.get_device_capability()
+    table = gpu_table()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     skip_e4m3_below_sm89(kv_dtype)
     splits = default_num_splits(1, heads[1], 4096, "cuda", kv_dtype)
-    assert splits == WIDE_FP8_MIN_SPLITS
-    wide = wide_combine(True, capability, head_size, heads[1] * splits, sms, splits)
-    assert wide == (capability >= (8, 0))
+    assert splits == SM80.fp8.wide_combine.min_splits == 32
+    wide = takes_wide_combine(table.fp8, head_size, heads[1] * splits, sms, splits)
+    assert wide == (torch.cuda.get_device_capability() >= (8, 0))
     for lens in ([(1, 4096)], [(1, 4096), (1, 300)]):
         case = gpu_case(lens, kv_dtype, 47, head_size, "head", feature, heads=heads)
         check(run(case, path="decode"), case, f"{kv_dtype} wide d{head_size} {feature} {lens}")

@@ -1,5 +1,6 @@
-"""The plugin as the host sees it: light to load, declared through the entry point, and
-per-layer selection that gives 512-dim layers (not declared) to the host's fallback."""
+"""The plugin as the host sees it: light to load, declared through the entry point, its cache
+written by the plugin that owns the format (fp8kv), and per-layer selection that gives what it
+does not declare to the host's fallback."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import sys
 
 import pytest
 
-from volta_core import V100, Device, VoltaPluginManager
+from volta_core import (
+    PACKED_KV_LAYOUT,
+    V100,
+    Device,
+    PluginError,
+    VoltaPluginManager,
+    canonical_kv_dtype,
+    kv_cache_writer,
+)
 from volta_core.errors import NoAttentionBackendError
 from volta_core.types import AttentionFeature, AttentionLayer
 
@@ -23,9 +32,10 @@ def test_loading_the_plugin_imports_no_heavy_module() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def manager() -> VoltaPluginManager:
+def manager(plugins: tuple[str, ...] = ("attn_v100", "fp8kv")) -> VoltaPluginManager:
+    """A host with this plugin and the one that writes its cache formats (its dependency)."""
     m = VoltaPluginManager()
-    m.load_entrypoints(["attn_v100"])
+    m.load_entrypoints(list(plugins))
     return m
 
 
@@ -36,6 +46,31 @@ def test_entry_point_declares_the_backend() -> None:
     assert spec.vllm_name == "CUSTOM"
     assert spec.impl == "volta_attn_v100.backend:VoltaAttentionBackend"
     assert spec.head_sizes == {64, 80, 96, 128, 256, 512}
+    assert spec.kv_cache_layout == PACKED_KV_LAYOUT
+
+
+@pytest.mark.parametrize("kv", ["auto", "float16", "fp8_e5m2", "fp8", "fp8_e4m3"])
+def test_every_declared_cache_format_is_written_by_fp8kv(kv) -> None:
+    """The host resolves the writer of every KV dtype the backend declares to fp8kv's, and the
+    plan names fp8kv as the layer's cache writer."""
+    from volta_fp8kv.cache_ops import write
+
+    m = manager()
+    assert kv_cache_writer(PACKED_KV_LAYOUT, kv, "float16", manager=m) is write
+    choice = m.select_attention(layer(128, kv), Device((9, 0)))
+    assert choice.backend.name == "VOLTA_ATTN_V100"
+    assert m.cache_writer(choice.backend, canonical_kv_dtype(kv, "float16")) == "plugin fp8kv"
+
+
+def test_without_the_format_owner_no_layer_runs_here() -> None:
+    """Alone (fp8kv not loaded), the backend is refused for every layer with the reason, and a
+    writer cannot be resolved: one error naming the missing format."""
+    alone = manager(("attn_v100",))
+    choice = alone.select_attention(layer(128), V100)
+    assert choice.backend.name == "TRITON_ATTN"
+    assert "no plugin writes a float16 KV cache in its packed layout" in choice.refusals[0].reason
+    with pytest.raises(PluginError, match="writes a fp8_e5m2 KV cache in the packed layout"):
+        kv_cache_writer(PACKED_KV_LAYOUT, "fp8_e5m2", manager=alone)
 
 
 def layer(head_size: int, kv: str = "auto", **kw) -> AttentionLayer:

@@ -1,5 +1,5 @@
 """The decode partition count: whole waves of what an SM holds, per KV dtype and device; and
-how many partitions the combining program loads per step.
+the other decode choices the SM80 table makes (combine, scores ahead, KV heads per program).
 
 The figures are the H100's (132 SMs): fp16 decode programs take 116-150 registers a thread at
 sm_90 (3 per SM), fp8 ones 255 (2 per SM); the counts are the ones the split-count probe on
@@ -12,29 +12,30 @@ from dataclasses import replace
 
 import pytest
 
-from volta_attn_v100.configs import (
-    AHEAD_MIN_KEYS,
-    AHEAD_STAGES,
-    DEFAULT_SPLIT_POLICY,
-    FP16_PARTIAL_MIN_ROWS,
-    ONE_STAGE_TAIL_MAX_KEYS,
-    TWO_PER_SM_SPLIT_POLICY,
-    WIDE_FP8_MIN_SPLITS,
-    SplitPolicy,
+from volta_attn_v100.launch import (
     ahead_tiles,
     decode_combine,
     decode_tiles,
     fp16_partials,
-    last_wave_fill,
-    one_stage_tail,
-    scores_ahead,
-    split_policy_for,
-    wide_combine,
+    kv_heads_per_program,
+    takes_ahead,
+    takes_one_stage_tail,
+    takes_wide_combine,
 )
 from volta_attn_v100.ops import default_num_splits
+from volta_attn_v100.tables import SM70, SM80, TWO_PER_SM, SplitPolicy, last_wave_fill, table_for
 
 H100_SMS = 132
 KV_HEADS = 8
+DEFAULT_SPLIT_POLICY = SM80.fp16.split
+TWO_PER_SM_SPLIT_POLICY = TWO_PER_SM
+#: The wide combine's partial floats per step.
+WIDE = 16384
+
+
+def wide_combine(kv_fp8, capability, head_size, num_programs, num_sms, num_splits) -> bool:
+    policy = table_for(capability).policy(kv_fp8)
+    return takes_wide_combine(policy, head_size, num_programs, num_sms, num_splits)
 
 
 @pytest.mark.parametrize(
@@ -74,18 +75,17 @@ def test_the_count_stays_within_the_policy_bounds() -> None:
 
 
 def test_shipped_policy_follows_the_kv_dtype_and_device() -> None:
-    assert split_policy_for(False, (9, 0)) is DEFAULT_SPLIT_POLICY
-    assert split_policy_for(True, (9, 0)) is TWO_PER_SM_SPLIT_POLICY
-    assert split_policy_for(False, (7, 0)) is TWO_PER_SM_SPLIT_POLICY
+    assert SM80.fp16.split.programs_per_sm == 3
+    assert table_for((9, 0)).fp8.split is TWO_PER_SM_SPLIT_POLICY
+    assert table_for((7, 0)).fp16.split is table_for((7, 0)).fp8.split is TWO_PER_SM
     # The launcher and vLLM's builder both ask default_num_splits; off a GPU (the
-    # interpreter) the device counts as SM70, so both dtypes take the two-per-SM policy.
+    # interpreter) the device counts as a V100 (SM70, 80 SMs), so both dtypes take the
+    # two-per-SM policy over 160 resident programs: 8 KV programs of one sequence, 20 each.
     for kv_dtype in ("float16", "fp8_e5m2"):
-        assert default_num_splits(1, 2, 8192, "cpu", kv_dtype) == default_num_splits(
-            1, 2, 8192, "cpu", "float16", TWO_PER_SM_SPLIT_POLICY
-        )
-    assert default_num_splits(1, 2, 8192, "cpu", policy=SplitPolicy(programs_per_sm=1)) != (
-        default_num_splits(1, 2, 8192, "cpu", "fp8_e5m2")
-    )
+        assert default_num_splits(1, 8, 8192, "cpu", kv_dtype) == 20
+    three = replace(SM70, fp16=replace(SM70.fp16, split=DEFAULT_SPLIT_POLICY))
+    assert default_num_splits(1, 8, 8192, "cpu", table=three) == 30
+    assert default_num_splits(1, 8, 8192, "cpu", "fp8_e5m2", table=three) == 20
 
 
 def test_an_unknown_kv_dtype_is_refused() -> None:
@@ -100,11 +100,12 @@ def test_small_fp16_grids_combine_in_one_wide_step() -> None:
     264 at two each: the combine loads all 32 partitions of its 4 rows in one step instead of
     four. A grid that needs three programs per SM and SM70 keep the narrow step."""
     h100 = (9, 0)
+    assert SM80.fp16.wide_combine.floats == SM80.fp8.wide_combine.floats == WIDE
     assert wide_combine(False, h100, 128, 8 * 32, H100_SMS, 32)
     assert wide_combine(False, h100, 512, 8 * 4, H100_SMS, 4)
-    assert decode_combine(16, 1, 4, 128, h100, wide=True) == (4, 32)
-    assert decode_combine(16, 1, 4, 128, h100) == (4, 8)
-    assert decode_combine(16, 1, 8, 128, h100, wide=True) == (8, 16)  # 64/8 heads
+    assert decode_combine(SM80, 16, 1, 4, 128, WIDE) == (4, 32)
+    assert decode_combine(SM80, 16, 1, 4, 128) == (4, 8)
+    assert decode_combine(SM80, 16, 1, 8, 128, WIDE) == (8, 16)  # 64/8 heads
     assert not wide_combine(False, h100, 128, 16 * 24, H100_SMS, 24)  # 2 x 8K: 384 programs
     assert not wide_combine(False, (7, 0), 128, 8, H100_SMS, 1)
 
@@ -114,9 +115,9 @@ def test_fp8_takes_the_wide_step_only_at_the_most_partitions() -> None:
     the narrow one takes the most steps: 32 partitions (a batch of one sequence), not 16 or
     fewer, nor heads over 128, nor grids over two programs an SM."""
     h100 = (9, 0)
-    policy = split_policy_for(True, h100)
+    policy = SM80.fp8.split
     splits = policy.num_splits(8, 8192, H100_SMS)  # 1 x 8K, 8 KV heads
-    assert splits == WIDE_FP8_MIN_SPLITS == 32
+    assert splits == SM80.fp8.wide_combine.min_splits == 32
     assert wide_combine(True, h100, 128, 8 * splits, H100_SMS, splits)
     assert wide_combine(True, h100, 80, 8 * splits, H100_SMS, splits)
     two = policy.num_splits(16, 32768, H100_SMS)  # 2 x 32K: 16 partitions
@@ -130,61 +131,57 @@ def test_fp8_takes_the_wide_step_only_at_the_most_partitions() -> None:
 def test_a_partition_too_large_for_a_narrow_step_stays_alone() -> None:
     """32 rows of head size 256 (8 speculative tokens, a group of 4) hold 8192 floats a
     partition: two per step spilled at sm_90, so the wide combine keeps one."""
-    h100 = (9, 0)
-    assert decode_combine(32, 8, 4, 256, h100, wide=True) == decode_combine(32, 8, 4, 256, h100)
-    assert decode_combine(32, 8, 4, 256, h100)[1] == 1
+    assert decode_combine(SM80, 32, 8, 4, 256, WIDE) == decode_combine(SM80, 32, 8, 4, 256)
+    assert decode_combine(SM80, 32, 8, 4, 256)[1] == 1
 
 
 def test_scores_go_ahead_for_long_fp8_partitions_on_sm80_and_later() -> None:
-    """Scores one tile ahead where fp8 tiles are taken in halves and a partition holds at least
-    AHEAD_MIN_KEYS keys (at the longest sequence); the launcher asks with the step's longest
-    sequence over its partitions."""
-    h100 = (9, 0)
-    assert scores_ahead(True, h100, AHEAD_MIN_KEYS)
-    assert not scores_ahead(True, h100, AHEAD_MIN_KEYS - 1)
-    assert not scores_ahead(False, h100, 1 << 20)  # fp16
-    assert not scores_ahead(True, (7, 0), 1 << 20)  # SM70: whole tiles, FMA dots
+    """Scores one tile ahead where fp8 tiles are taken in halves and a program walks at least
+    4096 keys (at the longest sequence); the launcher asks with the step's longest sequence
+    over its partitions."""
+    assert SM80.fp8.halves
+    assert takes_ahead(SM80.fp8, 4096)
+    assert not takes_ahead(SM80.fp8, 4095)
+    assert not takes_ahead(SM80.fp16, 1 << 20)  # fp16
+    assert not takes_ahead(SM70.fp8, 1 << 20)  # SM70: whole tiles, FMA dots
 
 
 def test_partials_are_fp16_where_a_program_combines_8_rows_or_more() -> None:
     """64/8 heads at one query token combine 8 rows (fp16 partials on SM80+); 32/8 combine 4
     (fp32: fp16 was slower there on the H100); SM70 keeps fp32."""
-    h100 = (9, 0)
-    assert fp16_partials(h100, FP16_PARTIAL_MIN_ROWS)
-    assert fp16_partials(h100, 16)
-    assert not fp16_partials(h100, 4)
-    assert not fp16_partials((7, 0), 16)
-    rows_64_8, _ = decode_combine(16, 1, 8, 128, h100, wide=True)
-    rows_32_8, _ = decode_combine(16, 1, 4, 128, h100, wide=True)
-    assert fp16_partials(h100, rows_64_8)
-    assert not fp16_partials(h100, rows_32_8)
+    assert fp16_partials(SM80, 8)
+    assert fp16_partials(SM80, 16)
+    assert not fp16_partials(SM80, 4)
+    assert not fp16_partials(SM70, 16)
+    rows_64_8, _ = decode_combine(SM80, 16, 1, 8, 128, WIDE)
+    rows_32_8, _ = decode_combine(SM80, 16, 1, 4, 128, WIDE)
+    assert fp16_partials(SM80, rows_64_8)
+    assert not fp16_partials(SM80, rows_32_8)
 
 
 def test_masked_tiles_run_on_one_stage_in_short_partitions_of_split_launches() -> None:
     """On SM80+, one stage for the masked tiles where a split launch's partitions hold at most
-    ONE_STAGE_TAIL_MAX_KEYS keys (1 x 8K: 32 partitions of 256; 16 x 8K: 3 of 2731); unsplit
-    launches, long partitions (32 x 16K: 2 of 8192) and SM70 keep the two loops."""
-    h100 = (9, 0)
-    assert one_stage_tail(h100, 32, 256)
-    assert one_stage_tail(h100, 3, 2731)
-    assert one_stage_tail(h100, 2, ONE_STAGE_TAIL_MAX_KEYS)
-    assert not one_stage_tail(h100, 2, ONE_STAGE_TAIL_MAX_KEYS + 1)
-    assert not one_stage_tail(h100, 2, 8192)
-    assert not one_stage_tail(h100, 1, 64)
-    assert not one_stage_tail((7, 0), 32, 256)
+    4096 keys (1 x 8K: 32 partitions of 256; 16 x 8K: 3 of 2731); unsplit launches, long
+    partitions (32 x 16K: 2 of 8192) and SM70 keep the two loops."""
+    assert takes_one_stage_tail(SM80, 32, 256)
+    assert takes_one_stage_tail(SM80, 3, 2731)
+    assert takes_one_stage_tail(SM80, 2, 4096)
+    assert not takes_one_stage_tail(SM80, 2, 4097)
+    assert not takes_one_stage_tail(SM80, 2, 8192)
+    assert not takes_one_stage_tail(SM80, 1, 64)
+    assert not takes_one_stage_tail(SM70, 32, 256)
 
 
 def test_scores_ahead_runs_three_stages_on_heads_up_to_128() -> None:
-    """A launch with scores ahead takes its tile on AHEAD_STAGES stages where heads pad to 128
-    or less (measured there); 256 and 512 keep the tile as it is."""
-    h100 = (9, 0)
+    """A launch with scores ahead takes its tile on 3 stages where heads pad to 128 or less
+    (measured there); 256 and 512 keep the tile as it is."""
     for head_size in (64, 96, 128):
-        tiles = decode_tiles(head_size, 16, h100, kv_fp8=True)
-        assert tiles.num_stages != AHEAD_STAGES
-        assert ahead_tiles(tiles, head_size) == replace(tiles, num_stages=AHEAD_STAGES)
+        tiles = decode_tiles(SM80, head_size, 16, kv_fp8=True)
+        assert tiles.num_stages != 3
+        assert ahead_tiles(SM80, tiles, head_size) == replace(tiles, num_stages=3)
     for head_size in (256, 512):
-        tiles = decode_tiles(head_size, 16, h100, kv_fp8=True)
-        assert ahead_tiles(tiles, head_size) == tiles
+        tiles = decode_tiles(SM80, head_size, 16, kv_fp8=True)
+        assert ahead_tiles(SM80, tiles, head_size) == tiles
 
 
 def test_kv_heads_per_program_where_the_grid_still_fills_the_gpu_unsplit() -> None:
@@ -192,12 +189,11 @@ def test_kv_heads_per_program_where_the_grid_still_fills_the_gpu_unsplit() -> No
     KV heads, their rows fit the one-head launch's rows, the fewer programs still fill the
     waves of 2 per SM to 0.9, and partitions of at most 4096 keys reach scores ahead; one
     otherwise."""
-    from volta_attn_v100.configs import kv_heads_per_program
+    sms = 132
 
-    h100, sms = (9, 0), 132
-
-    def heads(kv_heads=8, rows=4, programs=1024, keys=2048, fp8=True, cap=h100, head=128):
-        return kv_heads_per_program(fp8, cap, head, kv_heads, rows, 16, programs, keys, sms)
+    def heads(kv_heads=8, rows=4, programs=1024, keys=2048, fp8=True, cap=(9, 0), head=128):
+        pairing = table_for(cap).policy(fp8).pairing
+        return kv_heads_per_program(pairing, head, kv_heads, rows, 16, programs, keys, sms)
 
     # 128 x 2K, 32/8 heads: 1024 one-head programs of 4 rows -> 256 programs of 16 rows.
     assert heads() == 4

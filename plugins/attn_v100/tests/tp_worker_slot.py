@@ -30,10 +30,12 @@ def _report(store: dict) -> None:
 
 
 def _set_up_rank() -> None:
-    store: dict = {"calls": 0, "query_heads": [], "kv_heads": []}
+    store: dict = {"calls": 0, "query_heads": [], "kv_heads": [], "writers": []}
 
     def on_call(name: str, args: tuple, kwargs: dict) -> None:
-        if name != "paged_attention":
+        if name == "write_kv_cache":
+            store["writers"] = sorted({*store["writers"], kwargs["writer"]})
+            _report(store)
             return
         query, kv_cache = args[0], args[1]
         store["calls"] += 1

@@ -9,8 +9,10 @@ set as the declaration, which 1Cat-vLLM's FLASH_ATTN_V100 does not do: it declar
 layers reached its kernel (``vllm/v1/attention/backends/flash_attn_v100.py``).
 
 vLLM writes the new tokens' K/V before attention (``forward_includes_kv_cache_update = False``
-and :meth:`VoltaAttentionImpl.do_kv_cache_update`); ``forward`` then attends over the paged
-cache only, which covers chunked prefill, prefix caching and mixed batches.
+and :meth:`VoltaAttentionImpl.do_kv_cache_update`) through the writer of the plugin that owns
+the cache's format in the packed layout (vllm-volta-fp8kv), which each impl asks the host for
+once (:func:`volta_core.kv_cache_writer`); ``forward`` then attends over the paged cache only,
+which covers chunked prefill, prefix caching and mixed batches.
 
 Checks sit where vLLM's data is on the host: every layer's fp8 scales once, when the metadata
 builder is made (after the weights are loaded); each step's lengths in
@@ -38,16 +40,21 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec
 
-from volta_attn_v100.configs import HEAD_SIZES, MAX_DECODE_QUERY_LEN, kv_dtype_refusal
+from volta_attn_v100.limits import (
+    HEAD_SIZES,
+    MAX_CAPABILITY,
+    MAX_DECODE_QUERY_LEN,
+    MIN_CAPABILITY,
+    kv_dtype_refusal,
+)
 from volta_attn_v100.ops import (
     AttentionInputError,
     check_lengths,
     default_num_splits,
     kv_scales,
     paged_attention,
-    write_kv_cache,
 )
-from volta_core import canonical_kv_dtype
+from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, canonical_kv_dtype, kv_cache_writer
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the
 #: host's spelling rule: ``auto`` is the fp16 activations' dtype, ``fp8`` is e4m3).
@@ -229,14 +236,14 @@ class VoltaAttentionBackend(AttentionBackend):
 
     @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:
-        from volta_attn_v100.plugin import MAX_CAPABILITY, MIN_CAPABILITY
-
         return MIN_CAPABILITY <= (capability.major, capability.minor) <= MAX_CAPABILITY
 
 
 class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
     """Runs one layer. Anything the kernels do not implement is refused here, at build time,
-    with the reason: a layer must never reach a kernel that would compute something else."""
+    with the reason: a layer must never reach a kernel that would compute something else; so is
+    a cache format no installed plugin writes (the host's :class:`volta_core.PluginError`
+    names it)."""
 
     supports_quant_query_input: bool = False
 
@@ -297,6 +304,9 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.sinks = sinks
         self.supports_quant_query_input = False
+        self.write_kv_cache: KVCacheWriter = kv_cache_writer(
+            PACKED_KV_LAYOUT, kv_cache_dtype, "float16"
+        )
 
     def _scales(self, layer: AttentionLayer) -> tuple[Any, Any]:
         if self.cache_format == "float16":
@@ -318,7 +328,7 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         slot_mapping: torch.Tensor,
     ) -> None:
         k_scale, v_scale = self._scales(layer)
-        write_kv_cache(
+        self.write_kv_cache(
             key,
             value,
             kv_cache,

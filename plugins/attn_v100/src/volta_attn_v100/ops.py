@@ -5,47 +5,39 @@ before any kernel is launched: a bad head size, dtype or stride would otherwise 
 at the wrong place, and a block table pointing past the cache would read another layer's memory.
 
 ``paged_attention`` serves every batch vLLM sends: batches whose sequences all have at most
-:data:`~volta_attn_v100.configs.MAX_DECODE_QUERY_LEN` new tokens go to the split-KV decode
+:data:`~volta_attn_v100.limits.MAX_DECODE_QUERY_LEN` new tokens go to the split-KV decode
 kernel (one launch: its partitions combine themselves), anything longer to the prefill
 kernel. Both read all keys from the paged cache (vLLM writes the new tokens' K/V there
-first), which covers chunked prefill, prefix caching and mixed batches.
+first), which covers chunked prefill, prefix caching and mixed batches. Each launch's tiles and
+choices come from :mod:`volta_attn_v100.launch` over the device family's table
+(:mod:`volta_attn_v100.tables`), or over a table the caller passes (benchmark variants, tests
+that force a kernel form).
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 
 import torch
 
-from volta_attn_v100.configs import (
+from volta_attn_v100.launch import (
     ATTENTION_DIVISIBLE,
-    CACHE_WRITE_WARPS,
+    DecodeLaunch,
+    PrefillLaunch,
+    aligned_strides_required,
+    decode_launch,
+    prefill_launch,
+    split_count,
+)
+from volta_attn_v100.limits import (
     HEAD_SIZES,
-    KV_FORMAT_CODES,
     MAX_DECODE_QUERY_LEN,
     MAX_SPLITS,
-    SplitPolicy,
-    ahead_tiles,
-    aligned_strides_required,
-    cache_offsets_32,
-    decode_block_m,
-    decode_combine,
-    decode_tiles,
-    fp8_decode,
-    fp16_partials,
-    head_halves,
     head_pad,
     kv_dtype_refusal,
-    kv_heads_per_program,
-    one_stage_tail,
-    prefill_tiles,
-    scores_ahead,
-    split_policy_for,
-    wide_combine,
 )
-from volta_core.kernel_api import arrival_counters
+from volta_attn_v100.tables import LaunchTable, table_for
+from volta_core.kernel_api import arrival_counters, device_facts
 
 #: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
 KV_STORAGE: dict[str, torch.dtype] = {
@@ -59,10 +51,6 @@ _TORCH_FP8: dict[str, torch.dtype] = {
     "fp8_e5m2": torch.float8_e5m2,
     "fp8_e4m3": torch.float8_e4m3fn,
 }
-
-#: Capability whose tiles run when the tensors are not on a GPU (the Triton interpreter):
-#: the interpreter then exercises exactly the SM70 configurations.
-INTERPRETER_CAPABILITY = (7, 0)
 
 
 class AttentionInputError(ValueError):
@@ -82,30 +70,6 @@ class KVScales:
         return 0 if self.k.numel() == 1 else 1
 
 
-@functools.cache
-def _cuda_facts(index: int) -> tuple[tuple[int, int], int]:
-    """Compute capability and SM count of CUDA device ``index``, asked once per process:
-    every launch needs them, several times, and they do not change."""
-    props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count
-
-
-def _cuda_index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
-
-
-def _capability(device: torch.device) -> tuple[int, int]:
-    if device.type == "cuda":
-        return _cuda_facts(_cuda_index(device))[0]
-    return INTERPRETER_CAPABILITY
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type == "cuda":
-        return _cuda_facts(_cuda_index(device))[1]
-    return 4
-
-
 def _fail(message: str) -> None:
     raise AttentionInputError(message)
 
@@ -116,7 +80,7 @@ def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
     A cache holding ``torch.float8_e5m2`` / ``torch.float8_e4m3fn`` for that KV dtype is viewed
     as ``uint8``; any other mismatch between the declared KV dtype and the tensor is an error
     (reading fp16 as bytes, or the reverse, would produce garbage silently), and so is an e4m3
-    cache on a GPU below SM89 (:func:`volta_attn_v100.configs.kv_dtype_refusal`; the
+    cache on a GPU below SM89 (:func:`volta_attn_v100.limits.kv_dtype_refusal`; the
     interpreter on CPU tensors decodes it in integer arithmetic).
     """
     if kv_cache_dtype not in KV_STORAGE:
@@ -125,7 +89,7 @@ def cache_view(kv_cache: torch.Tensor, kv_cache_dtype: str) -> torch.Tensor:
             f"(supported: {', '.join(sorted(KV_STORAGE))})"
         )
     if kv_cache.device.type == "cuda":
-        refusal = kv_dtype_refusal(kv_cache_dtype, _capability(kv_cache.device))
+        refusal = kv_dtype_refusal(kv_cache_dtype, device_facts(kv_cache.device).capability)
         if refusal:
             _fail(refusal)
     if kv_cache.dtype == _TORCH_FP8.get(kv_cache_dtype):
@@ -235,9 +199,10 @@ def check_inputs(
     sinks: torch.Tensor | None,
     *,
     check_bounds: bool,
+    table: LaunchTable | None = None,
 ) -> None:
     """Shapes, dtypes, devices and (when ``check_bounds``) the lengths and the block table's
-    targets.
+    targets; the strides a head size needs aligned under ``table`` (default: the device's).
 
     ``check_bounds`` reads the block table, sequence lengths and query offsets back to the host
     (a synchronisation), so the vLLM backend passes False: its metadata builder checks the
@@ -274,7 +239,9 @@ def check_inputs(
         _fail(f"{num_heads} query heads are not a multiple of {num_kv_heads} KV heads")
     if block_size % 16:
         _fail(f"block size {block_size} is not a multiple of 16")
-    if aligned_strides_required(head_size, _capability(query.device)):
+    if table is None:
+        table = table_for(device_facts(query.device).capability)
+    if aligned_strides_required(table, head_size):
         values = {
             "stride_qt": (query.stride(0), "query token stride"),
             "stride_qh": (query.stride(1), "query head stride"),
@@ -335,18 +302,18 @@ def default_num_splits(
     num_seqs: int,
     num_kv_programs: int,
     max_seq_len: int,
-    device,
+    device: torch.device | str,
     kv_cache_dtype: str = "float16",
-    policy: SplitPolicy | None = None,
+    table: LaunchTable | None = None,
 ) -> int:
-    """Decode partitions per sequence on ``device`` under ``policy`` (default: the shipped one
-    for the KV dtype and device, :func:`volta_attn_v100.configs.split_policy_for`)."""
+    """Decode partitions per sequence on ``device`` under ``table``'s split policy for the KV
+    dtype (default: the device family's table, :func:`volta_attn_v100.tables.table_for`)."""
     if kv_cache_dtype not in KV_STORAGE:
         _fail(f"KV-cache dtype must be one of {', '.join(KV_STORAGE)}, got {kv_cache_dtype!r}")
-    device = torch.device(device)
-    if policy is None:
-        policy = split_policy_for(kv_cache_dtype != "float16", _capability(device))
-    return policy.num_splits(num_seqs * num_kv_programs, max_seq_len, _num_sms(device))
+    facts = device_facts(torch.device(device))
+    table = table or table_for(facts.capability)
+    fp8 = kv_cache_dtype != "float16"
+    return split_count(table, fp8, num_seqs, num_kv_programs, max_seq_len, facts.sm_count)
 
 
 def paged_attention(
@@ -367,7 +334,7 @@ def paged_attention(
     logits_soft_cap: float = 0.0,
     sinks: torch.Tensor | None = None,
     num_splits: int | None = None,
-    split_policy: SplitPolicy | None = None,
+    table: LaunchTable | None = None,
     path: str | None = None,
     check_bounds: bool = True,
 ) -> torch.Tensor:
@@ -387,16 +354,26 @@ def paged_attention(
         convention); None for full attention.
     :param logits_soft_cap: ``cap * tanh(s / cap)`` on the scaled scores; 0 for none.
     :param sinks: float32 per query head: a logit in every row's softmax denominator.
-    :param num_splits: decode partitions per sequence (default: ``split_policy``'s count).
-    :param split_policy: how the default partition count fills the GPU (default: the shipped
-        one for the KV dtype and device; the benchmark sweep passes others).
+    :param num_splits: decode partitions per sequence (default: the table's split policy).
+    :param table: the launch table (default: the device family's; the benchmark sweep and the
+        tests pass changed copies).
     :param path: ``"decode"`` or ``"prefill"`` to force a kernel; default picks by query length.
     :param check_bounds: also check the lengths, the block table's entries and the scales'
         values, which reads them back to the host (:func:`check_inputs`).
     """
+    facts = device_facts(query.device)
+    table = table or table_for(facts.capability)
     kv = cache_view(kv_cache, kv_cache_dtype)
     check_inputs(
-        query, kv, block_table, seq_lens, query_start_loc, out, sinks, check_bounds=check_bounds
+        query,
+        kv,
+        block_table,
+        seq_lens,
+        query_start_loc,
+        out,
+        sinks,
+        check_bounds=check_bounds,
+        table=table,
     )
     if sliding_window is not None and sliding_window <= 0:
         _fail(f"sliding window must be positive, got {sliding_window}")
@@ -414,6 +391,8 @@ def paged_attention(
     num_seqs = seq_lens.shape[0]
     if num_seqs == 0 or query.shape[0] == 0:
         return out
+    if path == "decode" and num_splits is not None and not 1 <= num_splits <= MAX_SPLITS:
+        _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     num_kv_heads = kv.shape[1]
     scales = kv_scales(k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds)
     sinks_f32 = sinks.to(torch.float32).contiguous() if sinks is not None else scales.k
@@ -430,17 +409,47 @@ def paged_attention(
         sm_scale=float(sm_scale),
         softcap=float(logits_soft_cap),
         window=int(sliding_window or 0),
-        kv_dtype=kv_cache_dtype,
     )
+    num_tokens, num_heads, head_size = query.shape
     if path == "decode":
-        _launch_decode(args, max_query_len, max_seq_len, num_splits, split_policy)
+        decode = decode_launch(
+            table,
+            facts.capability,
+            facts.sm_count,
+            kv_dtype=kv_cache_dtype,
+            head_size=head_size,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            num_seqs=num_seqs,
+            max_query_len=max_query_len,
+            max_seq_len=max_seq_len,
+            num_splits=num_splits,
+            cache_span=cache_span(kv),
+            page_size=kv.shape[2],
+        )
+        _launch_decode(args, decode)
     else:
-        _launch_prefill(args, max_query_len)
+        prefill = prefill_launch(
+            table,
+            facts.capability,
+            kv_dtype=kv_cache_dtype,
+            head_size=head_size,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            num_seqs=num_seqs,
+            num_tokens=num_tokens,
+            max_query_len=max_query_len,
+            cache_span=cache_span(kv),
+            page_size=kv.shape[2],
+        )
+        _launch_prefill(args, prefill)
     return out
 
 
 @dataclass(frozen=True)
 class _Common:
+    """The tensors and runtime values both kernels take."""
+
     query: torch.Tensor
     kv: torch.Tensor
     block_table: torch.Tensor
@@ -453,24 +462,10 @@ class _Common:
     sm_scale: float
     softcap: float
     window: int
-    kv_dtype: str
-
-    @property
-    def fp8(self) -> bool:
-        return self.kv_dtype != "float16"
 
     @property
     def group(self) -> int:
         return self.query.shape[1] // self.kv.shape[1]
-
-    @property
-    def group_pad(self) -> int:
-        return 1 << (self.group - 1).bit_length()
-
-    @property
-    def offsets_32(self) -> bool:
-        """Whether the kernels address this cache's rows with 32-bit offsets."""
-        return cache_offsets_32(cache_span(self.kv))
 
 
 def cache_span(t: torch.Tensor) -> int:
@@ -481,85 +476,31 @@ def cache_span(t: torch.Tensor) -> int:
     return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
 
 
-def _launch_decode(
-    a: _Common,
-    max_query_len: int,
-    max_seq_len: int,
-    num_splits: int | None,
-    split_policy: SplitPolicy | None,
-) -> None:
+def _launch_decode(a: _Common, launch: DecodeLaunch) -> None:
     from volta_attn_v100.kernels import paged_decode_kernel
 
-    num_tokens, num_heads, head_size = a.query.shape
+    num_tokens, num_heads, _ = a.query.shape
     num_seqs = a.seq_lens.shape[0]
-    num_kv_heads = a.kv.shape[1]
     device = a.query.device
-    q_pad = 1 << (max(max_query_len, 1) - 1).bit_length()
-    capability = _capability(device)
-    block_m = decode_block_m(head_size, q_pad, a.group_pad, capability)
-    tiles = decode_tiles(head_size, block_m, capability, a.fp8)
-    heads_per_prog = min(a.group_pad, tiles.block_m // q_pad)
-    head_chunks = math.ceil(a.group / heads_per_prog)
-    kv_programs = num_kv_heads * head_chunks
-    kv_per_prog = 1
-    if head_chunks == 1:
-        kv_per_prog = kv_heads_per_program(
-            a.fp8,
-            capability,
-            head_size,
-            num_kv_heads,
-            q_pad * a.group_pad,
-            tiles.block_m,
-            num_seqs * kv_programs,
-            max_seq_len if num_splits is None else -(-max_seq_len // num_splits),
-            _num_sms(device),
-        )
-        heads_per_prog *= kv_per_prog
-        kv_programs //= kv_per_prog
-        if kv_per_prog > 1 and num_splits is None:
-            # The policy chose heads per program whose grid fills the GPU unsplit.
-            num_splits = 1
-    if num_splits is None:
-        num_splits = default_num_splits(
-            num_seqs,
-            kv_programs,
-            max_seq_len,
-            device,
-            a.kv_dtype,
-            split_policy,
-        )
-    if not 1 <= num_splits <= MAX_SPLITS:
-        _fail(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
-    num_programs = num_seqs * kv_programs * num_splits
-    wide = wide_combine(a.fp8, capability, head_size, num_programs, _num_sms(device), num_splits)
-    # Keys one program walks: its partition of the longest sequence, for each of its KV heads.
-    walked = kv_per_prog * -(-max_seq_len // num_splits)
-    ahead = scores_ahead(a.fp8, capability, walked)
-    if ahead:
-        tiles = ahead_tiles(tiles, head_size)
-    combine_m, split_chunk = decode_combine(
-        tiles.block_m, q_pad, a.group_pad * kv_per_prog, head_size, capability, wide
-    )
-    pad = head_pad(head_size)
-    partials_f16 = fp16_partials(capability, combine_m)
+    build = launch.build
+    num_splits = launch.num_splits
+    partials_dtype = torch.float16 if build.partials_f16 else torch.float32
     if num_splits > 1:
         part_acc = torch.empty(
-            (num_tokens, num_heads, num_splits, pad),
-            dtype=torch.float16 if partials_f16 else torch.float32,
+            (num_tokens, num_heads, num_splits, head_pad(build.head_size)),
+            dtype=partials_dtype,
             device=device,
         )
         part_ml = torch.empty(
             (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
         )
-        counters = arrival_counters(device, num_seqs * kv_programs)
+        counters = arrival_counters(device, num_seqs * launch.kv_programs)
     else:
         # One partition writes the output itself: nothing to combine, nothing to count.
         part_ml = torch.empty(0, dtype=torch.float32, device=device)
-        part_acc = torch.empty(
-            0, dtype=torch.float16 if partials_f16 else torch.float32, device=device
-        )
+        part_acc = torch.empty(0, dtype=partials_dtype, device=device)
         counters = torch.empty(0, dtype=torch.int32, device=device)
-    paged_decode_kernel[(num_seqs, kv_programs, num_splits)](
+    paged_decode_kernel[(num_seqs, launch.kv_programs, num_splits)](
         a.query,
         a.kv,
         a.block_table,
@@ -577,8 +518,8 @@ def _launch_decode(
         a.window,
         a.has_sinks,
         a.group,
-        heads_per_prog,
-        head_chunks,
+        launch.heads_per_prog,
+        launch.head_chunks,
         num_heads,
         num_splits,
         a.scales.stride,
@@ -590,39 +531,17 @@ def _launch_decode(
         a.block_table.stride(0),
         a.out.stride(0),
         a.out.stride(1),
-        HEAD_SIZE=head_size,
-        HEAD_PAD=pad,
-        BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n,
-        KV_FP8=a.fp8,
-        FP8_DECODE=fp8_decode(a.kv_dtype, capability),
-        HALVES=head_halves(a.fp8, capability),
-        PARTIALS_F16=partials_f16,
-        COMBINE_M=combine_m,
-        SPLIT_CHUNK=split_chunk,
-        AHEAD=ahead,
-        KV_PER_PROG=kv_per_prog,
-        PAGE_SIZE=a.kv.shape[2],
-        ONE_STAGE_TAIL=one_stage_tail(capability, num_splits, walked),
-        CACHE_OFFSETS_32=a.offsets_32,
-        num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages,
+        **build.constexprs(),
+        num_warps=build.tiles.num_warps,
+        num_stages=build.tiles.num_stages,
     )
 
 
-def _launch_prefill(a: _Common, max_query_len: int) -> None:
+def _launch_prefill(a: _Common, launch: PrefillLaunch) -> None:
     from volta_attn_v100.kernels import paged_prefill_kernel
 
-    num_tokens, _, head_size = a.query.shape
-    num_seqs = a.seq_lens.shape[0]
-    num_kv_heads = a.kv.shape[1]
-    capability = _capability(a.query.device)
-    tiles = prefill_tiles(head_size, capability, max_query_len)
-    heads_per_prog = min(a.group_pad, tiles.block_m)
-    head_chunks = math.ceil(a.group / heads_per_prog)
-    block_q = tiles.block_m // heads_per_prog
-    grid = (num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)
-    paged_prefill_kernel[grid](
+    build = launch.build
+    paged_prefill_kernel[launch.grid](
         a.query,
         a.kv,
         a.block_table,
@@ -637,9 +556,9 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         a.window,
         a.has_sinks,
         a.group,
-        heads_per_prog,
-        head_chunks,
-        num_seqs,
+        launch.heads_per_prog,
+        launch.head_chunks,
+        a.seq_lens.shape[0],
         a.scales.stride,
         a.query.stride(0),
         a.query.stride(1),
@@ -649,83 +568,7 @@ def _launch_prefill(a: _Common, max_query_len: int) -> None:
         a.block_table.stride(0),
         a.out.stride(0),
         a.out.stride(1),
-        HEAD_SIZE=head_size,
-        HEAD_PAD=head_pad(head_size),
-        BLOCK_M=tiles.block_m,
-        BLOCK_N=tiles.block_n,
-        KV_FP8=a.fp8,
-        FP8_DECODE=fp8_decode(a.kv_dtype, capability),
-        HALVES=head_halves(a.fp8, capability),
-        PAGE_SIZE=a.kv.shape[2],
-        CACHE_OFFSETS_32=a.offsets_32,
-        num_warps=tiles.num_warps,
-        num_stages=tiles.num_stages,
-    )
-
-
-def write_kv_cache(
-    key: torch.Tensor,
-    value: torch.Tensor,
-    kv_cache: torch.Tensor,
-    slot_mapping: torch.Tensor,
-    *,
-    kv_cache_dtype: str = "float16",
-    k_scale: torch.Tensor | float | None = None,
-    v_scale: torch.Tensor | float | None = None,
-    check_values: bool = True,
-) -> None:
-    """Store ``key``/``value`` ``[num_tokens, num_kv_heads, head_size]`` at ``slot_mapping``.
-
-    Slot ``s`` is block ``s // block_size``, offset ``s % block_size``; negative slots are
-    padding and are skipped. An fp8 cache stores ``fp8(x * (1/scale))`` (one round to nearest
-    even from float32, saturating), the fp8kv plugin's format. ``check_values`` also checks
-    the slots against the cache and the scales' values, which reads them back to the host.
-    """
-    kv = cache_view(kv_cache, kv_cache_dtype)
-    if key.dim() != 3 or value.shape != key.shape:
-        _fail(f"key and value must both be [tokens, kv_heads, head_size], got {tuple(key.shape)}")
-    num_tokens, num_kv_heads, head_size = key.shape
-    if head_size not in HEAD_SIZES:
-        _fail(f"head size {head_size} is not supported by the Volta attention kernels")
-    if key.dtype != torch.float16 or value.dtype != torch.float16:
-        _fail(f"key/value must be float16, got {key.dtype}/{value.dtype}")
-    if kv.dim() != 4 or kv.shape[1] != num_kv_heads or kv.shape[3] != 2 * head_size:
-        _fail(
-            f"KV cache {tuple(kv.shape)} does not hold {num_kv_heads} KV heads of "
-            f"head size {head_size} (K|V in the last dimension)"
-        )
-    if kv.stride(3) != 1 or key.stride(2) != 1 or value.stride(2) != 1:
-        _fail("cache, key and value must be contiguous in their last dimension")
-    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.shape[0] < num_tokens:
-        _fail(f"slot_mapping must be int32/int64 with {num_tokens} entries")
-    if check_values and num_tokens:
-        top = int(slot_mapping[:num_tokens].max())
-        capacity = kv.shape[0] * kv.shape[2]
-        if top >= capacity:
-            _fail(f"slot {top} is past the KV cache of {capacity} slots")
-    if num_tokens == 0:
-        return
-    from volta_attn_v100.kernels import cache_write_kernel
-
-    scales = kv_scales(k_scale, v_scale, num_kv_heads, key.device, check_values=check_values)
-    cache_write_kernel[(num_tokens, num_kv_heads)](
-        key,
-        value,
-        kv,
-        slot_mapping,
-        torch.reciprocal(scales.k),
-        torch.reciprocal(scales.v),
-        scales.stride,
-        kv.shape[2],
-        key.stride(0),
-        key.stride(1),
-        value.stride(0),
-        value.stride(1),
-        kv.stride(0),
-        kv.stride(1),
-        kv.stride(2),
-        HEAD_SIZE=head_size,
-        HEAD_PAD=head_pad(head_size),
-        KV_FORMAT=KV_FORMAT_CODES[kv_cache_dtype],
-        num_warps=CACHE_WRITE_WARPS,
+        **build.constexprs(),
+        num_warps=build.tiles.num_warps,
+        num_stages=build.tiles.num_stages,
     )

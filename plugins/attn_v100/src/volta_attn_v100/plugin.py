@@ -2,7 +2,8 @@
 
 The declaration states exactly what the kernels are tested for (Gemma-4's 512-dim global layers
 included, e4m3 KV from SM89); everything else (other head sizes, e4m3 KV below SM89, ALiBi,
-encoder attention) falls back per layer through the host. The kernels and
+encoder attention) falls back per layer through the host. The cache is written in the packed
+layout by the plugin that owns each format (vllm-volta-fp8kv), through the host. The kernels and
 the vLLM classes are named by import path and imported only when a layer uses them.
 """
 
@@ -10,23 +11,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from volta_attn_v100.configs import (
+from volta_attn_v100.gate_configs import kernel_configs
+from volta_attn_v100.limits import (
+    DTYPES,
     HEAD_SIZES,
     KV_DTYPE_MIN_CAPABILITY,
-    KV_POINTER_TYPES,
-    kernel_configs,
+    KV_DTYPES,
+    MAX_CAPABILITY,
+    MIN_CAPABILITY,
 )
-from volta_core import AttentionBackendSpec, AttentionFeature, Device, KernelConfig, hookimpl
+from volta_core import (
+    PACKED_KV_LAYOUT,
+    AttentionBackendSpec,
+    AttentionFeature,
+    Device,
+    KernelConfig,
+    hookimpl,
+)
 
 VOLTA_HOST_API = "1.0"
 
 #: The backend's name in plans and listings.
 BACKEND_NAME = "VOLTA_ATTN_V100"
-
-#: Lowest and highest compute capability the kernels are proven on: SM70 through the compile
-#: gate and the interpreter (SM70 tiles), SM90 on the H100 (SM80+ tiles).
-MIN_CAPABILITY = (7, 0)
-MAX_CAPABILITY = (9, 0)
 
 FEATURES = frozenset(
     {
@@ -42,13 +48,14 @@ SPEC = AttentionBackendSpec(
     priority=100,
     min_capability=MIN_CAPABILITY,
     max_capability=MAX_CAPABILITY,
-    dtypes=frozenset({"float16"}),
-    kv_cache_dtypes=frozenset(KV_POINTER_TYPES),
+    dtypes=frozenset(DTYPES),
+    kv_cache_dtypes=frozenset(KV_DTYPES),
     kv_dtype_min_capability=KV_DTYPE_MIN_CAPABILITY,
     head_sizes=frozenset(HEAD_SIZES),
     block_size_multiple=16,
     features=FEATURES,
     vllm_name="CUSTOM",
+    kv_cache_layout=PACKED_KV_LAYOUT,
     notes="Triton split-KV paged decode + paged prefill; fp16, fp8_e5m2 and (SM89+) fp8_e4m3 KV",
 )
 

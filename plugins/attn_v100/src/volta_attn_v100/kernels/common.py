@@ -15,15 +15,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100 import configs
+from volta_attn_v100 import limits
 from volta_core.kernel_api import dequantize_tile
 
-#: ``FP8_DECODE`` values (:func:`volta_attn_v100.configs.fp8_decode`) as kernel constants.
-E5M2_NATIVE = tl.constexpr(configs.FP8_E5M2_NATIVE)
-E4M3_NATIVE = tl.constexpr(configs.FP8_E4M3_NATIVE)
-E4M3_INTEGER = tl.constexpr(configs.FP8_E4M3_INTEGER)
-#: The host codec's ``FMT`` of e4m3 (:data:`volta_attn_v100.configs.KV_FORMAT_CODES`).
-E4M3_FORMAT = tl.constexpr(configs.KV_FORMAT_CODES["fp8_e4m3"])
+#: ``FP8_DECODE`` values (:func:`volta_attn_v100.limits.fp8_decode`) as kernel constants.
+E5M2_NATIVE = tl.constexpr(limits.FP8_E5M2_NATIVE)
+E4M3_NATIVE = tl.constexpr(limits.FP8_E4M3_NATIVE)
+E4M3_INTEGER = tl.constexpr(limits.FP8_E4M3_INTEGER)
+#: The host codec's ``FMT`` of e4m3 (:data:`volta_attn_v100.limits.FP8_CODEC_FORMATS`).
+E4M3_FORMAT = tl.constexpr(limits.FP8_CODEC_FORMATS["fp8_e4m3"])
 
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
 #: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
@@ -38,7 +38,7 @@ LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def load_kv_tile(ptrs, mask, KV_FP8: tl.constexpr, FP8_DECODE: tl.constexpr):
     """Load a K or V tile as fp16; fp8 codes decode exactly, as ``FP8_DECODE`` says
-    (:func:`volta_attn_v100.configs.fp8_decode`).
+    (:func:`volta_attn_v100.limits.fp8_decode`).
 
     fp8 e5m2 is the high byte of an fp16 with the same sign, exponent width and bias, so its
     exact decode is ``byte << 8`` reinterpreted as fp16: no fp8 conversion instruction, which
@@ -222,7 +222,7 @@ def attend_tiles(
     whole, the 128-key sm_90 tile took 255 registers and spilled about 130 B, and fp8 decode
     read at 66-77% of copy bandwidth on the H100; in halves it spilled 28-36 B and read at
     78-83%. ``AHEAD`` (whole tiles in halves only, ``NO_MASKS``): each tile's scores are taken one
-    iteration ahead (:func:`volta_attn_v100.configs.scores_ahead` says where).
+    iteration ahead (:func:`volta_attn_v100.launch.takes_ahead` says where).
     """
     P: tl.constexpr = KV_PER_PROG
     STAGES: tl.constexpr = None if PIPELINED else 1
@@ -408,7 +408,7 @@ def attend(
     launch's software pipeline, and the masked ones after it: with the branch in the whole
     tiles' loop, bandwidth-bound fp8 decode lost 5% (64 x 8K 438 -> 462 us). By default the
     masked tiles' loop is pipelined too. ``ONE_STAGE_TAIL``
-    (:func:`volta_attn_v100.configs.one_stage_tail` says where) runs them in one loop of one
+    (:func:`volta_attn_v100.launch.takes_one_stage_tail` says where) runs them in one loop of one
     stage instead: those below the whole range (with a window, the tiles its start cuts) and
     those above it (the sequence's last tile, the speculative queries' diagonal). A masked
     loop on the pipeline cost 1 x 8K fp16 decode 1.4 us even where it ran no tile, its

@@ -91,25 +91,25 @@ def paged_decode_kernel(
     32/8-head decode owns 4 rows, so the combine loads only those rows' partials and takes
     ``SPLIT_CHUNK`` partitions per L2 round trip (:func:`combine_splits`). ``PARTIALS_F16``:
     ``part_acc`` is fp16 and holds each partial normalised by its own sum
-    (:func:`volta_attn_v100.configs.fp16_partials` says where).
+    (:func:`volta_attn_v100.launch.fp16_partials` says where).
 
     ``AHEAD``: the whole tiles' scores one iteration ahead
-    (:func:`volta_attn_v100.configs.scores_ahead` says where).
+    (:func:`volta_attn_v100.launch.takes_ahead` says where).
 
     ``KV_PER_PROG > 1`` (with ``head_chunks == 1``): program ``pid_h`` owns KV heads
     ``pid_h * KV_PER_PROG ..`` and all their query heads, ``heads_per_prog`` of them at least,
     and walks their tiles as one stream (:func:`volta_attn_v100.kernels.common.attend_tiles`;
-    :func:`volta_attn_v100.configs.kv_heads_per_program` says where).
+    :func:`volta_attn_v100.launch.kv_heads_per_program` says where).
 
     ``ONE_STAGE_TAIL``: the masked tiles in one loop of one stage after the whole tiles'
     (:func:`volta_attn_v100.kernels.common.attend`;
-    :func:`volta_attn_v100.configs.one_stage_tail` says where).
+    :func:`volta_attn_v100.launch.takes_one_stage_tail` says where).
 
     ``PAGE_SIZE``: the KV block size, a constant of the build (vLLM fixes it per engine), so
     a tile's page lookups divide by a constant.
 
     ``CACHE_OFFSETS_32``: the cache's rows are addressed with 32-bit offsets (a cache of fewer
-    than 2^31 elements; :func:`volta_attn_v100.configs.cache_offsets_32` says where), else
+    than 2^31 elements; :func:`volta_attn_v100.launch.cache_offsets_32` says where), else
     with 64-bit ones (:func:`volta_attn_v100.kernels.common.tile_rows`).
     """
     if not CACHE_OFFSETS_32:

@@ -188,7 +188,7 @@ def prefill_case(
     total = prefix + seq_len
     pages = math.ceil(total / 16)
     kv = random_cache((batch * pages, kv_heads, 16, 2 * head_size), kv_dtype)
-    table = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
+    blocks = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
     seq_lens = torch.full((batch,), total, dtype=torch.int32, device="cuda")
     q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
     query = torch.randn(batch * seq_len, heads, head_size, device="cuda", dtype=torch.float16)
@@ -197,7 +197,7 @@ def prefill_case(
 
     def run():
         paged_attention(
-            query, kv, table, seq_lens, q_start, out,
+            query, kv, blocks, seq_lens, q_start, out,
             max_query_len=seq_len, max_seq_len=total, sm_scale=scale, check_bounds=False,
             kv_cache_dtype=kv_dtype, table=table,
         )  # fmt: skip

@@ -311,7 +311,7 @@ def default_num_splits(
     if kv_cache_dtype not in KV_STORAGE:
         _fail(f"KV-cache dtype must be one of {', '.join(KV_STORAGE)}, got {kv_cache_dtype!r}")
     facts = device_facts(torch.device(device))
-    table = table or table_for(facts.capability)
+    table = table if table is not None else table_for(facts.capability)
     fp8 = kv_cache_dtype != "float16"
     return split_count(table, fp8, num_seqs, num_kv_programs, max_seq_len, facts.sm_count)
 
@@ -362,7 +362,7 @@ def paged_attention(
         values, which reads them back to the host (:func:`check_inputs`).
     """
     facts = device_facts(query.device)
-    table = table or table_for(facts.capability)
+    table = table if table is not None else table_for(facts.capability)
     kv = cache_view(kv_cache, kv_cache_dtype)
     check_inputs(
         query,

@@ -82,7 +82,7 @@ setup() {
   local stamp="$venv/.volta-check" want
   want=$( (echo "$family $vllm_version ${source_dir:-}"; cat scripts/check_vllm.sh \
     scripts/constraints.txt tests/vllm_families/requirements.py core/pyproject.toml \
-    plugins/*/pyproject.toml tests/plugins/*/pyproject.toml) | sha256sum | cut -d' ' -f1)
+    core/devkit/pyproject.toml plugins/*/pyproject.toml tests/plugins/*/pyproject.toml) | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
     echo "== $family environment: $venv (up to date)"
     return
@@ -105,7 +105,7 @@ setup() {
   local era=()
   [ "$family" = 0.33 ] || era=("transformers<5.14")
   "${pip[@]}" -r "$venv/cpu-requirements.txt" "${era[@]}" 2> >(quiet_conflicts)
-  local editables=(-e "./core[kernels,test]")
+  local editables=(-e "./core[kernels,test]" -e "./core/devkit[test]")
   for d in plugins/*/ tests/plugins/*/; do
     [ -f "$d/pyproject.toml" ] || continue
     if grep -q '^test = ' "$d/pyproject.toml"; then editables+=(-e "./${d%/}[test]"); else editables+=(-e "./${d%/}"); fi

@@ -30,7 +30,9 @@ def _test_sources() -> dict[Path, str]:
 def test_the_spec_has_the_declaration_families_the_resolutions_and_the_gate_hook() -> None:
     assert HOOKS == [
         "volta_attention_backends",
+        "volta_cuda_kernel_configs",
         "volta_kernel_configs",
+        "volta_kernel_paths",
         "volta_kv_cache_ops",
         "volta_kv_cache_verdict",
         "volta_quant_method",

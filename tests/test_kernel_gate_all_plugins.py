@@ -10,12 +10,16 @@ gate, and only the device told). One test id per plugin and configuration.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import pytest
 
 import volta_core
 from volta_core import Device
+from volta_core.kernel_api import CudaToolkitUnavailable, nvrtc_version
 from volta_core.manager import discover
-from volta_core.types import KernelConfig
+from volta_core.types import CudaKernelConfig, KernelConfig
+from volta_devkit.cuda_gate import check_cuda_config
 from volta_devkit.gate import (
     assert_gate_passes,
     check_kernel_config,
@@ -31,7 +35,8 @@ H100 = Device((9, 0))
 #: Why an empty parameter list is a failure: a gate over nothing would pass (or skip) silently
 #: when every kernel plugin failed to load.
 NOTHING_TO_GATE = (
-    "no installed plugin declares kernel configurations for {device} (volta_kernel_configs): "
+    "no installed plugin declares kernel configurations for {device} (volta_kernel_configs, "
+    "volta_cuda_kernel_configs): "
     "the kernel plugins failed to load or are not installed; `vllm-volta plugins` says why"
 )
 
@@ -47,7 +52,17 @@ def _params(device: Device, variants: bool) -> list[object]:
     ]
 
 
-def _require(plugin: str, cfg: KernelConfig | None) -> KernelConfig:
+def _cuda_params(device: Device) -> list[object]:
+    configs = volta_core.get_plugin_manager().cuda_kernel_configs(device)
+    if not configs:
+        return [pytest.param(str(device), None, id="no-cuda-kernel-configs")]
+    return [pytest.param(plugin, cfg, id=f"{plugin}/{cfg.name}") for plugin, cfg in configs]
+
+
+Config = TypeVar("Config", KernelConfig, CudaKernelConfig)
+
+
+def _require(plugin: str, cfg: Config | None) -> Config:
     if cfg is None:
         pytest.fail(NOTHING_TO_GATE.format(device=plugin))
     return cfg
@@ -74,3 +89,17 @@ def test_h100_kernel_config_compiles_for_sm90(plugin: str, cfg: KernelConfig | N
     """Compiles; spills and shared memory are Volta's limits, not judged at sm_90."""
     report = check_kernel_config(_require(plugin, cfg), capability=90)
     assert compiled(report), report.describe()
+
+
+@pytest.mark.parametrize(("plugin", "cfg"), _cuda_params(volta_core.V100))
+def test_declared_cuda_build_passes_sm70_gate(plugin: str, cfg: CudaKernelConfig | None) -> None:
+    """Every CUDA-source build a plugin declares for a V100 (``volta_cuda_kernel_configs``)
+    compiles with NVRTC for sm_70 without spills, within 96 KB of shared memory and the register
+    file, with HMMA in its SASS where it claims the tensor cores."""
+    try:
+        nvrtc_version()
+    except CudaToolkitUnavailable as exc:
+        pytest.skip(f"the CUDA gate needs NVRTC: {exc}")
+    report = check_cuda_config(_require(plugin, cfg), capability=70)
+    assert report.capability == 70
+    assert_gate_passes(report)

@@ -295,6 +295,22 @@ def test_broken_ptxas_paths_are_problems(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert row.detail.endswith("cannot target sm_70 (ptxas fatal   : something else)")
 
 
+def test_nvrtc_row_says_which_kernels_it_builds_or_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(doctor, "nvrtc_found", lambda: ("12.9", ""))
+    row = doctor.check_nvrtc()
+    assert (row.status, row.detail) == (
+        Status.OK,
+        "CUDA NVRTC 12.9: builds the tensor-core kernels",
+    )
+    monkeypatch.setattr(doctor, "nvrtc_found", lambda: (None, "cuda-bindings is not installed"))
+    row = doctor.check_nvrtc()
+    assert row.status is Status.INFO
+    assert "fall back to Triton on sm_70 (cuda-bindings is not installed)" in row.detail
+    assert row.fix == 'pip install "vllm-volta-core[cuda]"'
+
+
 # -- plugins, model -------------------------------------------------------------------------
 
 

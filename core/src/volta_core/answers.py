@@ -22,7 +22,9 @@ from typing import Any
 from volta_core.errors import PluginError
 from volta_core.types import (
     AttentionBackendSpec,
+    CudaKernelConfig,
     KernelConfig,
+    KernelPath,
     KVCacheOpsSpec,
     KVVerdict,
     QuantClaim,
@@ -44,6 +46,8 @@ LIST_HOOKS: dict[str, type] = {
     "volta_reasoning_parsers": ReasoningParserSpec,
     "volta_kernel_configs": KernelConfig,
     "volta_kv_cache_ops": KVCacheOpsSpec,
+    "volta_cuda_kernel_configs": CudaKernelConfig,
+    "volta_kernel_paths": KernelPath,
 }
 
 #: Hooks answering one declaration or None, and the types it may be.
@@ -97,6 +101,11 @@ def _check_list(hook: str, answer: object, element: type) -> tuple[Any, ...]:
                 f"{element.__name__}"
             )
         _check_fields(hook, item)
+    if element is KernelPath:
+        stages = [path.stage for path in answer]
+        repeated = sorted({stage for stage in stages if stages.count(stage) > 1})
+        if repeated:
+            raise InvalidAnswer(f"{hook} returned stage(s) {', '.join(map(repr, repeated))} twice")
     return tuple(answer)
 
 
@@ -119,6 +128,13 @@ def _check_fields(hook: str, declaration: object) -> None:
             f"{hook} returned backend {declaration.name!r} whose min_capability "
             f"{declaration.min_capability} is above its max_capability {declaration.max_capability}"
         )
+    if isinstance(declaration, KernelPath):
+        if not declaration.stage or not declaration.kernel:
+            raise InvalidAnswer(f"{hook} returned a KernelPath with an empty stage or kernel")
+        if declaration.needs_nvrtc and not declaration.fallback:
+            raise InvalidAnswer(
+                f"{hook} returned stage {declaration.stage!r} needing NVRTC without a fallback"
+            )
 
 
 @functools.cache

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from volta_core import fatbin
+from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
 from volta_core.manager import HOST_API_VERSION, PluginStatus, VoltaPluginManager
 from volta_core.model import ModelDescription
 
@@ -471,6 +472,20 @@ def check_triton(gpus: GpuProbe) -> Check:
     return Check("triton", Status.PROBLEM, f"{head}: cannot target sm_70 ({why})", fix=fix)
 
 
+def check_nvrtc() -> Check:
+    """Whether a CUDA 12 NVRTC is here to build the plugins' CUDA-source kernels for sm_70
+    (Volta's tensor cores); without one their Triton kernels serve, so it is never a problem."""
+    version, why = nvrtc_found()
+    if version is None:
+        return Check(
+            "nvrtc",
+            Status.INFO,
+            f"no CUDA 12 NVRTC: the tensor-core kernels fall back to Triton on sm_70 ({why})",
+            fix=INSTALL_HINT,
+        )
+    return Check("nvrtc", Status.OK, f"CUDA NVRTC {version}: builds the tensor-core kernels")
+
+
 # -- plugins and the model ------------------------------------------------------------------
 
 
@@ -638,6 +653,7 @@ def run_checks(
     report.checks += _guarded("torch", lambda: check_torch(probe))
     report.checks += _guarded("vllm", lambda: check_vllm(probe))
     report.checks += _guarded("triton", lambda: check_triton(probe))
+    report.checks += _guarded("nvrtc", check_nvrtc)
     report.checks += _guarded("plugins", lambda: check_plugins(manager_fn()))
     if model is not None:
         report.checks += _guarded(f"plan {model.target}", lambda: check_model(model, manager_fn()))

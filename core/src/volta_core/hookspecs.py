@@ -33,7 +33,10 @@ import pluggy
 from volta_core.device import Device
 from volta_core.types import (
     AttentionBackendSpec,
+    AttentionLayer,
+    CudaKernelConfig,
     KernelConfig,
+    KernelPath,
     KVCacheOpsSpec,
     KVRequest,
     KVVerdict,
@@ -146,4 +149,33 @@ def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
 
     Used by the SM70 compile gate: for capability 7.0 this must be exactly what would run on a
     V100, so the gate checks registers, spills and shared memory of the real configurations.
+    """
+
+
+@hookspec
+def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
+    """List every build of a CUDA-source kernel this plugin would launch on ``device``.
+
+    The CUDA counterpart of :func:`volta_kernel_configs`, used by the SM70 compile gate for
+    CUDA sources: for capability 7.0 it must be exactly the builds (source and NVRTC options)
+    the plugin's launcher compiles on a V100, so the gate checks registers, spills, shared
+    memory and the tensor-core instructions of what would run.
+    """
+
+
+@hookspec
+def volta_kernel_paths(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+) -> Iterable[KernelPath]:
+    """Say which kernels serve ``layer`` on ``device``, one :class:`KernelPath` per stage.
+
+    Asked only of the plugin whose attention backend or quant method (named ``served_by``)
+    the host chose for the layer, when ``vllm-volta plan`` describes it; ``quant`` is the
+    checkpoint's quantization config (None for a checkpoint without one). The answer must come
+    from the rules the plugin's launcher applies at run time, so the plan shows what the
+    engine will run (for example which stages use Volta's tensor cores). Stages must be
+    distinct; a kernel that needs NVRTC names its ``fallback``.
     """

@@ -48,7 +48,9 @@ from volta_core.types import (
     AttentionBackendSpec,
     AttentionChoice,
     AttentionLayer,
+    CudaKernelConfig,
     KernelConfig,
+    KernelPath,
     KVCacheOpsSpec,
     KVDecision,
     KVRequest,
@@ -555,10 +557,8 @@ class VoltaPluginManager:
         if backend.kv_cache_layout:
             owner = self.kv_cache_format(backend.kv_cache_layout, kv_cache_dtype)
             return f"plugin {owner[0]}" if owner else "none"
-        if backend.builtin:
-            return "vLLM"
-        plugins = [p for p, spec in self.attention_backends() if spec == backend]
-        return f"plugin {plugins[0]}" if plugins else "vLLM"
+        plugin = None if backend.builtin else self.backend_plugin(backend)
+        return f"plugin {plugin}" if plugin else "vLLM"
 
     def kernel_configs(self, device: Device) -> list[tuple[str, KernelConfig]]:
         return [
@@ -566,6 +566,39 @@ class VoltaPluginManager:
             for name, cfgs in self._answers("volta_kernel_configs", device=device)
             for cfg in cfgs
         ]
+
+    def cuda_kernel_configs(self, device: Device) -> list[tuple[str, CudaKernelConfig]]:
+        """Every plugin's CUDA-source builds for ``device``, with the declaring plugin."""
+        return [
+            (name, cfg)
+            for name, cfgs in self._answers("volta_cuda_kernel_configs", device=device)
+            for cfg in cfgs
+        ]
+
+    def backend_plugin(self, backend: AttentionBackendSpec) -> str | None:
+        """The plugin that declares ``backend``, or None for vLLM's own."""
+        plugins = [p for p, spec in self.attention_backends() if spec == backend]
+        return plugins[0] if plugins else None
+
+    def kernel_paths(
+        self,
+        plugin: str,
+        layer: AttentionLayer | QuantLayer,
+        served_by: str,
+        device: Device,
+        quant: QuantConfig | None = None,
+    ) -> tuple[KernelPath, ...]:
+        """What ``plugin`` says runs ``layer`` on ``device`` (:func:`volta_kernel_paths`):
+        empty when it does not say, or when it fails in the hook (it is then disabled)."""
+        hook = "volta_kernel_paths"
+        kwargs = {"layer": layer, "served_by": served_by, "device": device, "quant": quant}
+        for impl in self._impls(hook):
+            if impl.plugin_name == plugin:
+                try:
+                    return tuple(self._call_impl(impl, hook, kwargs))
+                except _HookFailed as exc:
+                    self._disable(plugin, exc.hook, exc.error)
+        return ()
 
     # -- resolutions (the one source of truth for plan and adapter) -------------------
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from volta_core import builtins
 from volta_core.checkpoint import checkpoint_kv, is_ignored
+from volta_core.cuda_toolkit import nvrtc_found
 from volta_core.declarations import FAMILIES
 from volta_core.device import Device
 from volta_core.errors import NoAttentionBackendError, PluginError, UsageError
@@ -23,9 +24,11 @@ from volta_core.types import (
     FP8_KV_CACHE_DTYPES,
     KV_CACHE_DTYPES,
     AttentionLayer,
+    KernelPath,
     KVDecision,
     KVRequest,
     LayerKind,
+    QuantConfig,
     QuantResolution,
     canonical_kv_dtype,
 )
@@ -67,6 +70,8 @@ class LayerPlan:
     error: str | None = None
     cache_writer: str | None = None
     """Who writes the layer's KV cache: ``plugin NAME`` or ``vLLM``."""
+    kernel_paths: tuple[KernelPath, ...] = ()
+    """Which kernels the backend's plugin runs per stage on the device (``volta_kernel_paths``)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class QuantPlan:
     shape: tuple[int, int]
     decision: str
     declines: tuple[str, ...] = ()
+    kernel_paths: tuple[KernelPath, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,9 @@ class Plan:
     kv_bytes_per_token_activation_dtype: int = 0
     kv_layers: list[LayerKV] = field(default_factory=list)
     """Per rank, per attention layer that owns a cache: the one per-layer KV computation."""
+    nvrtc: str | None = None
+    """The CUDA NVRTC version found here (``"12.9"``), when a kernel path needs it; None when
+    none needs it or none is installed (then ``notes`` says which stages fall back)."""
 
 
 def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) -> tuple[str, str]:
@@ -132,6 +141,21 @@ def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) 
             f"checkpoint dtype bfloat16 runs as float16 on {device.sm} (no bf16 arithmetic)",
         )
     return dtype, ""
+
+
+def _nvrtc_note(plan: Plan) -> None:
+    """Record the NVRTC this plan's CUDA-source kernels need, or a note that they fall back."""
+    paths = [p for lp in plan.layers for p in lp.kernel_paths]
+    paths += [p for q in plan.quant for p in q.kernel_paths]
+    needing = sorted({p.stage for p in paths if p.needs_nvrtc})
+    if not needing:
+        return
+    plan.nvrtc, why = nvrtc_found()
+    if plan.nvrtc is None:
+        plan.notes.append(
+            f"no CUDA NVRTC here, so these stages run their fallback kernels: "
+            f"{', '.join(needing)} ({why})"
+        )
 
 
 def _kv_element_bytes(kv_dtype: str) -> int:
@@ -184,7 +208,7 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
 
     failures: dict[str, list[int]] = {}
     for layer in model.layers:
-        layer_plan = _plan_layer(layer, options, activation, manager)
+        layer_plan = _plan_layer(layer, options, activation, manager, model.quant)
         plan.layers.append(layer_plan)
         if layer_plan.error:
             failures.setdefault(layer_plan.error, []).append(layer.index)
@@ -204,7 +228,13 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
             except PluginError as exc:  # two claims at one priority: neither is chosen
                 plan.problems.append(str(exc))
                 continue
-            plan.quant.append(_quant_entry(resolution, model))
+            paths: tuple[KernelPath, ...] = ()
+            if resolution.claim is not None and resolution.source is not None:
+                paths = manager.kernel_paths(
+                    resolution.source, module, resolution.claim.method, device, model.quant
+                )
+            plan.quant.append(_quant_entry(resolution, model, paths))
+    _nvrtc_note(plan)
     plan.problems += [str(fault) for fault in manager.faults[faults_before:]]
     return plan
 
@@ -230,6 +260,7 @@ def _plan_layer(
     options: PlanOptions,
     activation: str,
     manager: VoltaPluginManager,
+    quant: QuantConfig | None = None,
 ) -> LayerPlan:
     if not layer.is_attention:
         return LayerPlan(layer)
@@ -256,10 +287,18 @@ def _plan_layer(
     reasons = tuple(f"{r.backend}: {r.reason}" for r in choice.refusals)
     kv_dtype = canonical_kv_dtype(options.kv_cache_dtype, activation)
     writer = manager.cache_writer(choice.backend, kv_dtype)
-    return LayerPlan(layer, choice.backend.name, reasons, cache_writer=writer)
+    plugin = manager.backend_plugin(choice.backend)
+    paths = (
+        manager.kernel_paths(plugin, spec, choice.backend.name, options.device, quant)
+        if plugin
+        else ()
+    )
+    return LayerPlan(layer, choice.backend.name, reasons, cache_writer=writer, kernel_paths=paths)
 
 
-def _quant_entry(resolution: QuantResolution, model: ModelDescription) -> QuantPlan:
+def _quant_entry(
+    resolution: QuantResolution, model: ModelDescription, paths: tuple[KernelPath, ...] = ()
+) -> QuantPlan:
     layer = resolution.layer
     declines = tuple(f"{source}: {d.method}: {d.reason}" for source, d in resolution.declines)
     if resolution.claim is not None:
@@ -280,7 +319,12 @@ def _quant_entry(resolution: QuantResolution, model: ModelDescription) -> QuantP
         method = model.quant.method if model.quant else "none"
         decision = f"engine's own lookup ({method})"
     return QuantPlan(
-        layer.prefix, layer.kind.value, (layer.input_size, layer.output_size), decision, declines
+        layer.prefix,
+        layer.kind.value,
+        (layer.input_size, layer.output_size),
+        decision,
+        declines,
+        paths,
     )
 
 
@@ -298,6 +342,7 @@ def plan_as_dict(plan: Plan) -> dict[str, Any]:
         "device": plan.options.device.sm,
         "dtype": plan.activation_dtype,
         "tensor_parallel_size": plan.options.tensor_parallel_size,
+        "nvrtc": plan.nvrtc,
         "notes": plan.notes,
         "problems": plan.problems,
         "attention": [
@@ -308,6 +353,7 @@ def plan_as_dict(plan: Plan) -> dict[str, Any]:
                 "backend": lp.backend,
                 "kv_cache_writer": lp.cache_writer,
                 "fallback_reasons": list(lp.fallback_reasons),
+                "kernel_paths": [asdict(p) for p in lp.kernel_paths],
                 "error": lp.error,
             }
             for lp in plan.layers
@@ -319,6 +365,7 @@ def plan_as_dict(plan: Plan) -> dict[str, Any]:
                 "shape": list(q.shape),
                 "decision": q.decision,
                 "declines": list(q.declines),
+                "kernel_paths": [asdict(p) for p in q.kernel_paths],
             }
             for q in plan.quant
         ],
@@ -355,6 +402,22 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(out)
 
 
+def _path_lines(paths: Sequence[KernelPath], nvrtc: str | None) -> list[str]:
+    """One line per stage: the kernel that runs it here (its fallback without NVRTC)."""
+    lines = []
+    for p in paths:
+        if not p.needs_nvrtc:
+            lines.append(f"      {p.stage}: {p.kernel}")
+        elif nvrtc is not None:
+            lines.append(
+                f"      {p.stage}: {p.kernel} (compiled at first use by NVRTC {nvrtc}; "
+                f"{p.fallback} without it)"
+            )
+        else:
+            lines.append(f"      {p.stage}: {p.fallback} ({p.kernel} needs NVRTC: none here)")
+    return lines
+
+
 def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
     """The plan as a human reads it; layers with the same outcome are listed as ranges.
 
@@ -383,11 +446,12 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
             lp.backend,
             lp.cache_writer,
             lp.fallback_reasons,
+            lp.kernel_paths,
             lp.error,
         )
         groups.setdefault(key, []).append(lp.layer.index)
     for key, indices in groups.items():
-        layer_type, head, heads, kv_heads, window, backend, writer, reasons, error = key
+        layer_type, head, heads, kv_heads, window, backend, writer, reasons, paths, error = key
         label = f"  layers {_ranges(indices)}: {layer_type}"
         if not head:
             lines.append(f"{label}: no paged KV cache (handled by the model's own layer)")
@@ -397,6 +461,7 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
         )
         written = f" (KV cache written by {writer})" if writer else ""
         lines.append(f"{label}, {shape} -> {backend or 'NONE'}{written}")
+        lines += _path_lines(paths, plan.nvrtc)
         lines += [f"      fallback: {r}" for r in reasons]
         if error:
             lines.append(f"      error: {error}")
@@ -407,6 +472,7 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
         for q in plan.quant:
             shape = f"{q.shape[0]}x{q.shape[1]}" if any(q.shape) else "-"
             lines.append(f"  {q.prefix} [{q.kind} {shape}]: {q.decision}")
+            lines += _path_lines(q.kernel_paths, plan.nvrtc)
             lines += [f"      declined by {d}" for d in q.declines]
 
     kv = plan.kv

@@ -427,3 +427,40 @@ class KernelConfig:
     num_stages: int = 1
     divisible_by_16: tuple[str, ...] = ()
     divisibility_enforced: bool = False
+
+
+@dataclass(frozen=True)
+class CudaKernelConfig:
+    """One build of a CUDA-source kernel a plugin would launch on a device, for the SM70 gate.
+
+    ``source`` is the CUDA C++ text and ``kernel`` its ``extern "C" __global__`` function;
+    ``options`` are the NVRTC options other than the architecture (``-DHEAD=128``...), the
+    same ones the plugin's launcher compiles with. ``block_threads`` and
+    ``dynamic_shared_bytes`` are what the launcher asks for. ``claims_tensor_cores``: the
+    kernel's products are meant to run on tensor cores, so the gate requires ``HMMA`` in its
+    SASS.
+    """
+
+    name: str
+    source: str
+    kernel: str
+    block_threads: int
+    options: tuple[str, ...] = ()
+    dynamic_shared_bytes: int = 0
+    claims_tensor_cores: bool = False
+
+
+@dataclass(frozen=True)
+class KernelPath:
+    """Which kernel serves one part of a layer's work on a device, by the plugin's own rules.
+
+    ``stage`` names the part (``"prefill"``, ``"decode"``, ``"8-64 tokens"``) and ``kernel``
+    what runs it (``"tensor cores (CUDA, mma.m8n8k4)"``, ``"Triton"``). ``needs_nvrtc``: the
+    kernel is compiled at first use by NVRTC (:mod:`volta_core.kernel_api`), and where no CUDA
+    12 NVRTC is installed ``fallback`` serves instead.
+    """
+
+    stage: str
+    kernel: str
+    needs_nvrtc: bool = False
+    fallback: str = ""

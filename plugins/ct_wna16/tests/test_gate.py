@@ -8,10 +8,10 @@ from dataclasses import asdict, replace
 import ct_wna16_bench as bench
 import pytest
 
+from volta_core import CudaKernelConfig
 from volta_core.device import V100, Device
 from volta_ct_wna16.gate_configs import (
     MOE_OUTPUTS,
-    CudaBuild,
     cuda_builds,
     moe_config,
     splitk_config,
@@ -248,7 +248,7 @@ _MMA_CASES = [
 ]
 
 
-def _build(launch: Launch, bits: int, zp: bool) -> CudaBuild:
+def _build(launch: Launch, bits: int, zp: bool) -> CudaKernelConfig:
     options = mma_options(launch, bits, zp)
     return next(b for b in cuda_builds(V100) if b.options == options)
 

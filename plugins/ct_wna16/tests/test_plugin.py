@@ -8,13 +8,18 @@ import sys
 from importlib import metadata
 
 import pytest
-from ct_wna16_checkpoints import quantization_config
+from ct_wna16_checkpoints import fresh_checkpoint, quantization_config
 
 from volta_core.device import Device
 from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
 from volta_core.types import LayerKind, QuantClaim, QuantConfig, QuantDecline, QuantLayer
 from volta_ct_wna16 import plugin
+from volta_ct_wna16.gate_configs import cuda_builds
+from volta_ct_wna16.launch import MMA
+from volta_ct_wna16.paths import KERNEL_NAMES, packed_bytes
+from volta_ct_wna16.plugin import METHOD
 from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.tables import choose, choose_mma
 
 V100 = Device((7, 0))
 T4 = Device((7, 5))
@@ -70,9 +75,7 @@ def test_claims_supported_schemes(manager, bits, symmetric, group, device) -> No
     assert isinstance(resolution.claim, QuantClaim)
     assert resolution.source == "ct_wna16"
     assert resolution.claim.impl == "volta_ct_wna16.linear:make_linear_method"
-    assert f"W{bits}A16" in resolution.claim.detail
-    # The plan names the tensor-core GEMM where it can run: on sm_70 only.
-    assert ("tensor cores" in resolution.claim.detail) == (device == V100)
+    assert resolution.claim.detail == WeightScheme(bits, symmetric, group).label
 
 
 @pytest.mark.parametrize(
@@ -204,3 +207,56 @@ def test_other_methods_and_untargeted_layers_are_not_its_business(manager) -> No
 def test_declares_its_method(manager) -> None:
     [(source, spec)] = manager.quant_methods()
     assert (source, spec.name, spec.impl) == ("ct_wna16", plugin.METHOD, plugin.FACTORY)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("group", [32, 128, None])
+def test_packed_bytes_counts_what_the_kernels_read(bits, symmetric, group) -> None:
+    """The plan's weight bytes (which decide the SM70 model's choice) are the prepared
+    layer's own (an input of three 128-groups: not a power of two)."""
+    scheme = WeightScheme(bits, symmetric, group)
+    layer = fresh_checkpoint(40, 384, scheme, seed=bits).packed()
+    assert packed_bytes(40, 384, scheme) == layer.nbytes()
+
+
+@pytest.mark.parametrize("device", [V100, H100])
+@pytest.mark.parametrize(("n", "k"), [(27648, 5120), (5120, 5120), (5120, 27648), (600, 1152)])
+def test_the_plan_shows_the_launchers_kernel_at_every_token_count(manager, device, n, k) -> None:
+    """``volta_kernel_paths`` covers every token count once, in order, and names at each the
+    kernel the launcher's rules pick (the tensor cores on sm_70 with the Triton launch as the
+    fallback without NVRTC)."""
+    scheme = W4_G128
+    layer = QuantLayer(LayerKind.LINEAR, "model.layers.0.mlp.up_proj", k, n)
+    paths = manager.kernel_paths("ct_wna16", layer, METHOD, device, config(scheme))
+    bounds = [p.stage.removesuffix(" tokens").removesuffix(" token") for p in paths]
+    assert bounds[-1].endswith("+")
+    covered: list[int] = []
+    for bound, path in zip(bounds, paths, strict=True):
+        lo, _, hi = bound.rstrip("+").partition("-")
+        last = int(hi or lo) if not bound.endswith("+") else 400
+        for m in range(int(lo), last + 1):
+            covered.append(m)
+            triton = KERNEL_NAMES[choose(m, n, device.capability, 4, k=k).path]
+            mma = choose_mma(m, n, k, device.capability, 4, packed_bytes(n, k, scheme))
+            assert path.needs_nvrtc == (mma is not None), (m, path)
+            assert path.kernel == (KERNEL_NAMES[MMA] if mma else triton), (m, path)
+            assert path.fallback == (triton if mma else ""), (m, path)
+    assert covered == list(range(1, 401))
+    assert any(p.needs_nvrtc for p in paths) == (device == V100)
+
+
+def test_no_paths_for_what_it_does_not_serve(manager) -> None:
+    quant = config()
+    assert manager.kernel_paths("ct_wna16", linear(), "other", V100, quant) == ()
+    assert manager.kernel_paths("ct_wna16", linear(), METHOD, V100, None) == ()
+    experts = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 512)
+    assert manager.kernel_paths("ct_wna16", experts, METHOD, V100, quant) == ()
+
+
+def test_the_cuda_builds_are_declared_through_the_host(manager) -> None:
+    declared = manager.cuda_kernel_configs(V100)
+    assert declared
+    assert [cfg for _, cfg in declared] == cuda_builds(V100)
+    assert {plugin for plugin, _ in declared} == {"ct_wna16"}
+    assert manager.cuda_kernel_configs(H100) == []

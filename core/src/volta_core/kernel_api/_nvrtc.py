@@ -34,13 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from volta_core.cuda_toolkit import (
+    INSTALL_HINT,
+    CudaToolkitUnavailable,
+    checked_nvrtc_call,
+    nvrtc_module,
+    nvrtc_version,
+)
 from volta_core.kernel_api._device_facts import device_facts
 
 if TYPE_CHECKING:
     import torch
-
-#: What installs a CUDA 12 NVRTC and its Python bindings.
-INSTALL_HINT = 'pip install "vllm-volta-core[cuda]"'
 
 #: The environment variable that moves the cubin cache.
 CACHE_ENV = "VLLM_VOLTA_CUDA_CACHE"
@@ -62,11 +66,6 @@ _ARCH_OPTION = re.compile(r"^(?:--gpu-architecture|-arch)\b")
 _ERROR_LINE = re.compile(r"\berror\s*:", re.IGNORECASE)
 
 _logger = logging.getLogger(__name__)
-
-
-class CudaToolkitUnavailable(RuntimeError):
-    """No CUDA 12 NVRTC (or no cuda-bindings) here, or it cannot build the asked architecture;
-    the message says what to install. A kernel plugin catches it to keep its Triton path."""
 
 
 class CudaCompileError(RuntimeError):
@@ -101,40 +100,6 @@ def _first_error(log: str) -> str:
 # -- NVRTC --------------------------------------------------------------------------------
 
 
-def _nvrtc() -> Any:
-    """``cuda.bindings.nvrtc``, with its library loaded; :class:`CudaToolkitUnavailable` if not."""
-    try:
-        from cuda.bindings import nvrtc
-    except ImportError as exc:
-        raise CudaToolkitUnavailable(
-            f"cuda-bindings is not installed ({exc}); CUDA-source kernels need it and a CUDA 12 "
-            f"NVRTC: {INSTALL_HINT}"
-        ) from exc
-    try:
-        nvrtc.nvrtcVersion()
-    except RuntimeError as exc:  # cuda.pathfinder's DynamicLibNotFoundError and its kin
-        raise CudaToolkitUnavailable(
-            f"NVRTC could not be loaded ({type(exc).__name__}: {str(exc).splitlines()[0]}); "
-            f"install a CUDA 12 NVRTC: {INSTALL_HINT}"
-        ) from exc
-    return nvrtc
-
-
-def _checked(result: tuple[Any, ...], nvrtc: Any, what: str) -> tuple[Any, ...]:
-    """The values after NVRTC's status, or :class:`RuntimeError` naming the call."""
-    status, *values = result
-    if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise RuntimeError(f"{what} failed: {status.name}")
-    return tuple(values)
-
-
-def nvrtc_version() -> tuple[int, int]:
-    """The loaded NVRTC's ``(major, minor)``."""
-    nvrtc = _nvrtc()
-    major, minor = _checked(nvrtc.nvrtcVersion(), nvrtc, "nvrtcVersion")
-    return int(major), int(minor)
-
-
 def _arch_number(target: str) -> int:
     """``70`` for ``sm_70`` or ``compute_70``; :class:`ValueError` for anything else."""
     match = _CUBIN_TARGET.fullmatch(target) or _PTX_TARGET.fullmatch(target)
@@ -167,11 +132,13 @@ def nvrtc_build(source: str, name: str, target: str, options: Sequence[str] = ()
     options = list(options)
     if any(_ARCH_OPTION.match(o) for o in options):
         raise ValueError("pass the architecture as target, not as an option")
-    nvrtc = _nvrtc()
-    (supported,) = _checked(nvrtc.nvrtcGetSupportedArchs(), nvrtc, "nvrtcGetSupportedArchs")
+    nvrtc = nvrtc_module()
+    (supported,) = checked_nvrtc_call(
+        nvrtc.nvrtcGetSupportedArchs(), nvrtc, "nvrtcGetSupportedArchs"
+    )
     if arch not in supported:
         raise CudaToolkitUnavailable(_unsupported_target(nvrtc_version(), supported, target))
-    (program,) = _checked(
+    (program,) = checked_nvrtc_call(
         nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
         nvrtc,
         "nvrtcCreateProgram",
@@ -179,9 +146,11 @@ def nvrtc_build(source: str, name: str, target: str, options: Sequence[str] = ()
     try:
         flags = [f"--gpu-architecture={target}".encode(), *(o.encode() for o in options)]
         (status,) = nvrtc.nvrtcCompileProgram(program, len(flags), flags)
-        (size,) = _checked(nvrtc.nvrtcGetProgramLogSize(program), nvrtc, "nvrtcGetProgramLogSize")
+        (size,) = checked_nvrtc_call(
+            nvrtc.nvrtcGetProgramLogSize(program), nvrtc, "nvrtcGetProgramLogSize"
+        )
         log = b" " * size
-        _checked(nvrtc.nvrtcGetProgramLog(program, log), nvrtc, "nvrtcGetProgramLog")
+        checked_nvrtc_call(nvrtc.nvrtcGetProgramLog(program, log), nvrtc, "nvrtcGetProgramLog")
         text = log.rstrip(b"\0").decode(errors="replace")
         if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CudaCompileError(name, target, text or status.name)
@@ -190,9 +159,9 @@ def nvrtc_build(source: str, name: str, target: str, options: Sequence[str] = ()
             if ptx
             else (nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
         )
-        (size,) = _checked(get_size(program), nvrtc, "reading the compiled size")
+        (size,) = checked_nvrtc_call(get_size(program), nvrtc, "reading the compiled size")
         image = b" " * size
-        _checked(get(program, image), nvrtc, "reading the compiled image")
+        checked_nvrtc_call(get(program, image), nvrtc, "reading the compiled image")
     finally:
         nvrtc.nvrtcDestroyProgram(program)
     return NvrtcBuild(image.rstrip(b"\0") if ptx else image, text)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from volta_core import Device, KernelConfig
+from volta_core import CudaKernelConfig, Device, KernelConfig
 from volta_ct_wna16.launch import (
     DEQUANT_MATMUL,
     GEMM,
@@ -310,22 +310,7 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
     return [*_variants(table), *_moe_variants(table), *_routing_variants(table)]
 
 
-@dataclass(frozen=True)
-class CudaBuild:
-    """One build of a CUDA-source kernel a device launches: its fields are those of the
-    devkit's ``volta_devkit.cuda_gate.CudaGateConfig``, which the gate tests make from it (the
-    package does not import the devkit)."""
-
-    name: str
-    source: str
-    kernel: str
-    block_threads: int
-    options: tuple[str, ...]
-    dynamic_shared_bytes: int = 0
-    claims_tensor_cores: bool = True
-
-
-def cuda_builds(device: Device) -> list[CudaBuild]:
+def cuda_builds(device: Device) -> list[CudaKernelConfig]:
     """Every build of the tensor-core GEMM the launcher can run on ``device``: on a V100 each
     row of :data:`volta_ct_wna16.tables.SM70_MMA` for 4 and 8 bits, symmetric and asymmetric
     (bias and splits are launch arguments, not builds); none elsewhere."""
@@ -334,13 +319,14 @@ def cuda_builds(device: Device) -> list[CudaBuild]:
     if device.capability != MMA_CAPABILITY:
         return []
     return [
-        CudaBuild(
+        CudaKernelConfig(
             name=f"mma_m{launch.block_m}n{launch.block_n}w{launch.num_warps}_w{bits}"
             f"{'a' if zp else 's'}",
             source=SOURCE,
             kernel=KERNEL,
             block_threads=launch.num_warps * 32,
             options=mma_options(launch, bits, zp),
+            claims_tensor_cores=True,
         )
         for _, launch in SM70_MMA
         for bits in SUPPORTED_BITS

@@ -14,8 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from volta_core import (
+    AttentionLayer,
+    CudaKernelConfig,
     Device,
     KernelConfig,
+    KernelPath,
     LayerKind,
     QuantClaim,
     QuantConfig,
@@ -24,7 +27,7 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
-from volta_ct_wna16.limits import MMA_CAPABILITY, supports_device
+from volta_ct_wna16.limits import supports_device
 from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 
 VOLTA_HOST_API = "1.0"
@@ -97,12 +100,8 @@ def volta_quant_method(
                 "expert's tokens through the linear kernels, gate/up then down)"
             ),
         )
-    kernels = "Triton split-K GEMV (decode) / tiled GEMM"
-    if device.capability == MMA_CAPABILITY:
-        kernels += "; 8-256 tokens on the tensor cores (CUDA mma.m8n8k4, where NVRTC is installed)"
-    return QuantClaim(
-        method=METHOD, impl=FACTORY, priority=PRIORITY, detail=f"{scheme.label}: {kernels}"
-    )
+    # The kernels at each token count are the plan's kernel paths (volta_kernel_paths).
+    return QuantClaim(method=METHOD, impl=FACTORY, priority=PRIORITY, detail=scheme.label)
 
 
 def expert_scheme(
@@ -142,3 +141,28 @@ def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
     from volta_ct_wna16.gate_configs import kernel_configs
 
     return kernel_configs(device)
+
+
+@hookimpl
+def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
+    from volta_ct_wna16.gate_configs import cuda_builds
+
+    return cuda_builds(device)
+
+
+@hookimpl
+def volta_kernel_paths(
+    layer: AttentionLayer | QuantLayer, served_by: str, device: Device, quant: QuantConfig | None
+) -> Iterable[KernelPath]:
+    """For a claimed linear layer, the kernel at each range of token counts (from the
+    launcher's rules, :func:`volta_ct_wna16.paths.linear_paths`)."""
+    from volta_ct_wna16.paths import linear_paths
+
+    if served_by != METHOD or quant is None or not isinstance(layer, QuantLayer):
+        return []
+    if layer.kind is not LayerKind.LINEAR or not (layer.input_size and layer.output_size):
+        return []
+    scheme = layer_scheme(quant.raw, layer.prefix, is_linear=True)
+    if not isinstance(scheme, WeightScheme):
+        return []
+    return linear_paths(layer.output_size, layer.input_size, scheme, device.capability)

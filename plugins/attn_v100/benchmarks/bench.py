@@ -11,7 +11,10 @@ sequences laid out contiguously; chunked prefill over an 8K cached prefix is rep
 shape also gets an SM70 estimate: the bytes and FMAs the SM70 configuration executes, and the
 time they imply at 900 GB/s and 15.7 TFLOP/s. ``--parts e4m3`` (SM89+) adds fp8_e4m3 beside
 fp8_e5m2 in the decode rows and the fp8 prefill rows (an e4m3 row's SM70 estimate is that of
-its bytes: no V100 runs e4m3).
+its bytes: no V100 runs e4m3). ``--parts cuda_prefill`` times the tensor-core prefill a V100
+takes (the CUDA kernel, built here for this GPU, where ``mma.m8n8k4`` runs emulated) at 8 x 2048,
+4 x 4096 and 1 x 16384, with its SM70 estimate (its HMMA steps at 125 TFLOP/s, or its bytes at
+900 GB/s) beside the Triton prefill's FMA estimate.
 
 Timing (the core harness, :mod:`volta_devkit.bench`): decode runs back to back inside one
 captured CUDA graph (``time_cuda_graph``), as vLLM runs a decode step, rotating among enough
@@ -43,6 +46,7 @@ from volta_attn_v100.limits import head_pad, kv_dtype_refusal
 from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_attn_v100.tables import (
     SM70,
+    SM70_CUDA_PREFILL,
     SM80,
     DecodeTile,
     KVPolicy,
@@ -81,8 +85,12 @@ D512_DECODE_SHAPES = [(1, 8192), (4, 8192), (16, 8192)]
 D512_PREFILL_SEQ_LEN = 2048
 PREFILL_SEQ_LENS = [512, 1024, 2048, 4096]
 #: What ``--parts`` can name. ``e4m3`` (SM89+, with ``decode``) adds fp8_e4m3 rows to the
-#: decode shapes and to the fp8 prefill rows when ``prefill`` runs too.
-PARTS = ("decode", "prefill", "d512", "sweep", "e4m3")
+#: decode shapes and to the fp8 prefill rows when ``prefill`` runs too. ``cuda_prefill``: the
+#: tensor-core prefill (the V100's CUDA kernel) at :data:`CUDA_PREFILL_SEQ_LENS`, fp16 and e5m2,
+#: beside the Triton prefill and SDPA at the same shapes. ``cuda_decode``: the tensor-core decode
+#: (the V100's CUDA kernel) at groups 4 and 8, head sizes 128 and 256, 1 x 32K and 32 x 16K, fp16
+#: and e5m2, and the SM70 estimates of every issue-34 decode target.
+PARTS = ("decode", "prefill", "d512", "sweep", "e4m3", "cuda_prefill", "cuda_decode")
 #: Largest head size torch SDPA's FlashAttention backend takes (no prefill reference above it).
 SDPA_FLASH_MAX_HEAD = 256
 PREFILL_TOKENS = 16384
@@ -216,8 +224,20 @@ def prefill_case(
         "ms": ms,
         "TFLOPs": flops / (ms * 1e-3) / 1e12,
     }
+    fmas = triton_sm70_fmas(batch, seq_len, prefix, heads, kv_heads, head_size)
+    row["sm70_fmas"] = fmas
+    row["sm70_estimate_ms"] = 2 * fmas / V100_FP32_FLOPS * 1e3
+    if prefix == 0 and head_size <= SDPA_FLASH_MAX_HEAD:
+        row.update(sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops))
+    return row
+
+
+def triton_sm70_fmas(batch, seq_len, prefix, heads, kv_heads, head_size) -> int:
+    """FMAs the Triton prefill's SM70 tiles execute for ``batch`` sequences of ``seq_len`` new
+    tokens after ``prefix`` cached ones."""
     tiles = SM70.prefill_tiles[head_pad(head_size)].for_query(seq_len)
     group = heads // kv_heads
+    total = prefix + seq_len
     # SM70 tiles compute block_m rows per KV tile; rows are tokens x the (padded) head group,
     # and the diagonal tiles are partly masked: count whole tiles.
     block_q = tiles.block_m // group
@@ -225,12 +245,7 @@ def prefill_case(
         math.ceil(min(prefix + (b + 1) * block_q, total) / tiles.block_n) * tiles.block_n
         for b in range(math.ceil(seq_len / block_q))
     )
-    fmas = 2 * batch * kv_heads * tiles.block_m * tiles_per_seq * head_pad(head_size)
-    row["sm70_fmas"] = fmas
-    row["sm70_estimate_ms"] = 2 * fmas / V100_FP32_FLOPS * 1e3
-    if prefix == 0 and head_size <= SDPA_FLASH_MAX_HEAD:
-        row.update(sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops))
-    return row
+    return 2 * batch * kv_heads * tiles.block_m * tiles_per_seq * head_pad(head_size)
 
 
 def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
@@ -248,6 +263,300 @@ def sdpa_case(batch, seq_len, heads, kv_heads, head_size, flops):
 
     ms = time_cuda(run, [()], target_ms=100.0, min_reps=10).median_ms
     return {"sdpa_ms": ms, "sdpa_TFLOPs": flops / (ms * 1e-3) / 1e12}
+
+
+# -- the tensor-core prefill (CUDA, chosen on SM70): its SM70 estimate and its rows here -------
+
+#: The V100's tensor-core rate (NVIDIA Tesla V100 GPU Architecture whitepaper).
+V100_TENSOR_FLOPS = 125e12
+#: Floating-point operations of one sm_70 ``HMMA.884`` step: an ``mma.m8n8k4`` is four 8x8x4
+#: products (2048 operations), issued as four steps.
+HMMA_STEP_FLOPS = 512
+#: The tensor-core prefill's shapes (16K tokens as batch x query length; head 128, 32/8 heads).
+CUDA_PREFILL_SEQ_LENS = (2048, 4096, 16384)
+
+
+def cuda_prefill_hmma_per_tile(head_size: int) -> int:
+    """HMMA steps one warp of the tensor-core prefill runs per key tile: Q.K^T (head_size / 4
+    k-steps of block_n / 32 products) and P.V (block_n / 4 k-steps of the value columns / 32),
+    four steps a product; the gate test proves each sm_70 build's SASS holds exactly this many."""
+    tile = SM70_CUDA_PREFILL[head_size]
+    value_cols = -(-head_size // 32) * 32
+    return 4 * (head_size // 4 * tile.block_n // 32 + tile.block_n // 4 * value_cols // 32)
+
+
+def cuda_prefill_estimate(batch, seq_len, prefix, heads, kv_heads, head_size, kv_bytes=2) -> dict:
+    """The tensor-core prefill's SM70 estimate: the HMMA steps it executes (every warp of every
+    program, each key tile from the first to the causal limit, padding rows included) at the
+    tensor-core rate, or its bytes (Q and the output once, the cache once) at 900 GB/s,
+    whichever is longer. Softmax arithmetic, shared-memory traffic and latency are not in it:
+    it bounds a V100's time from below."""
+    tile = SM70_CUDA_PREFILL[head_size]
+    group = heads // kv_heads
+    heads_per_prog = min(group, tile.block_m)
+    block_q = tile.block_m // heads_per_prog
+    chunks = math.ceil(group / heads_per_prog)
+    total = prefix + seq_len
+    tiles = sum(
+        math.ceil(min(prefix + (b + 1) * block_q, total) / tile.block_n)
+        for b in range(math.ceil(seq_len / block_q))
+    )
+    steps = batch * kv_heads * chunks * tiles * tile.num_warps
+    flops = steps * cuda_prefill_hmma_per_tile(head_size) * HMMA_STEP_FLOPS
+    io = batch * (4 * seq_len * heads * head_size + total * kv_heads * 2 * head_size * kv_bytes)
+    ms = max(flops / V100_TENSOR_FLOPS, io / V100_BANDWIDTH) * 1e3
+    return {"sm70_hmma_flops": flops, "sm70_bytes": io, "sm70_estimate_ms": ms}
+
+
+def cuda_prefill_case(seq_len, heads=32, kv_heads=8, head_size=128, kv_dtype="float16"):
+    """The tensor-core prefill on 16K new tokens in sequences of ``seq_len``, launched directly
+    (this GPU's table keeps Triton): built for this GPU, where ``mma.m8n8k4`` runs emulated, so
+    its time here says nothing of a V100's; beside it, its SM70 estimate."""
+    from volta_attn_v100.cuda import prefill
+
+    batch = PREFILL_TOKENS // seq_len
+    pages = math.ceil(seq_len / 16)
+    kv = random_cache((batch * pages, kv_heads, 16, 2 * head_size), kv_dtype)
+    blocks = torch.randperm(batch * pages, device="cuda").to(torch.int32).view(batch, pages)
+    seq_lens = torch.full((batch,), seq_len, dtype=torch.int32, device="cuda")
+    q_start = torch.arange(0, batch + 1, dtype=torch.int32, device="cuda") * seq_len
+    query = torch.randn(batch * seq_len, heads, head_size, device="cuda", dtype=torch.float16)
+    out = torch.empty_like(query)
+    unit = torch.ones(1, dtype=torch.float32, device="cuda")
+    if not prefill.ready(query.device, head_size, kv_dtype):
+        raise SystemExit("the tensor-core prefill needs NVRTC (pip install vllm-volta-core[cuda])")
+
+    def run():
+        prefill.launch(
+            query, kv, blocks, seq_lens, q_start, out, k_scale=unit, v_scale=unit,
+            scale_stride=0, sinks=unit, has_sinks=0, sm_scale=head_size**-0.5, softcap=0.0,
+            window=0, kv_cache_dtype=kv_dtype,
+        )  # fmt: skip
+
+    ms = time_cuda(run, [()], target_ms=100.0, min_reps=5).median_ms
+    flops = 4 * batch * seq_len * (seq_len + 1) / 2 * heads * head_size
+    kv_bytes = 2 if kv_dtype == "float16" else 1
+    triton_ms = 2 * triton_sm70_fmas(batch, seq_len, 0, heads, kv_heads, head_size)
+    triton_ms = triton_ms / V100_FP32_FLOPS * 1e3
+    return {
+        "kind": "cuda_prefill",
+        "head_size": head_size,
+        "heads": f"{heads}/{kv_heads}",
+        "seq_len": seq_len,
+        "batch": batch,
+        "kv_dtype": kv_dtype,
+        "ms": ms,
+        "TFLOPs": flops / (ms * 1e-3) / 1e12,
+        **cuda_prefill_estimate(batch, seq_len, 0, heads, kv_heads, head_size, kv_bytes),
+        "triton_sm70_estimate_ms": triton_ms,
+    }
+
+
+def print_cuda_prefill(results: dict) -> None:
+    """The tensor-core prefill's rows: this GPU's time (emulated m8n8k4), its SM70 estimate, the
+    Triton prefill's SM70 estimate and their ratio (issue 34's target: at most 0.3)."""
+    rows = results.get("cuda_prefill", [])
+    if not rows:
+        return
+    print("cuda prefill (V100 build; this GPU's ms measured with m8n8k4 emulated, sm70 estimated)")
+    print("  head heads   batch x seq   kv        ms here  sm70 est  triton sm70 est  ratio")
+    for r in rows:
+        print(
+            f"  {r['head_size']:4d} {r['heads']:5s} {r['batch']:5d} x {r['seq_len']:5d}  "
+            f"{r['kv_dtype']:8s} {r['ms']:8.3f} {r['sm70_estimate_ms']:9.2f} "
+            f"{r['triton_sm70_estimate_ms']:16.2f}  "
+            f"{r['sm70_estimate_ms'] / r['triton_sm70_estimate_ms']:5.3f}"
+        )
+
+
+# -- the tensor-core decode (CUDA, chosen on SM70): its SM70 estimate and its rows here ---------
+
+#: A V100 SXM2: 80 SMs at a 1530 MHz boost clock (NVIDIA Tesla V100 GPU Architecture
+#: whitepaper), each issuing four warp instructions a cycle (one per scheduler), 64 fp32 FMA a
+#: cycle and 16 conversions between fp16 and fp32 (CUDA C++ Programming Guide, "Arithmetic
+#: Instructions" throughput table, compute capability 7.x).
+V100_SMS = 80
+V100_CLOCK_HZ = 1.53e9
+V100_ISSUE_PER_CLOCK = 4
+V100_FFMA_PER_CLOCK = 64
+V100_CONVERT_PER_CLOCK = 16
+#: Issue 34's decode targets: batch x context, heads / KV heads (groups 4, 6, 8), head sizes.
+CUDA_DECODE_SHAPES = ((1, 32768), (32, 16384))
+CUDA_DECODE_HEADS = ((32, 8), (48, 8), (64, 8))
+CUDA_DECODE_HEAD_SIZES = (128, 256)
+#: SASS instructions in one pass of each sm_70 build's key loop (one warp, one 8-key tile: the
+#: body between the loop's label and its backward branch, soft-cap code included), NVRTC 12.9;
+#: the gate test proves every build's loop holds at most this many.
+CUDA_DECODE_LOOP_INSTRUCTIONS = {
+    (128, "float16"): 482,
+    (128, "fp8_e5m2"): 482,
+    (256, "float16"): 650,
+    (256, "fp8_e5m2"): 650,
+}
+
+
+def cuda_decode_hmma_per_tile(head_size: int) -> int:
+    """HMMA steps one warp of the tensor-core decode runs per 8-key tile: Q.K^T over its quad
+    pair's quarter of the head (head_size / 16 products) and P.V over two key sets of
+    head_size / 32 dims a lane (head_size / 16 products), four steps a product; the gate test
+    proves each sm_70 build's SASS holds exactly this many."""
+    return 4 * (head_size // 16 + 2 * (head_size // 32))
+
+
+def cuda_decode_estimate(batch, ctx, heads, kv_heads, head_size, kv_dtype, q_len=1) -> dict:
+    """The tensor-core decode's SM70 estimate: the longest of its bytes (the cache once, Q and the
+    output) at 900 GB/s, its HMMA steps (every tile of every row chunk) at the tensor-core rate,
+    and its key loop's SASS instructions at four a cycle per SM. Row chunks past the first read
+    the cache again from L2 (they run side by side), which the bytes do not count; latency is
+    not in it."""
+    group = heads // kv_heads
+    chunks = math.ceil(q_len * group / 8)
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
+    io = kv_bytes + 2 * batch * q_len * heads * head_size * 2
+    tiles = batch * kv_heads * chunks * math.ceil(ctx / 8)
+    flops = tiles * cuda_decode_hmma_per_tile(head_size) * HMMA_STEP_FLOPS
+    issue_s = (
+        tiles
+        * CUDA_DECODE_LOOP_INSTRUCTIONS[(head_size, kv_dtype)]
+        / (V100_SMS * V100_ISSUE_PER_CLOCK * V100_CLOCK_HZ)
+    )
+    bytes_s = io / V100_BANDWIDTH
+    return {
+        "sm70_bytes": io,
+        "sm70_bytes_ms": bytes_s * 1e3,
+        "sm70_hmma_flops": flops,
+        "sm70_hmma_ms": flops / V100_TENSOR_FLOPS * 1e3,
+        "sm70_issue_ms": issue_s * 1e3,
+        "sm70_estimate_ms": max(bytes_s, flops / V100_TENSOR_FLOPS, issue_s) * 1e3,
+    }
+
+
+def triton_decode_sm70_ms(batch, ctx, heads, kv_heads, head_size, kv_dtype) -> float:
+    """The Triton decode's SM70 estimate, as :func:`decode_case` computes it: 16 rows (the group
+    padded) x keys x head, twice, on the FMA units, or the bytes."""
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
+    io = kv_bytes + 2 * batch * heads * head_size * 2
+    rows = decode_tiles(SM70, head_size, 16, kv_fp8=False).block_m
+    fmas = 2 * batch * kv_heads * rows * ctx * head_pad(head_size)
+    return max(io / V100_BANDWIDTH, 2 * fmas / V100_FP32_FLOPS) * 1e3
+
+
+def fma_decode_sm70_ms(batch, ctx, heads, kv_heads, head_size, kv_dtype) -> float:
+    """The SM70 estimate of the design issue 34 also allowed and the decode does not take: FMA
+    code with the group unpadded (2 x group x head FFMA per key and KV head) that converts each
+    K/V element to fp32 once (2 x head conversions per key and KV head, at a quarter of FFMA's
+    rate), or the bytes."""
+    group = heads // kv_heads
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
+    io = kv_bytes + 2 * batch * heads * head_size * 2
+    keys = batch * ctx * kv_heads
+    cycles = keys * (
+        2 * group * head_size / V100_FFMA_PER_CLOCK + 2 * head_size / V100_CONVERT_PER_CLOCK
+    )
+    return max(io / V100_BANDWIDTH, cycles / (V100_SMS * V100_CLOCK_HZ)) * 1e3
+
+
+def cuda_decode_estimates() -> list[dict]:
+    """The SM70 estimates of every issue-34 decode target (no GPU needed): the tensor-core
+    decode's, its bytes' time, the Triton decode's and the FMA design's."""
+    rows = []
+    for head_size, (heads, kv_heads), (batch, ctx), kv_dtype in itertools.product(
+        CUDA_DECODE_HEAD_SIZES, CUDA_DECODE_HEADS, CUDA_DECODE_SHAPES, ("float16", "fp8_e5m2")
+    ):
+        shape = (batch, ctx, heads, kv_heads, head_size, kv_dtype)
+        rows.append(
+            {
+                "head_size": head_size,
+                "heads": f"{heads}/{kv_heads}",
+                "batch": batch,
+                "context": ctx,
+                "kv_dtype": kv_dtype,
+                **cuda_decode_estimate(*shape),
+                "triton_sm70_estimate_ms": triton_decode_sm70_ms(*shape),
+                "fma_sm70_estimate_ms": fma_decode_sm70_ms(*shape),
+            }
+        )
+    return rows
+
+
+def cuda_decode_case(batch, ctx, heads, kv_heads, head_size, kv_dtype, copy_bw) -> dict:
+    """The tensor-core decode launched directly (this GPU's table keeps Triton), built for this
+    GPU, where ``mma.m8n8k4`` runs emulated: timed as :func:`decode_case` times the Triton
+    decode (one captured graph, rotating input sets), with its achieved bandwidth here and its
+    SM70 estimate."""
+    from volta_attn_v100.cuda import decode
+
+    kv_bytes = batch * ctx * kv_heads * 2 * head_size * (2 if kv_dtype == "float16" else 1)
+    sets = max(1, min(64, math.ceil(ROTATE_BYTES / kv_bytes)))
+    torch.manual_seed(DECODE_SEED)
+    inputs = [
+        make_decode_inputs(batch, ctx, heads, kv_heads, kv_dtype, head_size=head_size)
+        for _ in range(sets)
+    ]
+    out = torch.empty_like(inputs[0][0])
+    splits = default_num_splits(batch, kv_heads, ctx, "cuda", kv_dtype)
+
+    def run(q, kv, block_table, seq_lens, q_start):
+        decode.paged_decode(
+            q, kv, block_table, seq_lens, q_start, out, max_query_len=1, max_seq_len=ctx,
+            sm_scale=head_size**-0.5, kv_cache_dtype=kv_dtype, num_splits=splits,
+            check_bounds=False,
+        )  # fmt: skip
+
+    run(*inputs[0])
+    ms = time_cuda_graph(run, inputs).median_ms
+    estimate = cuda_decode_estimate(batch, ctx, heads, kv_heads, head_size, kv_dtype)
+    bw = estimate["sm70_bytes"] / (ms * 1e-3)
+    return {
+        "kind": "cuda_decode",
+        "head_size": head_size,
+        "heads": f"{heads}/{kv_heads}",
+        "batch": batch,
+        "context": ctx,
+        "kv_dtype": kv_dtype,
+        "splits": splits,
+        "ms": ms,
+        "bandwidth_GBps": bw / 1e9,
+        "fraction_of_copy": bw / copy_bw,
+        **estimate,
+    }
+
+
+def print_cuda_decode(results: dict) -> None:
+    """The tensor-core decode: the SM70 estimate of every target (e5m2's beside fp16's, issue
+    34: within 10% of the bytes, e5m2 at most 0.55x fp16), then the rows timed on this GPU."""
+    rows = results.get("cuda_decode_estimates", [])
+    if rows:
+        print("cuda decode, SM70 estimates (ms; V100 estimated, not measured)")
+        print(
+            "  head heads batch x ctx   fp16 est  /bytes  e5m2 est  /bytes  e5m2/fp16  "
+            "triton fp16/e5m2  fma fp16/e5m2"
+        )
+        by_key = {
+            (r["head_size"], r["heads"], r["batch"], r["context"], r["kv_dtype"]): r for r in rows
+        }
+        for r in rows:
+            if r["kv_dtype"] != "float16":
+                continue
+            e = by_key[(r["head_size"], r["heads"], r["batch"], r["context"], "fp8_e5m2")]
+            print(
+                f"  {r['head_size']:4d} {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} "
+                f"{r['sm70_estimate_ms']:8.3f} {r['sm70_estimate_ms'] / r['sm70_bytes_ms']:6.2f}  "
+                f"{e['sm70_estimate_ms']:8.3f} {e['sm70_estimate_ms'] / e['sm70_bytes_ms']:6.2f}  "
+                f"{e['sm70_estimate_ms'] / r['sm70_estimate_ms']:8.3f}  "
+                f"{r['triton_sm70_estimate_ms']:7.3f}/{e['triton_sm70_estimate_ms']:7.3f}  "
+                f"{r['fma_sm70_estimate_ms']:6.3f}/{e['fma_sm70_estimate_ms']:6.3f}"
+            )
+    timed = results.get("cuda_decode", [])
+    if timed:
+        print("cuda decode here (V100 build, m8n8k4 emulated on this GPU: measured, not a V100's)")
+        print("  head heads batch x ctx  kv        ms here    GB/s  %copy  splits  sm70 est")
+        for r in timed:
+            print(
+                f"  {r['head_size']:4d} {r['heads']:5s} {r['batch']:4d} x {r['context']:5d} "
+                f"{r['kv_dtype']:8s} {r['ms']:8.3f} {r['bandwidth_GBps']:7.0f} "
+                f"{100 * r['fraction_of_copy']:5.1f}% {r['splits']:6d} {r['sm70_estimate_ms']:9.3f}"
+            )
 
 
 #: Seed of the first input set of every decode measurement, so each sweep variant's output on
@@ -590,11 +899,34 @@ def main(argv: list[str] | None = None) -> None:
             )  # fmt: skip
             results["prefill"].append(row)
             progress(row)
+    if "cuda_prefill" in parts:
+        results["cuda_prefill"] = []
+        for seq_len in CUDA_PREFILL_SEQ_LENS:
+            if "prefill" not in parts or seq_len not in PREFILL_SEQ_LENS:
+                results["prefill"].append(prefill_case(seq_len))
+                progress(results["prefill"][-1])
+            for kv_dtype in ("float16", "fp8_e5m2"):
+                results["cuda_prefill"].append(cuda_prefill_case(seq_len, kv_dtype=kv_dtype))
+                progress(results["cuda_prefill"][-1])
+    if "cuda_decode" in parts:
+        results["cuda_decode_estimates"] = cuda_decode_estimates()
+        results["cuda_decode"] = []
+        for head_size, (heads, kv_heads), (batch, ctx), kv_dtype in itertools.product(
+            CUDA_DECODE_HEAD_SIZES,
+            CUDA_DECODE_HEADS[::2],
+            CUDA_DECODE_SHAPES,
+            ("float16", "fp8_e5m2"),
+        ):
+            row = cuda_decode_case(batch, ctx, heads, kv_heads, head_size, kv_dtype, copy_bw)
+            results["cuda_decode"].append(row)
+            progress(row)
     if not args.quick and "sweep" in parts:
         results["sweep"] = sweep(copy_bw, sections)
     (args.out / "attn_v100_bench.json").write_text(json.dumps(results, indent=1))
     print_table(results)
     print_sweep(results)
+    print_cuda_prefill(results)
+    print_cuda_decode(results)
     chart(results, args.out / "attn_v100_bench.png")
 
 

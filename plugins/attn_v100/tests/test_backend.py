@@ -152,6 +152,37 @@ def test_impl_refuses_e4m3_on_a_gpu_below_sm89(monkeypatch, kv) -> None:
     assert make_impl(kv_cache_dtype=kv).cache_format == "fp8_e4m3"
 
 
+@pytest.mark.parametrize(
+    ("capability", "head_size", "kv", "loaded"),
+    [
+        ((7, 0), 128, "fp8_e5m2", ["prefill", "decode"]),
+        ((7, 0), 64, "auto", ["prefill"]),
+        ((7, 0), 512, "auto", []),
+        ((9, 0), 128, "auto", []),
+    ],
+)
+def test_impl_loads_its_tensor_core_builds_when_built(
+    monkeypatch, capability, head_size, kv, loaded
+) -> None:
+    """Built on a V100, a layer loads the CUDA prefill and decode builds it will take (by the
+    launcher's own rules) before vLLM captures any graph; on other devices, or for a head size
+    the CUDA kernels do not take, nothing is compiled."""
+    import torch
+
+    from volta_attn_v100.cuda import decode, prefill
+
+    calls: list[tuple[str, int, str]] = []
+    for name, module in (("prefill", prefill), ("decode", decode)):
+        monkeypatch.setattr(
+            module, "warm_up", lambda device, head, fmt, name=name: calls.append((name, head, fmt))
+        )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    impl = make_impl(head_size=head_size, kv_cache_dtype=kv)
+    assert calls == [(name, head_size, impl.cache_format) for name in loaded]
+
+
 @pytest.mark.parametrize("kv", ["auto", "fp8_e5m2"])
 def test_impl_writes_through_the_writer_of_the_format_owner(kv) -> None:
     """Built as vLLM builds it, the impl holds the packed layout's writer the host resolved:

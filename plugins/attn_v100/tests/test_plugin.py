@@ -9,6 +9,11 @@ import sys
 
 import pytest
 
+from volta_attn_v100.gate_configs import cuda_builds
+from volta_attn_v100.limits import MAX_DECODE_QUERY_LEN
+from volta_attn_v100.paths import TENSOR_CORES, TRITON
+from volta_attn_v100.plugin import BACKEND_NAME
+from volta_attn_v100.tables import takes_cuda_decode, takes_cuda_prefill
 from volta_core import (
     PACKED_KV_LAYOUT,
     V100,
@@ -19,13 +24,14 @@ from volta_core import (
     kv_cache_writer,
 )
 from volta_core.errors import NoAttentionBackendError
-from volta_core.types import AttentionFeature, AttentionLayer
+from volta_core.types import AttentionFeature, AttentionLayer, KernelPath
 
 
 def test_loading_the_plugin_imports_no_heavy_module() -> None:
     code = (
         "import sys, volta_attn_v100.plugin as p; list(p.volta_attention_backends()); "
         "list(p.volta_kernel_configs(__import__('volta_core').V100)); "
+        "list(p.volta_cuda_kernel_configs(__import__('volta_core').V100)); "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'vllm')]; "
         "print(heavy); assert not heavy"
     )
@@ -129,3 +135,62 @@ def test_alibi_falls_back() -> None:
     choice = manager().select_attention(layer(128, features={AttentionFeature.ALIBI}), V100)
     assert choice.backend.name == "TRITON_ATTN"
     assert "alibi" in choice.refusals[0].reason
+
+
+def _query_lengths(stage: str) -> range:
+    lengths = stage.removeprefix("decode, ").split(" ")[0]
+    first, _, last = lengths.partition("-")
+    return range(int(first), int(last or first) + 1)
+
+
+@pytest.mark.parametrize("device", [V100, Device((9, 0))])
+@pytest.mark.parametrize(
+    ("head", "heads", "kv_heads", "kv"),
+    [
+        (128, 32, 8, "auto"),
+        (128, 32, 8, "fp8_e5m2"),
+        (256, 24, 4, "auto"),
+        (128, 8, 8, "fp8_e5m2"),
+        (64, 16, 2, "auto"),
+        (512, 16, 2, "auto"),
+    ],
+)
+def test_the_plan_shows_the_launchers_kernel_per_stage(device, head, heads, kv_heads, kv) -> None:
+    """``volta_kernel_paths``: the prefill's kernel and the decode's for every query length
+    (1 to 8, each once and in order), as the launcher's rules pick them; the tensor cores need
+    NVRTC, with Triton as the fallback."""
+    layer = AttentionLayer("model.layers.0.self_attn.attn", head, heads, kv_heads, "float16", kv)
+    paths = manager().kernel_paths("attn_v100", layer, BACKEND_NAME, device)
+    kv_dtype = canonical_kv_dtype(kv, "float16")
+    prefill, *decode = paths
+    tensor = takes_cuda_prefill(device.capability, head, kv_dtype)
+    assert prefill.stage == "prefill"
+    assert prefill.kernel == (TENSOR_CORES if tensor else TRITON)
+    covered = [q for path in decode for q in _query_lengths(path.stage)]
+    assert covered == list(range(1, MAX_DECODE_QUERY_LEN + 1))
+    for path in decode:
+        for q_len in _query_lengths(path.stage):
+            chosen = takes_cuda_decode(device.capability, head, kv_dtype, heads // kv_heads, q_len)
+            assert path == (
+                KernelPath(path.stage, TENSOR_CORES, True, TRITON)
+                if chosen
+                else KernelPath(path.stage, TRITON)
+            ), (q_len, path)
+    assert any(p.needs_nvrtc for p in paths) == (device == V100 and head in (64, 128, 256))
+
+
+def test_v100_decode_of_a_32_8_layer_takes_the_tensor_cores_up_to_4_query_tokens() -> None:
+    layer = AttentionLayer("l", 128, 32, 8, "float16", "fp8_e5m2")
+    paths = manager().kernel_paths("attn_v100", layer, BACKEND_NAME, V100)
+    assert [(p.stage, p.kernel) for p in paths] == [
+        ("prefill", TENSOR_CORES),
+        ("decode, 1-4 query tokens", TENSOR_CORES),
+        ("decode, 5-8 query tokens", TRITON),
+    ]
+
+
+def test_the_cuda_builds_are_declared_through_the_host() -> None:
+    declared = manager().cuda_kernel_configs(V100)
+    assert [cfg for plugin, cfg in declared if plugin == "attn_v100"] == cuda_builds(V100)
+    assert cuda_builds(V100)
+    assert manager().cuda_kernel_configs(Device((9, 0))) == []

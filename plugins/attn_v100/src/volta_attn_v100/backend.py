@@ -54,6 +54,7 @@ from volta_attn_v100.ops import (
     kv_scales,
     paged_attention,
 )
+from volta_attn_v100.tables import takes_cuda_decode, takes_cuda_prefill
 from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, canonical_kv_dtype, kv_cache_writer
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the
@@ -307,6 +308,27 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         self.write_kv_cache: KVCacheWriter = kv_cache_writer(
             PACKED_KV_LAYOUT, kv_cache_dtype, "float16"
         )
+        if torch.cuda.is_available():
+            self._load_tensor_core_builds(torch.cuda.get_device_capability())
+
+    def _load_tensor_core_builds(self, capability: tuple[int, int]) -> None:
+        """Compile and load the CUDA builds this layer's prefill and decode take on the current
+        device (of ``capability``) now, before vLLM captures CUDA graphs: a build first asked
+        for during capture leaves that launch to Triton. A missing NVRTC is logged once (an
+        error with ``VLLM_VOLTA_STRICT=1``), and the Triton kernels serve."""
+        group = self.num_heads // self.num_kv_heads
+        prefill = takes_cuda_prefill(capability, self.head_size, self.cache_format)
+        decode = takes_cuda_decode(capability, self.head_size, self.cache_format, group, 1)
+        if not (prefill or decode):
+            return
+        from volta_attn_v100.cuda import decode as cuda_decode
+        from volta_attn_v100.cuda import prefill as cuda_prefill
+
+        device = torch.device("cuda", torch.cuda.current_device())
+        if prefill:
+            cuda_prefill.warm_up(device, self.head_size, self.cache_format)
+        if decode:
+            cuda_decode.warm_up(device, self.head_size, self.cache_format)
 
     def _scales(self, layer: AttentionLayer) -> tuple[Any, Any]:
         if self.cache_format == "float16":

@@ -2,7 +2,8 @@
 
 Pure Python (no torch, no triton): the plugin's ``volta_kernel_configs`` hook returns
 :func:`kernel_configs`, made from the device family's table through :mod:`volta_attn_v100.launch`
-as the launchers make their launches.
+as the launchers make their launches. :func:`cuda_builds` lists the CUDA-source kernels' builds
+(:mod:`volta_attn_v100.cuda`) for the CUDA sm_70 gate, from the same tables.
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ from volta_attn_v100.limits import (
     fp8_decode,
     head_pad,
 )
-from volta_attn_v100.tables import LaunchTable, table_for
-from volta_core import KernelConfig
+from volta_attn_v100.tables import (
+    CUDA_PREFILL_KV_DTYPES,
+    SM70_CUDA_PREFILL,
+    LaunchTable,
+    table_for,
+    takes_cuda_prefill,
+)
+from volta_core import CudaKernelConfig, Device, KernelConfig
 
 KERNEL_MODULE = "volta_attn_v100.kernels"
 
@@ -282,3 +289,63 @@ def kernel_configs(capability: tuple[int, int]) -> list[KernelConfig]:
     if not table.gate_64_bit_offsets:
         return configs
     return [*configs, *(_offsets_64(c) for c in configs if c.constexprs.get("CACHE_OFFSETS_32"))]
+
+
+# -- CUDA-source builds (volta_attn_v100/cuda): what the CUDA sm_70 gate compiles ---------------
+
+
+def _prefill_builds(device: Device) -> list[CudaKernelConfig]:
+    """The tensor-core prefill's builds on ``device``: on a V100 every head size of
+    :data:`volta_attn_v100.tables.SM70_CUDA_PREFILL` for fp16 and e5m2 KV; none elsewhere."""
+    from volta_attn_v100.cuda import (
+        PREFILL_KERNEL,
+        PREFILL_SOURCE,
+        prefill_options,
+        prefill_shared_bytes,
+    )
+
+    builds = []
+    for head_size, tile in SM70_CUDA_PREFILL.items():
+        for kv_dtype in CUDA_PREFILL_KV_DTYPES:
+            if not takes_cuda_prefill(device.capability, head_size, kv_dtype):
+                continue
+            builds.append(
+                CudaKernelConfig(
+                    name=f"cuda_prefill_d{head_size}_n{tile.block_n}w{tile.num_warps}_{kv_dtype}",
+                    source=PREFILL_SOURCE,
+                    kernel=PREFILL_KERNEL,
+                    block_threads=tile.num_warps * 32,
+                    options=prefill_options(head_size, kv_dtype != "float16", tile),
+                    dynamic_shared_bytes=prefill_shared_bytes(head_size, tile),
+                    claims_tensor_cores=True,
+                )
+            )
+    return builds
+
+
+def _decode_builds(device: Device) -> list[CudaKernelConfig]:
+    """The tensor-core decode's builds on ``device``: on a V100 every head size of
+    :data:`volta_attn_v100.tables.SM70_CUDA_DECODE` for fp16 and e5m2 KV; none elsewhere."""
+    from volta_attn_v100.cuda import DECODE_KERNEL, DECODE_SOURCE, decode_options
+    from volta_attn_v100.tables import CUDA_DECODE_KV_DTYPES, SM70_CUDA_DECODE, takes_cuda_decode
+
+    return [
+        CudaKernelConfig(
+            name=f"cuda_decode_d{head_size}_w{tile.num_warps}b{tile.min_blocks}_{kv_dtype}",
+            source=DECODE_SOURCE,
+            kernel=DECODE_KERNEL,
+            block_threads=tile.num_warps * 32,
+            options=decode_options(
+                head_size, kv_dtype != "float16", tile.num_warps, tile.min_blocks
+            ),
+            claims_tensor_cores=True,
+        )
+        for head_size, tile in SM70_CUDA_DECODE.items()
+        for kv_dtype in CUDA_DECODE_KV_DTYPES
+        if takes_cuda_decode(device.capability, head_size, kv_dtype, 1, 1)
+    ]
+
+
+def cuda_builds(device: Device) -> list[CudaKernelConfig]:
+    """Every CUDA-source build the launchers can run on ``device``, one helper per kernel."""
+    return [*_prefill_builds(device), *_decode_builds(device)]

@@ -427,7 +427,8 @@ def paged_attention(
             cache_span=cache_span(kv),
             page_size=kv.shape[2],
         )
-        _launch_decode(args, decode)
+        if not _cuda_decode(args, decode, max_query_len):
+            _launch_decode(args, decode)
     else:
         prefill = prefill_launch(
             table,
@@ -537,9 +538,66 @@ def _launch_decode(a: _Common, launch: DecodeLaunch) -> None:
     )
 
 
+def _cuda_decode(a: _Common, launch: DecodeLaunch, max_query_len: int) -> bool:
+    """Run the decode on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.decode`) where
+    :func:`~volta_attn_v100.tables.takes_cuda_decode` takes it, its build loads and the tensors
+    allow its vector loads, with the launch's partitions; False leaves it to the Triton kernel."""
+    from volta_attn_v100.tables import takes_cuda_decode
+
+    if not a.query.is_cuda:
+        return False
+    head_size = launch.build.head_size
+    # An fp8 cache below SM89 is e5m2: cache_view refuses e4m3 there.
+    kv_dtype = "fp8_e5m2" if launch.build.kv_fp8 else "float16"
+    capability = device_facts(a.query.device).capability
+    if not takes_cuda_decode(capability, head_size, kv_dtype, a.group, max_query_len):
+        return False
+    from volta_attn_v100.cuda import decode
+
+    if not decode.ready(a.query.device, head_size, kv_dtype) or not decode.vector_aligned(
+        a.query, a.kv
+    ):
+        return False
+    decode.launch(
+        a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
+        k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
+        has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
+        kv_cache_dtype=kv_dtype, max_query_len=max_query_len, num_splits=launch.num_splits,
+    )  # fmt: skip
+    return True
+
+
+def _cuda_prefill(a: _Common, launch: PrefillLaunch) -> bool:
+    """Run the prefill on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.prefill`) where
+    :func:`~volta_attn_v100.tables.takes_cuda_prefill` takes it, its build loads and the cache
+    allows its vector loads; False leaves it to the Triton kernel."""
+    from volta_attn_v100.tables import takes_cuda_prefill
+
+    if not a.query.is_cuda:
+        return False
+    head_size = launch.build.head_size
+    # An fp8 cache below SM89 is e5m2: cache_view refuses e4m3 there.
+    kv_dtype = "fp8_e5m2" if launch.build.kv_fp8 else "float16"
+    if not takes_cuda_prefill(device_facts(a.query.device).capability, head_size, kv_dtype):
+        return False
+    from volta_attn_v100.cuda import prefill
+
+    if not prefill.ready(a.query.device, head_size, kv_dtype) or not prefill.vector_aligned(a.kv):
+        return False
+    prefill.launch(
+        a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
+        k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
+        has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
+        kv_cache_dtype=kv_dtype,
+    )  # fmt: skip
+    return True
+
+
 def _launch_prefill(a: _Common, launch: PrefillLaunch) -> None:
     from volta_attn_v100.kernels import paged_prefill_kernel
 
+    if _cuda_prefill(a, launch):
+        return
     build = launch.build
     paged_prefill_kernel[launch.grid](
         a.query,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from volta_attn_v100.gate_configs import kernel_configs
+from volta_attn_v100.gate_configs import cuda_builds, kernel_configs
 from volta_attn_v100.limits import (
     DTYPES,
     HEAD_SIZES,
@@ -20,16 +20,22 @@ from volta_attn_v100.limits import (
     MAX_CAPABILITY,
     MIN_CAPABILITY,
 )
+from volta_attn_v100.paths import attention_paths
 from volta_core import (
     PACKED_KV_LAYOUT,
     AttentionBackendSpec,
     AttentionFeature,
+    AttentionLayer,
+    CudaKernelConfig,
     Device,
     KernelConfig,
+    KernelPath,
+    QuantConfig,
+    QuantLayer,
     hookimpl,
 )
 
-VOLTA_HOST_API = "1.0"
+VOLTA_HOST_API = "1.1"
 
 #: The backend's name in plans and listings.
 BACKEND_NAME = "VOLTA_ATTN_V100"
@@ -56,7 +62,10 @@ SPEC = AttentionBackendSpec(
     features=FEATURES,
     vllm_name="CUSTOM",
     kv_cache_layout=PACKED_KV_LAYOUT,
-    notes="Triton split-KV paged decode + paged prefill; fp16, fp8_e5m2 and (SM89+) fp8_e4m3 KV",
+    notes=(
+        "Triton split-KV paged decode + paged prefill, on SM70 CUDA tensor-core kernels where "
+        "NVRTC is installed; fp16, fp8_e5m2 and (SM89+) fp8_e4m3 KV"
+    ),
 )
 
 
@@ -68,3 +77,17 @@ def volta_attention_backends() -> Iterable[AttentionBackendSpec]:
 @hookimpl
 def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
     return kernel_configs(device.capability)
+
+
+@hookimpl
+def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
+    return cuda_builds(device)
+
+
+@hookimpl
+def volta_kernel_paths(
+    layer: AttentionLayer | QuantLayer, served_by: str, device: Device, quant: QuantConfig | None
+) -> Iterable[KernelPath]:
+    if served_by != BACKEND_NAME or not isinstance(layer, AttentionLayer):
+        return []
+    return attention_paths(layer, device.capability)

@@ -288,3 +288,114 @@ SM80 = LaunchTable(
 def table_for(capability: tuple[int, int]) -> LaunchTable:
     """SM70 tiles below SM80 (FMA ``tl.dot`` with Triton 3.3+), SM80 tiles from there."""
     return SM70 if capability < (8, 0) else SM80
+
+
+# -- the tensor-core prefill on SM70 (CUDA C++, volta_attn_v100/cuda/prefill.cu) ---------------
+
+
+@dataclass(frozen=True)
+class CudaPrefillTile:
+    """A launch shape of the CUDA prefill: keys per tile and warps, each warp 8 query rows."""
+
+    block_n: int
+    num_warps: int
+
+    @property
+    def block_m(self) -> int:
+        """Rows (query token x head of the group) a block owns."""
+        return 8 * self.num_warps
+
+
+#: The compute capability the CUDA prefill is chosen on: ``mma.m8n8k4`` "is optimized for target
+#: architecture sm_70 and may have substantially reduced performance on other target
+#: architectures" (PTX ISA, mma), and from SM80 on ``tl.dot`` runs on the tensor cores itself.
+CUDA_PREFILL_CAPABILITY = (7, 0)
+
+#: KV dtypes the CUDA prefill reads: fp16, and e5m2 widened exactly to fp16 (its byte is the high
+#: byte of the fp16). A V100 has no e4m3 cache (:data:`volta_attn_v100.limits.E4M3_MIN_CAPABILITY`).
+CUDA_PREFILL_KV_DTYPES = ("float16", "fp8_e5m2")
+
+#: SM70 CUDA prefill tiles by head size: 64 rows on 8 warps (one block per SM: 144-224
+#: registers a thread), 64 keys a tile, 32 at head size 256 so Q, K, V^T and the warps' P fit
+#: 76 KB of shared memory (36-62 KB below). Every build passes the sm_70 gate
+#: (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#cuda_prefill). Head size 512 stays on Triton: its
+#: Q and V^T tiles alone pass 96 KB at 64 rows.
+SM70_CUDA_PREFILL: Mapping[int, CudaPrefillTile] = {
+    64: CudaPrefillTile(64, 8),
+    80: CudaPrefillTile(64, 8),
+    96: CudaPrefillTile(64, 8),
+    128: CudaPrefillTile(64, 8),
+    256: CudaPrefillTile(32, 8),
+}
+
+
+def takes_cuda_prefill(capability: tuple[int, int], head_size: int, kv_cache_dtype: str) -> bool:
+    """Whether a prefill of this head size and KV dtype runs on the SM70 tensor cores (the
+    CUDA prefill) on a device of ``capability``: on a V100, for every head size the table
+    lists and fp16 or e5m2 KV, since its products there take an eighth of the FMA path's time
+    (125 against 15.7 TFLOP/s, V100 whitepaper). The launcher also needs the build to load
+    (NVRTC present, the compile passing); otherwise the Triton kernel serves."""
+    return (
+        capability == CUDA_PREFILL_CAPABILITY
+        and head_size in SM70_CUDA_PREFILL
+        and kv_cache_dtype in CUDA_PREFILL_KV_DTYPES
+    )
+
+
+# -- the tensor-core decode on SM70 (CUDA C++, volta_attn_v100/cuda/decode.cu) ----------------
+
+
+@dataclass(frozen=True)
+class CudaDecodeTile:
+    """A build shape of the CUDA decode: warps per block (each walks its own 8-key tiles of the
+    block's partition) and the blocks per SM its registers are bounded for
+    (``__launch_bounds__``)."""
+
+    num_warps: int
+    min_blocks: int
+
+
+#: The compute capability the CUDA decode is chosen on: ``mma.m8n8k4`` is Volta's shape ("optimized
+#: for target architecture sm_70", PTX ISA, mma), and from SM80 on ``tl.dot`` runs on the tensor
+#: cores itself.
+CUDA_DECODE_CAPABILITY = (7, 0)
+
+#: KV dtypes the CUDA decode reads: fp16, and e5m2 widened exactly to fp16 (a V100 has no e4m3
+#: cache, :data:`volta_attn_v100.limits.E4M3_MIN_CAPABILITY`).
+CUDA_DECODE_KV_DTYPES = ("float16", "fp8_e5m2")
+
+#: Rows a CUDA decode block owns (m8n8k4's M) and the most row chunks of 8 a sequence's query
+#: tokens x head group may take: each chunk reads the KV head's bytes again (from L2 when the
+#: chunks run side by side), so past two chunks the model no longer favours it over the Triton
+#: kernel's 16- and 32-row tiles.
+CUDA_DECODE_ROWS = 8
+CUDA_DECODE_MAX_ROW_CHUNKS = 2
+
+#: SM70 CUDA decode builds by head size: 4 warps, 3 blocks per SM at head size 128 (132-149
+#: registers a thread; bounded for 4, the fp16 build spilled 8 B) and 2 at 256 (200-241), 0
+#: spills; each warp keeps a tile of K and V in flight
+#: (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#cuda_decode).
+SM70_CUDA_DECODE: Mapping[int, CudaDecodeTile] = {
+    128: CudaDecodeTile(4, 3),
+    256: CudaDecodeTile(4, 2),
+}
+
+
+def takes_cuda_decode(
+    capability: tuple[int, int], head_size: int, kv_cache_dtype: str, group: int, q_len_max: int
+) -> bool:
+    """Whether a decode of this head size, KV dtype, query group (query heads per KV head) and
+    longest query (1..8 tokens, MTP) runs on the SM70 tensor cores (the CUDA decode) on a device of
+    ``capability``: on a V100, for the table's head sizes, fp16 or e5m2 KV, groups up to 8 and at
+    most :data:`CUDA_DECODE_MAX_ROW_CHUNKS` chunks of 8 rows. There its products pad the group to
+    8 rows on HMMA instead of 16 on the FMA units, so the SM70 estimate is bound by the bytes
+    (benchmarks/bench.py). The launcher also needs the build to load (NVRTC present, the compile
+    passing) and a cache that allows 16-byte loads; otherwise the Triton kernel serves."""
+    rows = max(q_len_max, 1) * group
+    return (
+        capability == CUDA_DECODE_CAPABILITY
+        and head_size in SM70_CUDA_DECODE
+        and kv_cache_dtype in CUDA_DECODE_KV_DTYPES
+        and 1 <= group <= 8
+        and -(-rows // CUDA_DECODE_ROWS) <= CUDA_DECODE_MAX_ROW_CHUNKS
+    )

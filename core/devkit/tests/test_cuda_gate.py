@@ -18,6 +18,7 @@ import pytest
 
 pytest.importorskip("triton")
 
+from volta_core import CudaKernelConfig
 from volta_core.kernel_api import (
     CudaToolkitUnavailable,
     NvrtcBuild,
@@ -27,7 +28,6 @@ from volta_core.kernel_api import (
 from volta_devkit import cuda_gate
 from volta_devkit.cuda_example import sm70_gate_configs
 from volta_devkit.cuda_gate import (
-    CudaGateConfig,
     block_registers,
     check_cuda_config,
     cubin_kernel,
@@ -126,7 +126,7 @@ def test_cubin_registers_and_shared_memory_match_cuobjdump(arch: str, shared: in
 
 
 def test_static_and_dynamic_shared_memory_are_judged_together() -> None:
-    fits = CudaGateConfig("staged", STAGED, "staged", 1024, dynamic_shared_bytes=88 * 1024)
+    fits = CudaKernelConfig("staged", STAGED, "staged", 1024, dynamic_shared_bytes=88 * 1024)
     report = check_cuda_config(fits)
     assert_gate_passes(report)
     assert report.shared_bytes == 4096 + 88 * 1024
@@ -137,7 +137,7 @@ def test_static_and_dynamic_shared_memory_are_judged_together() -> None:
 
 
 def test_spills_are_caught() -> None:
-    fits = CudaGateConfig("wide", WIDE, "wide", 256)
+    fits = CudaKernelConfig("wide", WIDE, "wide", 256)
     assert_gate_passes(check_cuda_config(fits))
     capped = check_cuda_config(replace(fits, options=("--maxrregcount=32",)))
     assert capped.n_regs == 32
@@ -149,13 +149,13 @@ def test_spills_are_caught() -> None:
 
 
 def test_a_block_that_cannot_fit_the_register_file_is_caught() -> None:
-    report = check_cuda_config(CudaGateConfig("wide", WIDE, "wide", 1024))
+    report = check_cuda_config(CudaKernelConfig("wide", WIDE, "wide", 1024))
     assert report.n_regs is not None
     assert report.n_regs * 1024 > 65536
     (problem,) = report.problems
     assert "a block of 1024 threads" in problem
     assert "cannot launch" in problem
-    empty = check_cuda_config(CudaGateConfig("w", WIDE, "wide", 0))
+    empty = check_cuda_config(CudaKernelConfig("w", WIDE, "wide", 0))
     assert "1 to 1024 threads" in empty.problems[0]
 
 
@@ -167,7 +167,8 @@ def test_register_allocation_rounds_each_warp_up() -> None:
 
 
 def test_claiming_tensor_cores_without_hmma_is_a_problem() -> None:
-    report = check_cuda_config(CudaGateConfig("wide", WIDE, "wide", 256, claims_tensor_cores=True))
+    claiming = CudaKernelConfig("wide", WIDE, "wide", 256, claims_tensor_cores=True)
+    report = check_cuda_config(claiming)
     assert report.sass_histogram.get("FFMA", 0) > 0
     (problem,) = report.problems
     assert "claims tensor cores but its sm_70 SASS has no HMMA" in problem
@@ -186,11 +187,11 @@ def test_m8n8k4_has_no_hmma_at_sm90(example_report) -> None:
 
 
 def test_compile_errors_and_missing_kernels_are_problems_not_raises() -> None:
-    broken = check_cuda_config(CudaGateConfig("broken", BROKEN, "broken", 32))
+    broken = check_cuda_config(CudaKernelConfig("broken", BROKEN, "broken", 32))
     (problem,) = broken.problems
     assert problem.startswith("does not compile for sm_70: NVRTC could not compile broken for ")
     assert 'identifier "not_declared" is undefined' in problem
-    misnamed = check_cuda_config(CudaGateConfig("x", WIDE, "not_there", 32))
+    misnamed = check_cuda_config(CudaKernelConfig("x", WIDE, "not_there", 32))
     (problem,) = misnamed.problems
     assert "no kernel 'not_there'" in problem
 
@@ -200,7 +201,7 @@ def test_a_missing_toolkit_is_a_problem(monkeypatch: pytest.MonkeyPatch) -> None
         raise CudaToolkitUnavailable('cuda-bindings is not installed: pip install "x[cuda]"')
 
     monkeypatch.setattr(cuda_gate, "nvrtc_build", unavailable)
-    report = check_cuda_config(CudaGateConfig("wide", WIDE, "wide", 256))
+    report = check_cuda_config(CudaKernelConfig("wide", WIDE, "wide", 256))
     (problem,) = report.problems
     assert "cuda-bindings is not installed" in problem
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import ct_wna16_bench as bench
 import pytest
@@ -44,7 +44,6 @@ from volta_ct_wna16.tables import (
 from volta_devkit.cuda_gate import (
     MAX_BLOCK_THREADS,
     REGISTERS_PER_BLOCK,
-    CudaGateConfig,
     block_registers,
     check_cuda_config,
 )
@@ -75,6 +74,7 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     kinds = {c.kernel.rsplit(":", 1)[1] for c in device_configs}
     expected = {"wna16_splitk_kernel", "wna16_dequant_kernel", "wna16_moe_kernel"}
     expected |= {"moe_count_kernel", "moe_place_kernel", "silu_mul_kernel"}
+    expected |= {"moe_decode_gate_up_kernel", "moe_decode_down_kernel", "topk_softmax_kernel"}
     if device == V100:  # SM90 runs 33-191 tokens on a split-K tile, not the GEMM kernel
         expected.add("wna16_gemm_kernel")
     assert kinds == expected
@@ -257,7 +257,7 @@ def _build(launch: Launch, bits: int, zp: bool) -> CudaKernelConfig:
 def mma_reports() -> dict[tuple[str, ...], object]:
     """The gate's report of every shipped tensor-core build, by NVRTC options (one compile)."""
     return {
-        b.options: check_cuda_config(CudaGateConfig(**asdict(b)), capability=70)
+        b.options: check_cuda_config(b, capability=70)
         for b in cuda_builds(V100)
     }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from volta_devkit.cuda_gate import CudaGateConfig
+from volta_core import CudaKernelConfig
 
 if TYPE_CHECKING:
     import torch
@@ -148,10 +148,10 @@ def mma_gemm_reference(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return a.double() @ w.double().T
 
 
-def sm70_gate_configs() -> list[CudaGateConfig]:
+def sm70_gate_configs() -> list[CudaKernelConfig]:
     """The configuration a V100 would build: one source, one launch shape."""
     return [
-        CudaGateConfig(
+        CudaKernelConfig(
             name="mma_gemm_f16",
             source=SOURCE,
             kernel=KERNEL,

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from volta_core import CudaKernelConfig
 from volta_core.kernel_api import (
     CudaCompileError,
     CudaToolkitUnavailable,
@@ -43,27 +43,6 @@ _EIFMT_SVAL = 4
 _EIATTR_REGCOUNT = 0x2F
 _ENTRY = re.compile(r"Compiling entry function '([^']+)'")
 _SPILLS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-
-
-@dataclass(frozen=True)
-class CudaGateConfig:
-    """One CUDA-source kernel configuration a V100 would build and launch.
-
-    :param source: the CUDA C++ source; ``kernel`` its ``extern "C" __global__`` function.
-    :param options: NVRTC options other than the architecture (``-DHEAD=128``...).
-    :param block_threads: threads per block the launcher uses.
-    :param dynamic_shared_bytes: dynamic shared memory per block the launcher asks for.
-    :param claims_tensor_cores: the kernel is meant to run on tensor cores: its SASS must hold
-        ``HMMA``.
-    """
-
-    name: str
-    source: str
-    kernel: str
-    block_threads: int
-    options: tuple[str, ...] = ()
-    dynamic_shared_bytes: int = 0
-    claims_tensor_cores: bool = False
 
 
 class CubinKernel(NamedTuple):
@@ -147,7 +126,7 @@ def block_registers(registers: int, threads: int) -> int:
     return per_warp * -(-threads // 32)
 
 
-def check_cuda_config(cfg: CudaGateConfig, capability: int = 70) -> GateReport:
+def check_cuda_config(cfg: CudaKernelConfig, capability: int = 70) -> GateReport:
     """Compile ``cfg`` for ``sm_<capability>`` with NVRTC and judge it (see the module doc)."""
     report = GateReport(cfg.name, capability, num_warps=-(-cfg.block_threads // 32), num_stages=1)
     arch = f"sm_{capability}"
@@ -177,7 +156,7 @@ def check_cuda_config(cfg: CudaGateConfig, capability: int = 70) -> GateReport:
     return report
 
 
-def _judge(report: GateReport, cfg: CudaGateConfig, arch: str) -> None:
+def _judge(report: GateReport, cfg: CudaKernelConfig, arch: str) -> None:
     if report.n_spills:
         report.problems.append(
             f"spills registers: {report.n_spills} B of spill stores and {report.n_spill_loads} B "

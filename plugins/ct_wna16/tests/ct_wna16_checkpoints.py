@@ -2,9 +2,10 @@
 
 :func:`library_checkpoint` has the ``compressed-tensors`` library itself quantize and compress a
 linear layer (its min-max scales and zero points, its ``pack-quantized`` compressor), which is
-what real checkpoints are made with. :func:`fresh_checkpoint` makes the same tensors with this
-package's packer for machines without the library (the GPU machine); the CPU tests prove the two
-identical bit for bit. Not part of the package: the tests and the benchmarks
+what real checkpoints are made with; :func:`library_model` does it for a whole model's linear
+layers under their names, with an ignore list. :func:`fresh_checkpoint` makes the same tensors
+with this package's packer for machines without the library (the GPU machine); the CPU tests
+prove the two identical bit for bit. Not part of the package: the tests and the benchmarks
 (``plugins/ct_wna16/benchmarks``) import it from this folder.
 """
 
@@ -107,12 +108,10 @@ def library_checkpoint(
     """Quantize and compress a random ``[n, k]`` fp16 linear layer with compressed-tensors."""
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import (
-        QuantizationArgs,
         QuantizationConfig,
         QuantizationScheme,
         apply_quantization_config,
     )
-    from compressed_tensors.quantization.utils import calculate_qparams
 
     gen = torch.Generator().manual_seed(seed)
     if weight is None:
@@ -120,28 +119,113 @@ def library_checkpoint(
     model = torch.nn.Sequential(torch.nn.Linear(k, n, bias=False, dtype=torch.float16))
     linear = model[0]
     linear.weight.data.copy_(weight)
-    args = QuantizationArgs(
+    args = library_args(scheme)
+    config = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
+        format="pack-quantized",
+    )
+    apply_quantization_config(model, config)
+    set_minmax_qparams(linear, scheme, args)
+    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
+    compressor.compress_model(model)
+    tensors = {name: t.detach().clone() for name, t in linear.state_dict().items()}
+    return Checkpoint(tensors, quantization_config(scheme), scheme)
+
+
+def library_args(scheme: WeightScheme) -> Any:
+    """The library's ``QuantizationArgs`` for the weights of ``scheme``."""
+    from compressed_tensors.quantization import QuantizationArgs
+
+    return QuantizationArgs(
         num_bits=scheme.num_bits,
         type="int",
         symmetric=scheme.symmetric,
         strategy="group" if scheme.group_size else "channel",
         group_size=scheme.group_size,
     )
-    config = QuantizationConfig(
-        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
-        format="pack-quantized",
-    )
-    apply_quantization_config(model, config)
+
+
+def set_minmax_qparams(linear: torch.nn.Linear, scheme: WeightScheme, args: Any) -> None:
+    """Give a linear layer the library has prepared (``apply_quantization_config``) the
+    min-max scales and zero points of its weight, computed by the library's
+    ``calculate_qparams`` (what its min-max observer hands it)."""
+    from compressed_tensors.quantization.utils import calculate_qparams
+
+    k = linear.weight.shape[1]
     group = scheme.group_for(k)
-    grouped = weight.float().unflatten(-1, (k // group, group))
+    grouped = linear.weight.detach().float().unflatten(-1, (k // group, group))
     scale, zero = calculate_qparams(grouped.amin(-1), grouped.amax(-1), args)
     linear.weight_scale.data.copy_(scale.reshape(linear.weight_scale.shape))
     if not scheme.symmetric:
         linear.weight_zero_point.data.copy_(zero.reshape(linear.weight_zero_point.shape))
-    compressor = ModelCompressor.from_pretrained_model(model, quantization_format="pack-quantized")
-    compressor.compress_model(model)
-    tensors = {name: t.detach().clone() for name, t in linear.state_dict().items()}
-    return Checkpoint(tensors, quantization_config(scheme), scheme)
+
+
+@dataclass
+class LibraryModel:
+    """A model's linear layers as the compressed-tensors library quantizes and saves them.
+
+    ``tensors``: the checkpoint tensors of every linear layer (``<name>.weight_packed`` etc.
+    for the quantized ones, ``<name>.weight`` for those the ignore list keeps); ``dequantized``:
+    ``<name>.weight`` of each quantized layer as the library's fake quantization gives it back
+    (the function the packed weights stand for), in the weight's dtype; ``compressor``: the
+    library's ``ModelCompressor``, whose ``update_config`` writes the checkpoint's
+    ``quantization_config`` (the ignore list resolved to layer names, as saved models have it).
+    """
+
+    tensors: dict[str, torch.Tensor]
+    dequantized: dict[str, torch.Tensor]
+    compressor: Any
+
+
+def library_model(
+    linears: dict[str, torch.Tensor], scheme: WeightScheme, ignore: list[str]
+) -> LibraryModel:
+    """Quantize the linear layers ``linears`` (module name: ``[out, in]`` weight) with
+    compressed-tensors: a ``Linear`` target with ``scheme`` and the given ``ignore`` list
+    (names and ``re:`` patterns, matched by the library), min-max qparams, ``pack-quantized``.
+
+    The layers are placed in one module tree under their names, so the library matches and
+    names them as it does in a saved model; their weights are used in place (not copied).
+    """
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import (
+        QuantizationConfig,
+        QuantizationScheme,
+        apply_quantization_config,
+    )
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+
+    root = torch.nn.Module()
+    for name, weight in linears.items():
+        *path, leaf = name.split(".")
+        parent = root
+        for part in path:
+            if part not in parent._modules:
+                parent.add_module(part, torch.nn.Module())
+            parent = parent._modules[part]
+        linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, device="meta")
+        linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+        parent.add_module(leaf, linear)
+    args = library_args(scheme)
+    config = QuantizationConfig(
+        config_groups={"group_0": QuantizationScheme(targets=["Linear"], weights=args)},
+        ignore=ignore,
+        format="pack-quantized",
+    )
+    apply_quantization_config(root, config)
+    dequantized: dict[str, torch.Tensor] = {}
+    for name, module in root.named_modules():
+        if getattr(module, "quantization_scheme", None) is None:
+            continue
+        set_minmax_qparams(module, scheme, args)
+        zero = getattr(module, "weight_zero_point", None)
+        dequantized[f"{name}.weight"] = fake_quantize(
+            module.weight, module.weight_scale, zero, args
+        )
+    compressor = ModelCompressor.from_pretrained_model(root, quantization_format="pack-quantized")
+    compressor.compress_model(root)
+    tensors = {name: t.detach().contiguous() for name, t in root.state_dict().items()}
+    return LibraryModel(tensors, dequantized, compressor)
 
 
 def fresh_checkpoint(

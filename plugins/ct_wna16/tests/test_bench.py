@@ -103,3 +103,21 @@ def test_moe_benchmark_refuses_to_run_without_cuda(tmp_path) -> None:
 
     assert bench_moe.main(["--out", str(tmp_path)]) == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_moe_benchmark_rows_put_the_read_floor_beside_the_kernels() -> None:
+    """A decode row prints its two-launch and one-launch read floors and the kernels' time over
+    the two-launch floor; a row without floors (more than 16 tokens) prints dashes there."""
+    import ct_wna16_moe_bench as bench_moe
+
+    row = {
+        "model": "Qwen3.5-35B-A3B", "symmetric": True, "m": 1, "launch": "rows",
+        "distinct_experts": 8.0, "routed_bytes": 13.0e6, "step_us": 23.1, "kernels_us": 17.4,
+        "copy_fraction": 0.248, "step_copy_fraction": 0.187, "tflops": 0.1,
+        "cublas_fraction": 0.0, "sm70_estimate_us": 14.4, "floor2_us": 8.7, "floor1_us": 6.2,
+    }  # fmt: skip
+    columns = bench_moe.line(row).split()
+    assert columns[-3:] == ["8.7", "6.2", "2.00"]
+    assert len(bench_moe.line(row)) == len(bench_moe.HEADER)  # the columns line up
+    del row["floor2_us"], row["floor1_us"]
+    assert bench_moe.line(row).split()[-3:] == ["-", "-", "-"]

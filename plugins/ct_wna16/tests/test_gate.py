@@ -256,10 +256,7 @@ def _build(launch: Launch, bits: int, zp: bool) -> CudaKernelConfig:
 @pytest.fixture(scope="module")
 def mma_reports() -> dict[tuple[str, ...], object]:
     """The gate's report of every shipped tensor-core build, by NVRTC options (one compile)."""
-    return {
-        b.options: check_cuda_config(b, capability=70)
-        for b in cuda_builds(V100)
-    }
+    return {b.options: check_cuda_config(b, capability=70) for b in cuda_builds(V100)}
 
 
 @pytest.mark.parametrize(

@@ -69,10 +69,8 @@ def checkpoints(scheme: WeightScheme, experts: int = EXPERTS) -> Experts:
     }
 
 
-def build(scheme: WeightScheme, **factory: Any) -> vl.MoELayer:
-    """A vLLM MoE layer of the installed family whose experts' quant method comes from the
-    adapter's config."""
-    args = {
+def _layer_args(**factory: Any) -> dict[str, Any]:
+    return {
         "num_experts": EXPERTS,
         "top_k": TOP_K,
         "hidden_size": HIDDEN,
@@ -81,7 +79,12 @@ def build(scheme: WeightScheme, **factory: Any) -> vl.MoELayer:
         "prefix": PREFIX,
         **factory,
     }
-    return vl.build_moe(vl.engine_config(quantization_config(scheme)), **args)
+
+
+def build(scheme: WeightScheme, **factory: Any) -> vl.MoELayer:
+    """A vLLM MoE layer of the installed family whose experts' quant method comes from the
+    adapter's config."""
+    return vl.build_moe(vl.engine_config(quantization_config(scheme)), **_layer_args(**factory))
 
 
 def load(layer: vl.MoELayer, ckpts: Experts, by_layer: bool = False) -> Any:
@@ -365,3 +368,24 @@ def tp_rank(rank: int, world: int, init: str) -> None:
 
 if __name__ == "__main__":
     tp_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+
+
+def test_experts_quantized_differently_are_refused_when_the_layer_is_built() -> None:
+    """The factory reads expert 0's scheme, as vLLM does; another expert quantized otherwise
+    (a group of its own, or left unquantized by the ignore list) is refused by name before any
+    weight loads."""
+    config = quantization_config(W4)
+    w8 = quantization_config(WeightScheme(8, True, None))["config_groups"]["group_0"]
+    config["config_groups"] = {
+        "group_0": {**config["config_groups"]["group_0"], "targets": [r"re:.*experts\.[0-2]\..*"]},
+        "group_1": {**w8, "targets": [r"re:.*experts\.3\..*"]},
+    }
+    with pytest.raises(
+        WeightFormatError,
+        match=rf"layer {PREFIX}: expert 3's gate_proj is W8A16 channel sym, expert 0's "
+        rf"{W4.label}: the fused experts run one scheme",
+    ):
+        vl.build_moe(vl.engine_config(config), **_layer_args())
+    ignored = quantization_config(W4, ignore=["lm_head", r"re:.*experts\.2\.down_proj$"])
+    with pytest.raises(WeightFormatError, match="expert 2's down_proj is unquantized"):
+        vl.build_moe(vl.engine_config(ignored), **_layer_args())

@@ -12,14 +12,21 @@ from ct_wna16_checkpoints import fresh_checkpoint, quantization_config
 
 from volta_core.device import Device
 from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
-from volta_core.types import LayerKind, QuantClaim, QuantConfig, QuantDecline, QuantLayer
+from volta_core.types import (
+    KernelPath,
+    LayerKind,
+    QuantClaim,
+    QuantConfig,
+    QuantDecline,
+    QuantLayer,
+)
 from volta_ct_wna16 import plugin
 from volta_ct_wna16.gate_configs import cuda_builds
 from volta_ct_wna16.launch import MMA
-from volta_ct_wna16.paths import KERNEL_NAMES, packed_bytes
+from volta_ct_wna16.paths import KERNEL_NAMES, MOE_BLOCKS, MOE_DECODE, packed_bytes
 from volta_ct_wna16.plugin import METHOD
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import choose, choose_mma
+from volta_ct_wna16.tables import choose, choose_mma, choose_moe_decode
 
 V100 = Device((7, 0))
 T4 = Device((7, 5))
@@ -111,14 +118,23 @@ def experts(prefix: str = EXPERTS) -> QuantLayer:
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize("group", [32, 128, None])
 @pytest.mark.parametrize("device", [V100, H100])
-def test_claims_fused_moe_experts_with_the_per_expert_path(
+def test_claims_fused_moe_experts_and_names_their_kernels(
     manager, bits, symmetric, group, device
 ) -> None:
+    """The claim names the scheme; the kernel paths name the decode GEMVs up to the table's
+    last decode row (16 tokens) and the routed blocks above, as the launcher chooses them."""
     scheme = WeightScheme(bits, symmetric, group)
     resolution = manager.resolve_quant(config(scheme), experts(), device)
     assert isinstance(resolution.claim, QuantClaim)
     assert resolution.claim.impl == "volta_ct_wna16.moe:make_moe_method"
-    assert resolution.claim.detail.startswith(f"{scheme.label} fused MoE experts: the correct path")
+    assert resolution.claim.detail == f"{scheme.label} fused MoE experts"
+    paths = manager.kernel_paths("ct_wna16", experts(), METHOD, device, config(scheme))
+    assert paths == (
+        KernelPath("1-16 tokens", MOE_DECODE),
+        KernelPath("17+ tokens", MOE_BLOCKS),
+    )
+    assert choose_moe_decode(16, device.capability) is not None
+    assert choose_moe_decode(17, device.capability) is None
 
 
 @pytest.mark.parametrize(
@@ -250,8 +266,8 @@ def test_no_paths_for_what_it_does_not_serve(manager) -> None:
     quant = config()
     assert manager.kernel_paths("ct_wna16", linear(), "other", V100, quant) == ()
     assert manager.kernel_paths("ct_wna16", linear(), METHOD, V100, None) == ()
-    experts = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 512)
-    assert manager.kernel_paths("ct_wna16", experts, METHOD, V100, quant) == ()
+    attention = QuantLayer(LayerKind.ATTENTION, "model.layers.0.self_attn.attn")
+    assert manager.kernel_paths("ct_wna16", attention, METHOD, V100, quant) == ()
 
 
 def test_the_cuda_builds_are_declared_through_the_host(manager) -> None:

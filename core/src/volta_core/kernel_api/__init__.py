@@ -13,6 +13,7 @@ and the vLLM adapter never import it. Developer tooling (the SM70 compile gate, 
 harness, test helpers) lives in the separate ``vllm-volta-devkit`` distribution.
 """
 
+from volta_core.cuda_toolkit import CudaToolkitUnavailable, nvrtc_version
 from volta_core.kernel_api._counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
 from volta_core.kernel_api._device_facts import (
     INTERPRETER_FACTS,
@@ -24,14 +25,12 @@ from volta_core.kernel_api._fp8 import decode_fp8, dequantize_tile, encode_fp8, 
 from volta_core.kernel_api._nvrtc import (
     CudaCompileError,
     CudaKernel,
-    CudaToolkitUnavailable,
     NvrtcBuild,
     compile_cubin,
     compile_ptx,
     cuda_cache_dir,
     load_cuda_kernel,
     nvrtc_build,
-    nvrtc_version,
 )
 
 __all__ = [

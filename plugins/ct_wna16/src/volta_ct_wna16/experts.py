@@ -2,9 +2,11 @@
 
 Each expert is two linear layers in the plugin's layout (``gate`` and ``up`` stacked as one
 ``[2 * inter, hidden]`` weight, ``down`` ``[hidden, inter]``). On CUDA (and under the Triton
-interpreter) every routed pair runs through the fused kernel
+interpreter) up to 16 tokens run through the decode kernels (:func:`volta_ct_wna16.ops.moe_decode`,
+reading the router's ids directly), more through the fused kernel over routed blocks
 (:func:`volta_ct_wna16.ops.moe_linear`, pairs grouped by :mod:`volta_ct_wna16.routing`); on
-CPU each expert runs its tokens through the dense layers' reference op.
+CPU each expert runs its tokens through the dense layers' reference op. Bad routing or experts
+are refused before any launch.
 :mod:`volta_ct_wna16.moe` wraps this for vLLM; kept apart so the GPU tests run it on a machine
 without vLLM.
 """
@@ -21,7 +23,7 @@ from volta_ct_wna16 import ops
 from volta_ct_wna16.launch import Launch
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import route
-from volta_ct_wna16.tables import choose_moe
+from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
 
 
 @dataclass
@@ -54,6 +56,20 @@ class ExpertWeights:
     def inter(self) -> int:
         return self.w2.k
 
+    def check(self) -> None:
+        """gate/up and down fit each other and share one scheme (bits, zero points or none)."""
+        w13, w2 = self.w13, self.w2
+        if w13.n != 2 * w2.k or w2.n != w13.k or w13.qweight.shape[0] != w2.qweight.shape[0]:
+            raise ValueError(
+                f"gate/up [{w13.qweight.shape[0]} x {w13.n} x {w13.k}] and down "
+                f"[{w2.qweight.shape[0]} x {w2.n} x {w2.k}] are not one expert stack: gate/up "
+                "needs twice down's inputs as outputs, and down gate/up's inputs as outputs"
+            )
+        if (w13.bits, w13.zeros is None) != (w2.bits, w2.zeros is None):
+            raise ValueError(
+                f"gate/up and down are quantized differently: {_label(w13)} and {_label(w2)}"
+            )
+
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
         """``down(SiLU(gate(x)) * up(x))`` for expert ``e``, in the activation dtype."""
         h = _linear(self.w13, e, x).float()
@@ -66,10 +82,21 @@ def _linear(pw: PackedWeights, e: int, x: torch.Tensor) -> torch.Tensor:
     return ops.linear_op(x, pw.qweight[e], pw.scales[e], zeros, None, None, pw.k, pw.bits, pw.group)
 
 
+def _label(pw: PackedWeights) -> str:
+    zeros = "asymmetric" if pw.zeros is not None else "symmetric"
+    group = f"group {pw.group}" if pw.group < pw.k else "channel"
+    return f"{pw.bits}-bit {zeros} {group} {pw.n} x {pw.k}"
+
+
 def _stack(parts: Iterable[PackedWeights], experts: int) -> PackedWeights:
     out: PackedWeights | None = None
     count = 0
     for e, pw in enumerate(parts):
+        if out is not None and _label(pw) != _label(out):
+            raise ValueError(
+                f"expert {e} is {_label(pw)}, expert 0 {_label(out)}: a layer's experts share "
+                "one scheme and shape"
+            )
         if out is None:
             out = PackedWeights(
                 pw.qweight.new_empty((experts, *pw.qweight.shape)),
@@ -99,6 +126,8 @@ def experts_forward(
     expert_map: torch.Tensor | None = None,
     weight_on_input: bool = False,
     launch: Launch | None = None,
+    decode: MoEDecode | None = None,
+    check_values: bool = False,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
 
@@ -106,18 +135,101 @@ def experts_forward(
     rank's experts, -1 for another rank's. ``weight_on_input`` scales each token's input by its
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
-    On CUDA (and under the interpreter) a step is six launches (routing in two, gate/up, the
-    SiLU product, down into each token's fp32 row, the cast) and up to three memsets, with no host
-    synchronization, so a decode step can be captured in a CUDA graph
-    (``launch`` overrides the device's MoE tile: the benchmark's sweep). On CPU each expert
+    On CUDA (and under the interpreter), up to 16 tokens take the decode kernels
+    (:func:`volta_ct_wna16.ops.moe_decode`: two launches reading the ids directly); more
+    tokens six launches (routing in two, gate/up, the SiLU product, down into each token's
+    fp32 row, the cast) and up to three memsets. Neither synchronizes with the host, so a step
+    can be captured in a CUDA graph. ``launch`` (the routed blocks' tile) or ``decode`` (the
+    decode kernels') override the device's choice: the benchmark's sweep. On CPU each expert
     runs its tokens through the reference linear op (one synchronization for the counts).
+
+    Shapes, dtypes and the experts' schemes are checked before any launch; ``check_values``
+    also reads the ids back to check each is an expert (and maps to one of this rank's or -1):
+    a host synchronization, so the engine's per-step call leaves it off.
     """
+    _check_call(x, topk_weights, topk_ids, weights, expert_map)
+    if check_values:
+        _check_ids(topk_ids, weights.num_experts, expert_map)
     if x.is_cuda or interpreting():
+        capability = device_facts(x.device).capability
+        if launch is None and decode is None:
+            decode = choose_moe_decode(topk_ids.shape[0], capability)
+        if decode is not None:
+            ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
+            return ops.moe_decode(
+                x,
+                weights.w13,
+                weights.w2,
+                topk_weights.float().contiguous(),
+                ids.contiguous(),
+                decode,
+                expert_map,
+                weight_on_input,
+            )
         return _fused(x, topk_weights, topk_ids, weights, expert_map, weight_on_input, launch)
     ids = topk_ids.long()
     if expert_map is not None:
         ids = expert_map[ids].long()
     return _per_expert(x, topk_weights, ids, weights, weight_on_input)
+
+
+def _check_call(
+    x: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    weights: ExpertWeights,
+    expert_map: torch.Tensor | None,
+) -> None:
+    """One clear error before any launch: the router's outputs against the tokens and the
+    experts, and the experts' two projections against each other."""
+    weights.check()
+    if x.dim() != 2 or x.shape[1] != weights.hidden:
+        raise ValueError(f"expected activations [tokens, {weights.hidden}], got {tuple(x.shape)}")
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"expert ids must be [tokens, top_k] for {x.shape[0]} tokens, got "
+            f"{tuple(topk_ids.shape)}"
+        )
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"expert ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_weights.shape != topk_ids.shape or not topk_weights.is_floating_point():
+        raise ValueError(
+            f"router weights must be floating point of the ids' shape {tuple(topk_ids.shape)}, "
+            f"got {topk_weights.dtype} {tuple(topk_weights.shape)}"
+        )
+    global_experts = weights.num_experts if expert_map is None else expert_map.numel()
+    if topk_ids.shape[1] > global_experts:
+        raise ValueError(
+            f"top_k {topk_ids.shape[1]} is larger than the layer's {global_experts} experts"
+        )
+    if expert_map is not None and (expert_map.dim() != 1 or expert_map.dtype != torch.int32):
+        raise TypeError(
+            f"the expert map must be 1-D int32 (vLLM's), got {expert_map.dtype} "
+            f"{tuple(expert_map.shape)}"
+        )
+
+
+def _check_ids(ids: torch.Tensor, experts: int, expert_map: torch.Tensor | None) -> None:
+    """Every id names one of the layer's experts, and the map sends each to a local one or -1
+    (one host read of each)."""
+    global_experts = experts if expert_map is None else expert_map.numel()
+    flat = ids.reshape(-1).cpu()
+    bad = ((flat < 0) | (flat >= global_experts)).nonzero()
+    if bad.numel():
+        first = int(bad[0])
+        raise ValueError(
+            f"{bad.numel()} expert id(s) outside 0 .. {global_experts - 1}: the first, pair "
+            f"{first}, is {int(flat[first])}"
+        )
+    if expert_map is not None:
+        local = expert_map.cpu()
+        wrong = ((local < -1) | (local >= experts)).nonzero()
+        if wrong.numel():
+            first = int(wrong[0])
+            raise ValueError(
+                f"the expert map sends expert {first} to {int(local[first])}: the rank holds "
+                f"experts 0 .. {experts - 1} (-1: another rank's)"
+            )
 
 
 def _fused(

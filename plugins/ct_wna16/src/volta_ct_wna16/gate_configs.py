@@ -23,11 +23,13 @@ from volta_ct_wna16.launch import (
     gemm_constexprs,
     mma_options,
     moe_constexprs,
+    moe_decode_constexprs,
     splitk_constexprs,
     unmasked_build,
 )
 from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY, SUPPORTED_BITS
 from volta_ct_wna16.tables import (
+    MAX_SELECT_TOP_K,
     ROUTE_COUNT_BLOCK,
     SILU_BLOCK,
     SM70_MMA,
@@ -44,6 +46,9 @@ MOE_KERNEL = "volta_ct_wna16.kernels.moe:wna16_moe_kernel"
 ROUTE_COUNT_KERNEL = "volta_ct_wna16.kernels.routing:moe_count_kernel"
 ROUTE_PLACE_KERNEL = "volta_ct_wna16.kernels.routing:moe_place_kernel"
 SILU_KERNEL = "volta_ct_wna16.kernels.activation:silu_mul_kernel"
+DECODE_GATE_UP_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_gate_up_kernel"
+DECODE_DOWN_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_down_kernel"
+TOPK_KERNEL = "volta_ct_wna16.kernels.routing:topk_softmax_kernel"
 
 _SPLITK_SIG = {
     "x_ptr": "*fp16",
@@ -88,6 +93,40 @@ _MOE_SIG = {
     "stride_we": "i32",
     "stride_se": "i32",
     "K_PER_SPLIT": "i32",
+}
+
+#: The decode kernels' arguments (gate/up's; down's renamed as below, plus its
+#: ``SLOT_SPLITS``).
+_DECODE_SIG = {
+    "x_ptr": "*fp16",
+    "w_ptr": "*i32",
+    "s_ptr": "*fp16",
+    "z_ptr": "*fp16",
+    "h_ptr": "*fp16",
+    "rw_ptr": "*fp32",
+    "ids_ptr": "*i32",
+    "map_ptr": "*i32",
+    "ws_ptr": "*fp32",
+    "cnt_ptr": "*i32",
+    "PAIRS": "i32",
+    "N": "i32",
+    "K": "i32",
+    "KW": "i32",
+    "GROUP": "i32",
+    "EXPERTS": "i32",
+    "TOP_K": "i32",
+    "stride_xm": "i32",
+    "stride_hm": "i32",
+    "stride_we": "i32",
+    "stride_se": "i32",
+    "K_PER_SPLIT": "i32",
+}
+_DECODE_DOWN_NAMES = {
+    "x_ptr": "h_ptr",
+    "h_ptr": "out_ptr",
+    "PAIRS": "TOKENS",
+    "stride_xm": "stride_hm",
+    "stride_hm": "stride_om",
 }
 
 _DEQUANT_SIG = {
@@ -230,6 +269,66 @@ def _moe_variants(table: Table) -> Iterator[KernelConfig]:
                 yield moe_config(launch, bits, zp, mul_router, gt, atomic)
 
 
+def _renamed(signature: dict[str, str], names: dict[str, str]) -> dict[str, str]:
+    return {names.get(name, name): kind for name, kind in signature.items()}
+
+
+def decode_config(
+    launch: Launch, bits: int, zp: bool, has_map: bool, mul: bool, down: bool
+) -> KernelConfig:
+    """The gate's configuration of one fused-MoE decode launch (gate/up, or ``down``): with or
+    without an expert map, the router weight on the input (gate/up) or output (down)."""
+    signature = dict(_DECODE_SIG)
+    if down:
+        signature = {_DECODE_DOWN_NAMES.get(name, name): kind for name, kind in signature.items()}
+        signature["SLOT_SPLITS"] = "i32"
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+    tile += f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
+    return KernelConfig(
+        name=f"moe_decode_{'down' if down else 'gate_up'}_{tile}_w{bits}{'a' if zp else 's'}"
+        f"{'_map' if has_map else ''}{'_rw' if mul else ''}",
+        kernel=DECODE_DOWN_KERNEL if down else DECODE_GATE_UP_KERNEL,
+        signature=signature,
+        constexprs=moe_decode_constexprs(launch, bits, zp, has_map, mul, down),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=("N", "K", "KW", "GROUP", "stride_we", "K_PER_SPLIT"),
+    )
+
+
+def _decode_variants(table: Table) -> Iterator[KernelConfig]:
+    """Each decode launch for 4 and 8 bits, both symmetries, with and without an expert map
+    and router weights; the router's top-k for every expert count's vector and logit dtype."""
+    seen: set[str] = set()
+    for _, launches in table.moe_decode:
+        for down, launch in ((False, launches.gate_up), (True, launches.down)):
+            for bits, zp, has_map, mul in itertools.product(
+                SUPPORTED_BITS, (False, True), (False, True), (False, True)
+            ):
+                config = decode_config(launch, bits, zp, has_map, mul, down)
+                if config.name not in seen:
+                    seen.add(config.name)
+                    yield config
+    e_pow2 = 16
+    while e_pow2 <= MAX_ROUTED_EXPERTS:
+        for logits in ("*fp16", "*bf16", "*fp32"):
+            yield KernelConfig(
+                name=f"topk_softmax_e{e_pow2}_{logits[1:]}",
+                kernel=TOPK_KERNEL,
+                signature={
+                    "logits_ptr": logits,
+                    "w_ptr": "*fp32",
+                    "ids_ptr": "*i32",
+                    "EXPERTS": "i32",
+                    "TOP_K": "i32",
+                    "stride_l": "i32",
+                    "RENORMALIZE": "i32",
+                },
+                constexprs={"TOPK_POW2": MAX_SELECT_TOP_K, "E_POW2": e_pow2},
+            )
+        e_pow2 *= 2
+
+
 def _launches(table: Table) -> list[Launch]:
     """The table's compile-distinct launches (``programs_per_sm`` sizes the grid only, so two
     launches that differ in it alone are one kernel build)."""
@@ -307,7 +406,12 @@ def _variants(table: Table) -> Iterator[KernelConfig]:
 def kernel_configs(device: Device) -> list[KernelConfig]:
     """Every kernel configuration :func:`volta_ct_wna16.tables.choose` can launch on ``device``."""
     table = table_for(device.capability)
-    return [*_variants(table), *_moe_variants(table), *_routing_variants(table)]
+    return [
+        *_variants(table),
+        *_moe_variants(table),
+        *_routing_variants(table),
+        *_decode_variants(table),
+    ]
 
 
 def cuda_builds(device: Device) -> list[CudaKernelConfig]:

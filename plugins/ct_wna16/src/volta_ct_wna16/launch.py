@@ -295,3 +295,21 @@ def moe_constexprs(
         "SLOT_DOTS": slot_dots(launch, bits),
         "ATOMIC": atomic,
     }
+
+
+def moe_decode_constexprs(
+    launch: Launch, bits: int, zp: bool, has_map: bool, mul: bool, down: bool
+) -> dict[str, int | bool]:
+    """The ``tl.constexpr`` arguments of a fused-MoE decode kernel (launcher and gate): gate/up
+    (``mul``: the router weight on the input) or down (``mul``: on the output), whose splits
+    are summed by a tree of fan-in ``reduce_unroll``."""
+    return {
+        "BITS": bits,
+        "HAS_ZP": zp,
+        "HAS_MAP": has_map,
+        "MUL_ROUTER" if down else "MUL_INPUT": mul,
+        "BLOCK_N": launch.block_n,
+        "BLOCK_K": launch.block_k,
+        "NUM_STAGES": launch.num_stages,
+        "FAN_IN": launch.reduce_unroll,
+    }

@@ -1,9 +1,9 @@
 """The vLLM side for fused MoE experts: a ``FusedMoEMethodBase`` (this module imports vLLM).
 
 After vLLM's router has picked ``topk_ids`` and ``topk_weights``,
-:func:`volta_ct_wna16.experts.experts_forward` runs the routed pairs through the fused kernel
-(routing, ``gate_up``, ``SiLU(gate) * up``, ``down`` adding the weighted outputs into each
-token's fp32 row: six launches, no host synchronization, so vLLM can capture decode steps); on
+:func:`volta_ct_wna16.experts.experts_forward` runs the routed pairs: up to 16 tokens through
+the decode kernels straight from the ids (two launches), more through the routed blocks' fused
+kernel (six launches); neither synchronizes with the host, so vLLM can capture decode steps. On
 CPU each expert's tokens go through the dense layers' reference op.
 
 Weights are registered under upstream's parameter names (``w13_weight_packed``,
@@ -45,7 +45,7 @@ from volta_ct_wna16.layout import (
 )
 from volta_ct_wna16.linear import kernels_run_here
 from volta_ct_wna16.plugin import EXPERT_PROJECTIONS, expert_scheme
-from volta_ct_wna16.scheme import Unsupported, WeightScheme
+from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
 
 #: The checkpoint tensors of one projection, as compressed-tensors names them.
 TENSORS = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")
@@ -67,7 +67,7 @@ def make_moe_method(
         return None
     if isinstance(scheme, Unsupported):
         raise WeightFormatError(f"layer {layer.prefix}: ct_wna16 cannot run it: {scheme.reason}")
-    return WNA16MoEMethod(scheme, layer.prefix, volta_config.raw)
+    return WNA16MoEMethod(scheme, layer.prefix, volta_config.raw, engine_ignore or None)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,13 @@ class WNA16MoEMethod(FusedMoEMethodBase):
     returns the routed output unreduced (the runner all-reduces it over tensor parallelism).
     """
 
-    def __init__(self, scheme: WeightScheme, prefix: str, raw: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        scheme: WeightScheme,
+        prefix: str,
+        raw: Mapping[str, Any],
+        ignore: Sequence[str] | None = None,
+    ) -> None:
         # The adapter's factory gets no vLLM layer, so the layer's FusedMoEConfig is bound in
         # create_weights (RoutedExperts sets ``moe_config`` before it asks for the method, and
         # reads nothing of the method's config before create_weights).
@@ -102,6 +108,7 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         self.scheme = scheme
         self.prefix = prefix
         self.raw = raw
+        self.ignore = ignore
 
     def create_weights(
         self,
@@ -115,6 +122,8 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         self.moe = layer.moe_config
         name, scheme = self.prefix, self.scheme
         _check_layer(name, scheme, layer, self.raw, hidden_size, params_dtype, extra_weight_attrs)
+        global_experts = int(extra_weight_attrs.get("global_num_experts", num_experts))
+        check_expert_schemes(name, scheme, self.raw, self.ignore, global_experts)
         pack = scheme.pack_factor
         sizes = _Sizes(hidden_size, intermediate_size_per_partition, self.moe.tp_size)
         h, i = sizes.hidden, sizes.inter
@@ -169,7 +178,7 @@ class WNA16MoEMethod(FusedMoEMethodBase):
             param.is_transposed = False  # type: ignore[attr-defined]
         layer.ct_wna16_seen = seen
         layer.ct_wna16_sizes = sizes
-        layer.ct_wna16_global_experts = int(extra_weight_attrs.get("global_num_experts", e))
+        layer.ct_wna16_global_experts = global_experts
         # vLLM 0.19's and 1Cat-vLLM's FusedMoE.load_weights (the Transformers backend's loader)
         # calls the layer's weight_loader, not the parameter's: route it through the checks.
         layer.weight_loader = functools.partial(_through_param_loader, inner=inner)
@@ -376,6 +385,32 @@ def _through_param_loader(
     if not (isinstance(loader, functools.partial) and loader.func is _checked_load):
         loader = inner
     return loader(param, loaded_weight, weight_name, shard_id, expert_id, return_success)
+
+
+def check_expert_schemes(
+    layer_name: str,
+    scheme: WeightScheme,
+    raw: Mapping[str, Any],
+    ignore: Sequence[str] | None,
+    experts: int,
+) -> None:
+    """Every expert's projections are quantized as expert 0's (the scheme the method was made
+    for, which the factory read from expert 0 as vLLM does): the stacked kernels run one scheme
+    for the whole layer, so another expert's scheme is refused when the layer is built, before
+    any weight loads. ``ignore`` replaces the checkpoint's list as in the factory."""
+    if ignore is not None:
+        raw = {**raw, "ignore": list(ignore)}
+    for expert in range(1, experts):
+        for projection in EXPERT_PROJECTIONS:
+            found = layer_scheme(raw, f"{layer_name}.{expert}.{projection}", is_linear=True)
+            if found != scheme:
+                what = found.label if isinstance(found, WeightScheme) else "unquantized"
+                if isinstance(found, Unsupported):
+                    what = found.reason
+                raise WeightFormatError(
+                    f"layer {layer_name}: expert {expert}'s {projection} is {what}, expert 0's "
+                    f"{scheme.label}: the fused experts run one scheme"
+                )
 
 
 def _check_complete(

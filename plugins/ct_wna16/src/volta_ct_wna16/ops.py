@@ -26,6 +26,7 @@ from volta_ct_wna16.launch import (
     gemm_constexprs,
     group_tile,
     moe_constexprs,
+    moe_decode_constexprs,
     moe_splits,
     slot_dots,
     split_count,
@@ -35,7 +36,14 @@ from volta_ct_wna16.launch import (
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.limits import MMA_CAPABILITY
 from volta_ct_wna16.routing import Blocks
-from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM70_MMA, choose, choose_mma
+from volta_ct_wna16.tables import (
+    SILU_BLOCK,
+    SM70,
+    SM70_MMA,
+    MoEDecode,
+    choose,
+    choose_mma,
+)
 
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
 KERNEL_DTYPES = (torch.float16,)
@@ -314,6 +322,82 @@ def moe_linear(
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
     )
+    return out
+
+
+def moe_decode(
+    x: torch.Tensor,
+    w13: PackedWeights,
+    w2: PackedWeights,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    launches: MoEDecode,
+    expert_map: torch.Tensor | None = None,
+    weight_on_input: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``sum_s r[t, s] * down_e(SiLU(gate_e(x[t])) * up_e(x[t]))`` per token ``t`` over its
+    slots ``s`` (``e`` the slot's local expert), in ``x.dtype``, straight from the router's ids
+    (:mod:`volta_ct_wna16.kernels.moe_decode`): gate/up per pair into fp16 rows, down per
+    token over its slots, each launch's splits summed by the split-K tree in the same launch;
+    no memset, no atomic adds of values, no host read.
+
+    ``x`` fp16 ``[tokens, hidden]``; ``w13``/``w2`` every local expert's stacked weights;
+    ``topk_weights`` fp32 and ``topk_ids`` int32 ``[tokens, top_k]`` (contiguous; the caller
+    has checked them, :func:`volta_ct_wna16.experts.experts_forward`); ``expert_map`` int32;
+    ``out``, a contiguous ``[tokens, hidden]`` tensor of ``x.dtype``, receives the result
+    (tests poison it first).
+    """
+    from volta_ct_wna16 import kernels
+
+    m, top_k = topk_ids.shape
+    pairs = m * top_k
+    experts, inter, hidden = w13.qweight.shape[0], w2.k, w13.k
+    if out is None:
+        out = torch.empty((m, hidden), dtype=x.dtype, device=x.device)
+    elif out.shape != (m, hidden) or out.dtype != x.dtype or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {hidden})")
+    if m == 0:
+        return out
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    has_map = expert_map is not None
+    # The ids stand in for a missing map: a pointer of the right type, never read.
+    map_arg = expert_map if expert_map is not None else topk_ids
+    sm_count = device_facts(x.device).sm_count
+    gate_up, down = launches.gate_up, launches.down
+    h = torch.empty((pairs, 2 * inter), dtype=x.dtype, device=x.device)
+    zeros13 = w13.zeros if w13.zeros is not None else _empty(x.dtype, x.device)
+    zeros2 = w2.zeros if w2.zeros is not None else _empty(x.dtype, x.device)
+    splits, per_split = split_count(pairs * 2 * inter, hidden, gate_up, sm_count)
+    grid = (pairs, -(-2 * inter // gate_up.block_n), splits)
+    ws = torch.empty((splits, pairs, 2 * inter), dtype=torch.float32, device=x.device)
+    groups = -(-splits // gate_up.reduce_unroll)
+    counters = arrival_counters(x.device, grid[0] * grid[1] * (1 + groups))
+    kernels.moe_decode_gate_up_kernel[grid](
+        x, w13.qweight, w13.scales, zeros13, h, topk_weights, topk_ids, map_arg, ws, counters,
+        pairs, 2 * inter, hidden, _expert(w13, 0).words_per_column, w13.group, experts, top_k,
+        x.stride(0), h.stride(0), w13.qweight.stride(0), w13.scales.stride(0), per_split,
+        **moe_decode_constexprs(gate_up, w13.bits, w13.zeros is not None, has_map,
+                                weight_on_input, down=False),
+        num_warps=gate_up.num_warps,
+        num_stages=gate_up.num_stages,
+    )  # fmt: skip
+    slot_splits, per_split = split_count(pairs * hidden, inter, down, sm_count)
+    grid = (m, -(-hidden // down.block_n), top_k * slot_splits)
+    ws = torch.empty((grid[2], m, hidden), dtype=torch.float32, device=x.device)
+    groups = -(-grid[2] // down.reduce_unroll)
+    counters = arrival_counters(x.device, grid[0] * grid[1] * (1 + groups))
+    kernels.moe_decode_down_kernel[grid](
+        h, w2.qweight, w2.scales, zeros2, out, topk_weights, topk_ids, map_arg, ws, counters,
+        m, hidden, inter, _expert(w2, 0).words_per_column, w2.group, experts, top_k,
+        h.stride(0), out.stride(0), w2.qweight.stride(0), w2.scales.stride(0), per_split,
+        slot_splits,
+        **moe_decode_constexprs(down, w2.bits, w2.zeros is not None, has_map,
+                                not weight_on_input, down=True),
+        num_warps=down.num_warps,
+        num_stages=down.num_stages,
+    )  # fmt: skip
     return out
 
 

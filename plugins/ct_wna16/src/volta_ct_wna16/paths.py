@@ -1,9 +1,11 @@
-"""Which kernel serves a linear layer at each token count, for ``vllm-volta plan``.
+"""Which kernel serves a linear layer or a layer's experts at each token count, for
+``vllm-volta plan``.
 
 The answer comes from the launcher's own rules (:func:`volta_ct_wna16.tables.choose` and
 :func:`~volta_ct_wna16.tables.choose_mma`, which :func:`volta_ct_wna16.ops.select_launch` calls
-at run time), walked over every token count until the choice no longer changes, and grouped
-into ranges. Torch-free: the plugin's hooks import it.
+at run time; :func:`~volta_ct_wna16.tables.choose_moe_decode` for the experts), walked over every
+token count until the choice no longer changes, and grouped into ranges. Torch-free: the
+plugin's hooks import it.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from volta_core import KernelPath
 from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, SPLITK
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, table_for
+from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, choose_moe_decode, table_for
 
 #: What each launch path is called in a plan.
 KERNEL_NAMES = {
@@ -20,6 +22,11 @@ KERNEL_NAMES = {
     DEQUANT_MATMUL: "dequantize, then cuBLAS",
     MMA: "tensor cores (CUDA, mma.m8n8k4)",
 }
+
+#: The experts' two kernel families (:mod:`volta_ct_wna16.kernels.moe_decode`,
+#: :mod:`volta_ct_wna16.kernels.moe`).
+MOE_DECODE = "Triton MoE decode GEMVs on the router's ids"
+MOE_BLOCKS = "Triton grouped GEMM over routed blocks"
 
 
 def packed_bytes(n: int, k: int, scheme: WeightScheme) -> int:
@@ -73,3 +80,15 @@ def linear_paths(
         )
         first = m + 1
     return paths
+
+
+def expert_paths(capability: tuple[int, int]) -> list[KernelPath]:
+    """The experts' kernels by token count: the decode GEMVs up to the table's last decode row,
+    the routed blocks above it."""
+    last = max((most for most, _ in table_for(capability).moe_decode), default=0)
+    if choose_moe_decode(1, capability) is None:
+        return [KernelPath("1+ tokens", MOE_BLOCKS)]
+    return [
+        KernelPath(_stage(1, last), MOE_DECODE),
+        KernelPath(_stage(last + 1, None), MOE_BLOCKS),
+    ]

@@ -95,10 +95,7 @@ def volta_quant_method(
             method=METHOD,
             impl=MOE_FACTORY,
             priority=PRIORITY,
-            detail=(
-                f"{scheme.label} fused MoE experts: the correct path, not a fast one (each "
-                "expert's tokens through the linear kernels, gate/up then down)"
-            ),
+            detail=f"{scheme.label} fused MoE experts",
         )
     # The kernels at each token count are the plan's kernel paths (volta_kernel_paths).
     return QuantClaim(method=METHOD, impl=FACTORY, priority=PRIORITY, detail=scheme.label)
@@ -154,12 +151,14 @@ def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
 def volta_kernel_paths(
     layer: AttentionLayer | QuantLayer, served_by: str, device: Device, quant: QuantConfig | None
 ) -> Iterable[KernelPath]:
-    """For a claimed linear layer, the kernel at each range of token counts (from the
-    launcher's rules, :func:`volta_ct_wna16.paths.linear_paths`)."""
-    from volta_ct_wna16.paths import linear_paths
+    """For a claimed linear layer or fused experts, the kernel at each range of token counts
+    (from the launcher's rules, :mod:`volta_ct_wna16.paths`)."""
+    from volta_ct_wna16.paths import expert_paths, linear_paths
 
     if served_by != METHOD or quant is None or not isinstance(layer, QuantLayer):
         return []
+    if layer.kind is LayerKind.FUSED_MOE:
+        return expert_paths(device.capability)
     if layer.kind is not LayerKind.LINEAR or not (layer.input_size and layer.output_size):
         return []
     scheme = layer_scheme(quant.raw, layer.prefix, is_linear=True)

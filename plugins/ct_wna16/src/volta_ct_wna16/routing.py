@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import torch
 
-from volta_ct_wna16.tables import ROUTE_COUNT_BLOCK, route_place_tile
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
+from volta_ct_wna16.tables import (
+    MAX_SELECT_TOP_K,
+    ROUTE_COUNT_BLOCK,
+    pow2_at_least,
+    route_place_tile,
+)
 
 
 @dataclass(frozen=True)
@@ -109,3 +115,51 @@ def route(
         BLOCK=place_block,
     )
     return Blocks(pairs, experts, num_pairs, num_experts, block_m)
+
+
+#: Router logits' dtypes :func:`select_experts` reads.
+LOGIT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def select_experts(
+    router_logits: torch.Tensor, top_k: int, *, renormalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each token's ``top_k`` experts from the router's logits ``[tokens, experts]``: fp32
+    weights (softmax probabilities, divided by their sum with ``renormalize``) and int32 ids,
+    both ``[tokens, top_k]``, in one launch
+    (:func:`~volta_ct_wna16.kernels.routing.topk_softmax_kernel`), as vLLM's ``fused_topk``
+    (the Qwen3 MoE router: softmax, top-k, ``norm_topk_prob``). Bad logits or ``top_k`` raise
+    before the launch."""
+    from volta_ct_wna16 import kernels
+
+    if router_logits.dim() != 2 or router_logits.dtype not in LOGIT_DTYPES:
+        raise ValueError(
+            f"router logits must be [tokens, experts] of {', '.join(map(str, LOGIT_DTYPES))}, "
+            f"got {router_logits.dtype} {tuple(router_logits.shape)}"
+        )
+    tokens, experts = router_logits.shape
+    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
+        raise ValueError(f"{experts} experts: the router's top-k takes 1 to {MAX_ROUTED_EXPERTS}")
+    if not 1 <= top_k <= min(experts, MAX_SELECT_TOP_K):
+        raise ValueError(
+            f"top_k {top_k} for {experts} experts: it must be 1 to {experts} "
+            f"(and at most {MAX_SELECT_TOP_K})"
+        )
+    if router_logits.stride(-1) != 1:
+        router_logits = router_logits.contiguous()
+    device = router_logits.device
+    weights = torch.empty((tokens, top_k), dtype=torch.float32, device=device)
+    ids = torch.empty((tokens, top_k), dtype=torch.int32, device=device)
+    if tokens:
+        kernels.topk_softmax_kernel[(tokens,)](
+            router_logits,
+            weights,
+            ids,
+            experts,
+            top_k,
+            router_logits.stride(0),
+            int(renormalize),
+            TOPK_POW2=MAX_SELECT_TOP_K,
+            E_POW2=pow2_at_least(experts, 16),
+        )
+    return weights, ids

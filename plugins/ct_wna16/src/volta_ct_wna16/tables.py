@@ -17,11 +17,39 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from volta_ct_wna16 import sm70_model
-from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, MOE, SPLITK, Launch
+from volta_ct_wna16.launch import (
+    DEQUANT_MATMUL,
+    GEMM,
+    MMA,
+    MOE,
+    SPLITK,
+    Launch,
+)
 from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY
 
 #: The most tokens a table's decode (split-K) tile takes unless the table says otherwise.
 DECODE_MAX_M = 16
+
+#: The most tokens the fused-MoE decode kernels take (more take the routed blocks' kernel).
+MOE_DECODE_MAX_M = 16
+
+
+@dataclass(frozen=True)
+class MoEDecode:
+    """The fused-MoE decode kernels' launches (:mod:`volta_ct_wna16.kernels.moe_decode`): one
+    row a program on the GEMV sub-tile, the input split as :func:`volta_ct_wna16.launch.split_count`
+    says and the splits summed by a tree of fan-in ``reduce_unroll``."""
+
+    gate_up: Launch
+    down: Launch
+
+    def __post_init__(self) -> None:
+        for launch in (self.gate_up, self.down):
+            if launch.path != MOE or launch.block_m != 1 or launch.use_dot or launch.block_k % 32:
+                raise ValueError(
+                    f"a decode launch is a fused-MoE one of one row, no dot, on whole 32-input "
+                    f"sub-tiles: {launch}"
+                )
 
 
 @dataclass(frozen=True)
@@ -51,6 +79,9 @@ class Table:
     launch)``."""
     decode_max_m: int = DECODE_MAX_M
     """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
+    moe_decode: tuple[tuple[int, MoEDecode], ...] = ()
+    """Fused MoE at few tokens, read straight from the router's ids: ``(most tokens,
+    launches)`` rows in token order (:func:`choose_moe_decode`)."""
 
 
 SM70 = Table(
@@ -74,6 +105,17 @@ SM70 = Table(
     dequant=Launch(DEQUANT_MATMUL, block_n=256, block_k=32),
     moe=Launch(MOE, block_m=16, block_n=64, block_k=32, use_dot=True),
     moe_large=Launch(MOE, block_m=32, block_n=64, block_k=32, use_dot=True),
+    # Decode MoE: this table's 1-token GEMV tile, split and summed by the tree; estimated,
+    # not measured (no V100).
+    moe_decode=(
+        (
+            MOE_DECODE_MAX_M,
+            MoEDecode(
+                Launch(MOE, block_n=256, block_k=32, reduce_unroll=4),
+                Launch(MOE, block_n=256, block_k=32, reduce_unroll=4),
+            ),
+        ),
+    ),
 )
 
 #: The SM90 tile of 2 to 32 tokens (the table's ``small`` and ``decode``).
@@ -105,6 +147,11 @@ _SM90_GEMV = Launch(
     atomic=True,
     unmasked=True,
 )
+
+#: The SM90 decode MoE's launch: the 1-token GEMV's warps, pipeline and fan-in
+#: (:data:`_SM90_GEMV`) on 512 outputs; at one token on 256.
+_SM90_ROW = Launch(MOE, block_n=512, block_k=32, num_warps=2, num_stages=3, reduce_unroll=8)
+_SM90_ROW_ONE = replace(_SM90_ROW, block_n=256)
 
 SM90 = Table(
     # 1 token: 512 outputs on 2 warps at 4 programs per SM, the best or within 1.1 us of the best
@@ -149,6 +196,14 @@ SM90 = Table(
     # expert on average (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_moe).
     moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
     moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
+    # Decode MoE (docs/perf/ct_wna16/moe_decode/README.md): the 1-token GEMV's tile, split and
+    # summed by the tree; 256 outputs a program at one token (17.4 against 19.1 us for 512 on
+    # the Qwen3.5 layer), 512 for 2-16 tokens (the only width timed there: 33.4 us at 4 tokens,
+    # 86.0 at 16, faster than the routed blocks' 37.8 and 98.6).
+    moe_decode=(
+        (1, MoEDecode(_SM90_ROW_ONE, _SM90_ROW_ONE)),
+        (MOE_DECODE_MAX_M, MoEDecode(_SM90_ROW, _SM90_ROW)),
+    ),
 )
 
 
@@ -247,6 +302,25 @@ def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:
     Depends on the batch only (not on the routing), so a captured CUDA graph keeps its tile."""
     t = table_for(capability)
     return t.moe_large if pairs > t.moe.block_m * experts else t.moe
+
+
+def choose_moe_decode(tokens: int, capability: tuple[int, int]) -> MoEDecode | None:
+    """The decode kernels' launches for ``tokens`` tokens on ``capability``, or None where the
+    routed blocks' kernel serves (:func:`choose_moe`): more tokens than the table's last row.
+    Depends on the batch only, so a captured CUDA graph keeps its launches."""
+    return next(
+        (row for most, row in table_for(capability).moe_decode if 1 <= tokens <= most), None
+    )
+
+
+def pow2_at_least(n: int, least: int) -> int:
+    """The smallest power of two that is at least ``n`` and ``least`` (a vector length)."""
+    return max(least, 1 << (n - 1).bit_length())
+
+
+#: The most experts per token :func:`volta_ct_wna16.routing.select_experts` picks (its
+#: kernel's vector of them, ``TOPK_POW2``).
+MAX_SELECT_TOP_K = 32
 
 
 #: Pairs per program of the routing's first launch.

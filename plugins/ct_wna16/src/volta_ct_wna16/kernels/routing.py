@@ -94,3 +94,44 @@ def moe_place_kernel(
     padding = (b - owner_start) * BLOCK_M + r >= owner_count
     tl.store(pair_ptr + i, tl.full([BLOCK], 0, tl.int32) + PAIRS, mask=slot_ok & padding)
     tl.store(expert_ptr + b, owner, mask=slot_ok & (r == 0))
+
+
+@triton.jit
+def topk_softmax_kernel(
+    logits_ptr,
+    w_ptr,
+    ids_ptr,
+    EXPERTS,
+    TOP_K,
+    stride_l,
+    RENORMALIZE,
+    TOPK_POW2: tl.constexpr,
+    E_POW2: tl.constexpr,
+):
+    """``ids[t]``: token ``t``'s ``TOP_K`` (at most ``TOPK_POW2``) experts by descending
+    ``softmax(logits[t])`` (ties to the lower id), ``w[t]`` their probabilities (fp32), divided
+    by their sum where ``RENORMALIZE`` is not 0: vLLM's ``fused_topk`` (``topk_softmax``, then
+    ``renormalize``) in one program per token, the logits held in registers.
+    """
+    t = tl.program_id(0).to(tl.int64)
+    ex = tl.arange(0, E_POW2)
+    ok = ex < EXPERTS
+    logits = tl.load(logits_ptr + t * stride_l + ex, mask=ok, other=-float("inf")).to(tl.float32)
+    prob = tl.exp(logits - tl.max(logits, axis=0))
+    prob = prob / tl.sum(prob, axis=0)
+    # Taken experts (and the padding) drop below every probability.
+    prob = tl.where(ok, prob, -1.0)
+    slots = tl.arange(0, TOPK_POW2)
+    weights = tl.zeros([TOPK_POW2], dtype=tl.float32)
+    ids = tl.zeros([TOPK_POW2], dtype=tl.int32)
+    for j in range(0, TOP_K):
+        best = tl.max(prob, axis=0)
+        pick = tl.min(tl.where(prob == best, ex, E_POW2), axis=0)
+        weights = tl.where(slots == j, best, weights)
+        ids = tl.where(slots == j, pick, ids)
+        prob = tl.where(ex == pick, -1.0, prob)
+    if RENORMALIZE != 0:
+        weights = weights / tl.sum(weights, axis=0)
+    taken = slots < TOP_K
+    tl.store(w_ptr + t * TOP_K + slots, weights, mask=taken)
+    tl.store(ids_ptr + t * TOP_K + slots, ids, mask=taken)

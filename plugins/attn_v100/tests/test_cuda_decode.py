@@ -6,7 +6,7 @@ On CPU (CI): the selection rule (:func:`volta_attn_v100.tables.takes_cuda_decode
 gate over every shipped build (HMMA steps per key tile exactly the products', no FMA dot in the
 key loop, the loop no longer than the estimate counts), the SM70 estimates, the loader's
 fallback, strict mode and capture rule through the plugin's own loading seam
-(``volta_attn_v100.cuda.decode``'s ``load_cuda_kernel``, replaced to succeed or to raise as a
+(``volta_attn_v100.cuda.decode.BUILDS.loader``, replaced to succeed or to raise as a
 machine without NVRTC or with a broken compile does), the launcher's routing, and bad input
 refused before any load. The ``gpu`` tests run the kernel on the H100 as the device's own cubin
 and as the compute_70 PTX a V100 build starts from (JIT-compiled by the driver), over every
@@ -38,6 +38,7 @@ from volta_attn_v100.ops import AttentionInputError, paged_attention
 from volta_attn_v100.tables import SM70, SM70_CUDA_DECODE, takes_cuda_decode
 from volta_core import V100, Device
 from volta_core.kernel_api import (
+    CudaBuilds,
     CudaCompileError,
     CudaToolkitUnavailable,
     DeviceFacts,
@@ -260,8 +261,9 @@ def test_the_estimate_counts_row_chunks_and_tiles() -> None:
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Nothing loaded yet, no capture, no strict mode: the list collects the NVRTC options of
     every build the launcher asks to load."""
-    monkeypatch.setattr(decode, "_kernels", {})
-    monkeypatch.setattr(decode, "_logged", [])
+    monkeypatch.setattr(
+        decode, "BUILDS", CudaBuilds(decode.BUILDS.what, DECODE_SOURCE, DECODE_KERNEL)
+    )
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.delenv("VLLM_VOLTA_STRICT", raising=False)
     return []
@@ -286,7 +288,7 @@ def _options(head_size: int, kv_dtype: str) -> tuple[str, ...]:
 
 
 def test_each_build_loads_once(loads, monkeypatch) -> None:
-    monkeypatch.setattr(decode, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads))
     for _ in range(3):
         assert decode.ready(CUDA0, 128, "float16")
         assert decode.ready(CUDA0, 256, "fp8_e5m2")
@@ -301,8 +303,8 @@ FAILURES = [
 
 @pytest.mark.parametrize("failure", FAILURES, ids=["no-nvrtc", "compile-error"])
 def test_without_a_build_triton_serves_logged_once(loads, monkeypatch, caplog, failure) -> None:
-    monkeypatch.setattr(decode, "load_cuda_kernel", _loader(loads, failure))
-    with caplog.at_level(logging.WARNING, logger=decode.__name__):
+    monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads, failure))
+    with caplog.at_level(logging.WARNING, logger="volta_core.kernel_api"):
         for head_size in (128, 128, 256, 256):
             assert not decode.ready(CUDA0, head_size, "float16")
     assert len(loads) == 2  # one try per build, not per call
@@ -314,7 +316,7 @@ def test_without_a_build_triton_serves_logged_once(loads, monkeypatch, caplog, f
 
 @pytest.mark.parametrize("failure", FAILURES, ids=["no-nvrtc", "compile-error"])
 def test_strict_mode_raises_instead(loads, monkeypatch, failure) -> None:
-    monkeypatch.setattr(decode, "load_cuda_kernel", _loader(loads, failure))
+    monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads, failure))
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(type(failure), match=str(failure).split(":")[0]):
         decode.ready(CUDA0, 128, "float16")
@@ -323,7 +325,7 @@ def test_strict_mode_raises_instead(loads, monkeypatch, failure) -> None:
 def test_nothing_compiles_during_capture(loads, monkeypatch) -> None:
     """A build first asked for while a CUDA graph is being captured is not compiled there: Triton
     serves (strict mode: an error). Warmed up before capture, it serves during it."""
-    monkeypatch.setattr(decode, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert not decode.ready(CUDA0, 128, "fp8_e5m2")
     assert loads == []
@@ -402,7 +404,7 @@ def test_cpu_tensors_keep_the_triton_kernel(monkeypatch) -> None:
 
 def test_the_same_bad_input_errors_before_any_load(loads, monkeypatch) -> None:
     """``paged_decode`` runs the Triton path's checks first: the same errors, nothing loaded."""
-    monkeypatch.setattr(decode, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads))
     case = make_case([(1, 40)], head_size=128, num_heads=8, num_kv_heads=2)
     out = poison_(torch.empty_like(case.query))
     q, kv, bt, lens, qs = case.tensors()

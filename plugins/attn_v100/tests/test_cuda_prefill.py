@@ -5,7 +5,7 @@ against float64.
 On CPU (CI): the selection rule (:func:`volta_attn_v100.tables.takes_cuda_prefill`), the sm_70
 gate over every shipped build, the SM70 estimate against issue 34's target, the loader's
 fallback, strict mode and capture rule through the plugin's own loading seam
-(``volta_attn_v100.cuda.prefill``'s ``load_cuda_kernel``, replaced to succeed or to raise as a
+(``volta_attn_v100.cuda.prefill.BUILDS.loader``, replaced to succeed or to raise as a
 machine without NVRTC or with a broken compile does), and bad input refused before any load. The
 ``gpu`` tests route ``paged_attention`` as on a V100 (the launcher's device facts say SM70) so
 the CUDA kernel runs on the H100, as the device's own cubin and as the compute_70 PTX a V100
@@ -38,6 +38,7 @@ from volta_attn_v100.ops import AttentionInputError, paged_attention
 from volta_attn_v100.tables import SM70_CUDA_PREFILL, CudaPrefillTile, takes_cuda_prefill
 from volta_core import V100, CudaKernelConfig, Device
 from volta_core.kernel_api import (
+    CudaBuilds,
     CudaCompileError,
     CudaToolkitUnavailable,
     DeviceFacts,
@@ -207,8 +208,9 @@ def test_the_estimate_counts_padding_and_groups() -> None:
 def loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """Nothing loaded yet, no capture, no strict mode: the list collects the NVRTC options of
     every build the launcher asks to load."""
-    monkeypatch.setattr(prefill, "_kernels", {})
-    monkeypatch.setattr(prefill, "_logged", [])
+    monkeypatch.setattr(
+        prefill, "BUILDS", CudaBuilds(prefill.BUILDS.what, PREFILL_SOURCE, PREFILL_KERNEL)
+    )
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.delenv("VLLM_VOLTA_STRICT", raising=False)
     return []
@@ -228,7 +230,7 @@ def _loader(calls: list[tuple[str, ...]], outcome: Exception | None = None):
 
 
 def test_each_build_loads_once(loads, monkeypatch) -> None:
-    monkeypatch.setattr(prefill, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(prefill.BUILDS, "loader", _loader(loads))
     for _ in range(3):
         assert prefill.ready(CUDA0, 128, "float16")
         assert prefill.ready(CUDA0, 128, "fp8_e5m2")
@@ -246,8 +248,8 @@ FAILURES = [
 
 @pytest.mark.parametrize("failure", FAILURES, ids=["no-nvrtc", "compile-error"])
 def test_without_a_build_triton_serves_logged_once(loads, monkeypatch, caplog, failure) -> None:
-    monkeypatch.setattr(prefill, "load_cuda_kernel", _loader(loads, failure))
-    with caplog.at_level(logging.WARNING, logger=prefill.__name__):
+    monkeypatch.setattr(prefill.BUILDS, "loader", _loader(loads, failure))
+    with caplog.at_level(logging.WARNING, logger="volta_core.kernel_api"):
         for head_size in (64, 64, 128, 128):
             assert not prefill.ready(CUDA0, head_size, "float16")
     assert len(loads) == 2  # one try per build, not per call
@@ -259,7 +261,7 @@ def test_without_a_build_triton_serves_logged_once(loads, monkeypatch, caplog, f
 
 @pytest.mark.parametrize("failure", FAILURES, ids=["no-nvrtc", "compile-error"])
 def test_strict_mode_raises_instead(loads, monkeypatch, failure) -> None:
-    monkeypatch.setattr(prefill, "load_cuda_kernel", _loader(loads, failure))
+    monkeypatch.setattr(prefill.BUILDS, "loader", _loader(loads, failure))
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(type(failure), match=str(failure).split(":")[0]):
         prefill.ready(CUDA0, 128, "float16")
@@ -268,7 +270,7 @@ def test_strict_mode_raises_instead(loads, monkeypatch, failure) -> None:
 def test_nothing_compiles_during_capture(loads, monkeypatch) -> None:
     """A build first asked for during CUDA-graph capture is not compiled there: Triton serves
     (strict mode: an error). Warmed up before, it serves during capture."""
-    monkeypatch.setattr(prefill, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(prefill.BUILDS, "loader", _loader(loads))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert not prefill.ready(CUDA0, 96, "float16")
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
@@ -285,7 +287,7 @@ def test_nothing_compiles_during_capture(loads, monkeypatch) -> None:
 def test_cpu_tensors_and_bad_input_never_load(loads, monkeypatch) -> None:
     """The interpreter (CPU tensors, planned as a V100) runs the Triton kernel, and input the
     Triton path refuses is refused with the same error before anything loads."""
-    monkeypatch.setattr(prefill, "load_cuda_kernel", _loader(loads))
+    monkeypatch.setattr(prefill.BUILDS, "loader", _loader(loads))
     case = make_case([(20, 37), (3, 3)], head_size=64, seed=1)
     out = poison_(torch.empty_like(case.query))
     paged_attention(*case.tensors(), out, **case.kwargs())
@@ -327,13 +329,12 @@ def as_v100(monkeypatch: pytest.MonkeyPatch, request) -> list[int]:
     loaded fresh as the device's cubin or, with ``request.param`` ``"compute_70"``, as the
     compute_70 PTX the driver JIT-compiles; the list counts the CUDA launches."""
     monkeypatch.setattr(ops, "device_facts", lambda device: V100_FACTS)
-    monkeypatch.setattr(prefill, "_kernels", {})
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     ptx_arch = getattr(request, "param", None)
-    if ptx_arch is not None:
-        monkeypatch.setattr(
-            prefill, "load_cuda_kernel", functools.partial(load_cuda_kernel, ptx_arch=ptx_arch)
-        )
+    loader = functools.partial(load_cuda_kernel, ptx_arch=ptx_arch)
+    monkeypatch.setattr(
+        prefill, "BUILDS", CudaBuilds(prefill.BUILDS.what, PREFILL_SOURCE, PREFILL_KERNEL, loader)
+    )
     launches: list[int] = []
     real = prefill.launch
 

@@ -2,8 +2,8 @@
 and, on a GPU, its results against float64.
 
 On CPU (CI): the selection rule on a V100 (:func:`volta_ct_wna16.tables.choose_mma`), the
-launcher's choice through the plugin's own loading seam (``volta_ct_wna16.cuda.mma``'s
-``load_cuda_kernel``, replaced to succeed or to raise as a machine without NVRTC or with a
+launcher's choice through the plugin's own loading seam (``volta_ct_wna16.cuda.mma.BUILDS.loader``,
+replaced to succeed or to raise as a machine without NVRTC or with a
 broken compile does), the fallback, strict mode and the refusals before any launch. The
 ``gpu`` tests run every token class, group size, symmetry and width on CUDA against float64,
 both as the device's own cubin and as the compute_70 PTX a V100 build starts from (JIT-compiled
@@ -20,6 +20,7 @@ import torch
 from ct_wna16_checkpoints import fresh_checkpoint
 
 from volta_core.kernel_api import (
+    CudaBuilds,
     CudaCompileError,
     CudaToolkitUnavailable,
     DeviceFacts,
@@ -28,7 +29,7 @@ from volta_core.kernel_api import (
     zeroed_accumulators,
 )
 from volta_ct_wna16 import ops, sm70_model
-from volta_ct_wna16.cuda import mma
+from volta_ct_wna16.cuda import KERNEL, SOURCE, mma
 from volta_ct_wna16.launch import MMA, Launch, mma_options, split_count
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import wna16_linear
@@ -123,8 +124,7 @@ def v100(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """A V100 behind ``cuda:0`` for the launcher's choice, nothing loaded yet, no capture: the
     list collects the NVRTC options of every build the launcher loads."""
     monkeypatch.setattr(ops, "device_facts", lambda device: V100)
-    monkeypatch.setattr(mma, "_kernels", {})
-    monkeypatch.setattr(mma, "_logged", [])
+    monkeypatch.setattr(mma, "BUILDS", CudaBuilds(mma.BUILDS.what, SOURCE, KERNEL))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     monkeypatch.delenv("VLLM_VOLTA_STRICT", raising=False)
     return []
@@ -148,7 +148,7 @@ def _layer(bits: int = 4, symmetric: bool = False) -> PackedWeights:
 
 
 def test_a_v100_with_nvrtc_takes_the_tensor_cores(v100, monkeypatch) -> None:
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100))
     pw = _layer()
     for m in (8, 16, 17, 33, 256):
         launch = ops.select_launch(m, pw, CUDA0)
@@ -175,9 +175,9 @@ def test_a_v100_with_nvrtc_takes_the_tensor_cores(v100, monkeypatch) -> None:
 def test_without_a_build_the_triton_kernels_serve_logged_once(
     v100, monkeypatch, caplog, failure
 ) -> None:
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100, failure))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100, failure))
     pw = _layer(8, symmetric=True)
-    with caplog.at_level(logging.WARNING, logger=mma.__name__):
+    with caplog.at_level(logging.WARNING, logger="volta_core.kernel_api"):
         for m in (16, 16, 40, 100):
             assert ops.select_launch(m, pw, CUDA0) == choose(m, pw.n, (7, 0), 8, k=pw.k)
     assert len(v100) == 2  # one try per build, not per call
@@ -196,7 +196,7 @@ def test_without_a_build_the_triton_kernels_serve_logged_once(
     ids=["no-nvrtc", "compile-error"],
 )
 def test_strict_mode_raises_instead(v100, monkeypatch, failure) -> None:
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100, failure))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100, failure))
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(type(failure), match=str(failure).split(":")[0]):
         ops.select_launch(16, _layer(), CUDA0)
@@ -205,7 +205,7 @@ def test_strict_mode_raises_instead(v100, monkeypatch, failure) -> None:
 def test_nothing_compiles_during_capture(v100, monkeypatch) -> None:
     """A build first asked for while a CUDA graph is being captured is not compiled there:
     Triton serves (strict mode: an error). Loaded before capture, it serves during it."""
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     pw = _layer()
     assert ops.select_launch(16, pw, CUDA0) == choose(16, pw.n, (7, 0), 4, k=pw.k)
@@ -221,7 +221,7 @@ def test_nothing_compiles_during_capture(v100, monkeypatch) -> None:
 
 
 def test_warm_up_skips_devices_the_gemm_is_not_for(v100, monkeypatch) -> None:
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100))
     ops.warm_up(_layer())  # a CPU layer: nothing to load
     assert v100 == []
 
@@ -229,7 +229,7 @@ def test_warm_up_skips_devices_the_gemm_is_not_for(v100, monkeypatch) -> None:
 def test_the_same_bad_input_errors_before_any_launch(v100, monkeypatch) -> None:
     """The tensor-core launch goes through the Triton path's checks first, then refuses a
     device it cannot run on; no output is written."""
-    monkeypatch.setattr(mma, "load_cuda_kernel", _loads(v100))
+    monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100))
     pw = _layer()
     launch = row_for(16)
     out = poison_(torch.empty(16, pw.n, dtype=torch.float16))

@@ -6,7 +6,8 @@
 * :func:`device_facts`, the compute capability and SM count a launch is planned for;
 * CUDA C++ kernels compiled at first use by NVRTC (:func:`load_cuda_kernel`,
   :func:`compile_cubin`, :func:`compile_ptx`), cached on disk and launched on torch's stream;
-  they need the core's ``cuda`` extra, imported only when first used.
+  they need the core's ``cuda`` extra, imported only when first used; :class:`CudaBuilds`, the
+  one rule for when a plugin's CUDA build runs and when its Triton path serves instead.
 
 Imported only by kernel code (it imports triton): the host itself, the ``vllm-volta`` command
 and the vLLM adapter never import it. Developer tooling (the SM70 compile gate, the benchmark
@@ -14,6 +15,7 @@ harness, test helpers) lives in the separate ``vllm-volta-devkit`` distribution.
 """
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable, nvrtc_version
+from volta_core.kernel_api._builds import CudaBuilds
 from volta_core.kernel_api._counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
 from volta_core.kernel_api._device_facts import (
     INTERPRETER_FACTS,
@@ -36,6 +38,7 @@ from volta_core.kernel_api._nvrtc import (
 __all__ = [
     "INTERPRETER_FACTS",
     "MIN_COUNTERS",
+    "CudaBuilds",
     "CudaCompileError",
     "CudaKernel",
     "CudaToolkitUnavailable",

@@ -1,11 +1,10 @@
 """Loading and launching the SM70 tensor-core decode (``decode.cu``) for a batch's decode call.
 
-:func:`ready` answers whether a device runs a build (head size, KV dtype): each is compiled and
-loaded once (NVRTC, its cubins cached on disk by :mod:`volta_core.kernel_api`); a missing
-toolkit or a compile error leaves the Triton kernel to serve, logged once, or raises with
-``VLLM_VOLTA_STRICT=1``. It never compiles inside CUDA-graph capture (loading a module is not a
-stream operation): :func:`warm_up` loads a layer's builds before capture, and a build first asked
-for during capture is left to the Triton path.
+:func:`ready` answers whether a device runs a build (head size, KV dtype), by the host's rule
+(:class:`volta_core.kernel_api.CudaBuilds`): each is compiled and loaded once; a missing toolkit
+or a compile error leaves the Triton kernel to serve, logged once, or raises with
+``VLLM_VOLTA_STRICT=1``; a build first asked for during CUDA-graph capture is left to the Triton
+path, so :func:`warm_up` loads a layer's builds before capture.
 
 :func:`launch` takes the arguments :func:`volta_attn_v100.ops.paged_attention` has checked;
 :func:`paged_decode` checks them itself (the tests, the benchmark), and can build the compute_70
@@ -16,41 +15,25 @@ allocates does); others are left to the Triton kernel.
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from volta_attn_v100.cuda import DECODE_KERNEL, DECODE_SOURCE, decode_options
 from volta_attn_v100.limits import MAX_DECODE_QUERY_LEN, MAX_SPLITS
 from volta_attn_v100.tables import CUDA_DECODE_ROWS, SM70_CUDA_DECODE
-from volta_core import strict_mode
-from volta_core.kernel_api import (
-    CudaCompileError,
-    CudaKernel,
-    CudaToolkitUnavailable,
-    arrival_counters,
-    load_cuda_kernel,
-)
+from volta_core.kernel_api import CudaBuilds, arrival_counters
 
 #: The grid's third dimension counts sequences: at most 65535 (CUDA C++ Programming Guide,
 #: "Compute Capabilities").
 MAX_GRID_Z = 65535
 
-#: Loaded builds by (device index, NVRTC options, PTX architecture: None for the device's cubin);
-#: None where the toolkit or the compile failed.
-_kernels: dict[tuple[int, tuple[str, ...], str | None], CudaKernel | None] = {}
-#: Whether this process has logged a fallback (once is enough: the reason is the same).
-_logged: list[str] = []
-_logger = logging.getLogger(__name__)
+#: The decode's builds: loaded once per device, the Triton kernel serving where they cannot
+#: (:class:`volta_core.kernel_api.CudaBuilds`).
+BUILDS = CudaBuilds("attn_v100: the tensor-core decode", DECODE_SOURCE, DECODE_KERNEL)
 
 
 def _options(head_size: int, kv_cache_dtype: str) -> tuple[str, ...]:
     tile = SM70_CUDA_DECODE[head_size]
     return decode_options(head_size, kv_cache_dtype != "float16", tile.num_warps, tile.min_blocks)
-
-
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
 
 
 def ready(device: torch.device, head_size: int, kv_cache_dtype: str) -> bool:
@@ -62,31 +45,7 @@ def ready(device: torch.device, head_size: int, kv_cache_dtype: str) -> bool:
     :raises CudaCompileError: NVRTC refused the build, with ``VLLM_VOLTA_STRICT=1``.
     :raises RuntimeError: first asked for during capture, with ``VLLM_VOLTA_STRICT=1``.
     """
-    key = (_index(device), _options(head_size, kv_cache_dtype), None)
-    if key in _kernels:
-        return _kernels[key] is not None
-    if torch.cuda.is_current_stream_capturing():
-        why = f"its build {' '.join(key[1])} was first asked for during CUDA-graph capture"
-        if strict_mode():
-            raise RuntimeError(f"attn_v100: the tensor-core decode cannot run: {why}")
-        _log_fallback(why)
-        return False
-    try:
-        _kernels[key] = load_cuda_kernel(
-            DECODE_SOURCE, DECODE_KERNEL, options=key[1], device=device
-        )
-    except (CudaToolkitUnavailable, CudaCompileError) as exc:
-        if strict_mode():
-            raise
-        _kernels[key] = None
-        _log_fallback(str(exc))
-    return _kernels[key] is not None
-
-
-def _log_fallback(why: str) -> None:
-    if not _logged:
-        _logged.append(why)
-        _logger.warning("attn_v100: the tensor-core decode cannot run (%s); Triton serves", why)
+    return BUILDS.ready(device, _options(head_size, kv_cache_dtype))
 
 
 def warm_up(device: torch.device, head_size: int, kv_cache_dtype: str) -> None:
@@ -150,7 +109,7 @@ def launch(
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     if num_seqs > MAX_GRID_Z:
         raise ValueError(f"the tensor-core decode takes at most {MAX_GRID_Z} sequences a launch")
-    kernel = _kernels.get((_index(query.device), _options(head_size, kv_cache_dtype), ptx_arch))
+    kernel = BUILDS.loaded(query.device, _options(head_size, kv_cache_dtype), ptx_arch)
     if kernel is None:
         raise RuntimeError("launch() needs a build ready() loaded")
     chunks = row_chunks(max_query_len, group)
@@ -240,10 +199,7 @@ def paged_decode(
     if seq_lens.shape[0] == 0 or query.shape[0] == 0:
         return out
     # The caller asked for this path by name: a build that cannot load raises here.
-    options = _options(head_size, kv_cache_dtype)
-    _kernels[(_index(query.device), options, ptx_arch)] = load_cuda_kernel(
-        DECODE_SOURCE, DECODE_KERNEL, options=options, device=query.device, ptx_arch=ptx_arch
-    )
+    BUILDS.load(query.device, _options(head_size, kv_cache_dtype), ptx_arch)
     launch(
         query, kv, block_table, seq_lens, query_start_loc, out,
         k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride,

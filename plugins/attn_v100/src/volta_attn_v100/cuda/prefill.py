@@ -1,12 +1,10 @@
 """Loading and launching the tensor-core prefill (``prefill.cu``) for a batch's prefill call.
 
-:func:`ready` answers whether a device runs a build (head size, KV dtype): each is compiled and
-loaded once (NVRTC, its cubins cached on disk by :mod:`volta_core.kernel_api`); a missing
-toolkit or a compile error leaves the Triton kernel to serve, logged once, or raises with
-``VLLM_VOLTA_STRICT=1``. It never compiles inside CUDA-graph capture (loading a module is not a
-stream operation): vLLM runs prefill batches eagerly, so the first prefill loads its build, and
-:func:`warm_up` loads a layer's builds ahead of any capture; a build first asked for during
-capture is left to the Triton path.
+:func:`ready` answers whether a device runs a build (head size, KV dtype), by the host's rule
+(:class:`volta_core.kernel_api.CudaBuilds`): each is compiled and loaded once; a missing toolkit
+or a compile error leaves the Triton kernel to serve, logged once, or raises with
+``VLLM_VOLTA_STRICT=1``; a build first asked for during CUDA-graph capture is left to the Triton
+path (vLLM runs prefill batches eagerly, and :func:`warm_up` loads a layer's builds ahead).
 
 :func:`launch` takes the arguments :func:`volta_attn_v100.ops.paged_attention` has checked. The
 kernel reads K/V rows with 16-byte (fp16) or 8-byte (e5m2) loads, so :func:`vector_aligned`
@@ -17,7 +15,6 @@ does not is left to the Triton kernel.
 from __future__ import annotations
 
 import ctypes
-import logging
 
 import torch
 
@@ -28,28 +25,16 @@ from volta_attn_v100.cuda import (
     prefill_shared_bytes,
 )
 from volta_attn_v100.tables import SM70_CUDA_PREFILL, CudaPrefillTile
-from volta_core import strict_mode
-from volta_core.kernel_api import (
-    CudaCompileError,
-    CudaKernel,
-    CudaToolkitUnavailable,
-    load_cuda_kernel,
-)
+from volta_core.kernel_api import CudaBuilds
 
 #: The most query blocks one launch's grid may hold in its first dimension (2^31 - 1, CUDA C++
 #: Programming Guide, "Compute Capabilities") and KV programs in its second (65535).
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_Y = 65535
 
-#: Loaded builds by (device index, NVRTC options); None where the toolkit or the compile failed.
-_kernels: dict[tuple[int, tuple[str, ...]], CudaKernel | None] = {}
-#: Whether this process has logged a fallback (once is enough: the reason is the same).
-_logged: list[str] = []
-_logger = logging.getLogger(__name__)
-
-
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+#: The prefill's builds: loaded once per device, the Triton kernel serving where they cannot
+#: (:class:`volta_core.kernel_api.CudaBuilds`).
+BUILDS = CudaBuilds("attn_v100: the tensor-core prefill", PREFILL_SOURCE, PREFILL_KERNEL)
 
 
 def _options(head_size: int, kv_cache_dtype: str) -> tuple[str, ...]:
@@ -64,31 +49,7 @@ def ready(device: torch.device, head_size: int, kv_cache_dtype: str) -> bool:
     :raises CudaCompileError: NVRTC refused the build, with ``VLLM_VOLTA_STRICT=1``.
     :raises RuntimeError: first asked for during capture, with ``VLLM_VOLTA_STRICT=1``.
     """
-    key = (_index(device), _options(head_size, kv_cache_dtype))
-    if key in _kernels:
-        return _kernels[key] is not None
-    if torch.cuda.is_current_stream_capturing():
-        why = f"its build {' '.join(key[1])} was first asked for during CUDA-graph capture"
-        if strict_mode():
-            raise RuntimeError(f"attn_v100: the tensor-core prefill cannot run: {why}")
-        _log_fallback(why)
-        return False
-    try:
-        _kernels[key] = load_cuda_kernel(
-            PREFILL_SOURCE, PREFILL_KERNEL, options=key[1], device=device
-        )
-    except (CudaToolkitUnavailable, CudaCompileError) as exc:
-        if strict_mode():
-            raise
-        _kernels[key] = None
-        _log_fallback(str(exc))
-    return _kernels[key] is not None
-
-
-def _log_fallback(why: str) -> None:
-    if not _logged:
-        _logged.append(why)
-        _logger.warning("attn_v100: the tensor-core prefill cannot run (%s); Triton serves", why)
+    return BUILDS.ready(device, _options(head_size, kv_cache_dtype))
 
 
 def warm_up(device: torch.device, head_size: int, kv_cache_dtype: str) -> None:
@@ -153,7 +114,7 @@ def launch(
     )
     if dims[0] > MAX_GRID_X or dims[1] > MAX_GRID_Y:
         raise ValueError(f"the tensor-core prefill's grid {dims} passes CUDA's limits")
-    kernel = _kernels.get((_index(query.device), _options(head_size, kv_cache_dtype)))
+    kernel = BUILDS.loaded(query.device, _options(head_size, kv_cache_dtype))
     if kernel is None:
         raise RuntimeError("launch() needs a build ready() loaded")
     kernel.launch(

@@ -1,27 +1,20 @@
 """Loading and launching the tensor-core GEMM (``wna16_mma.cu``).
 
-:func:`ready` answers whether a device runs it: each build (device, NVRTC options) is compiled
-and loaded once (NVRTC, its cubins cached on disk by :mod:`volta_core.kernel_api`); a missing
-toolkit or a compile error leaves the Triton kernels to serve, logged once, or raises with
-``VLLM_VOLTA_STRICT=1``. It never compiles inside CUDA-graph capture (loading a module is not a
-stream operation): :func:`warm_up` loads a layer's builds when the layer is set up, and a build
-first asked for during capture is left to the Triton path.
+:func:`ready` answers whether a device runs a build (NVRTC options), by the host's rule
+(:class:`volta_core.kernel_api.CudaBuilds`): each is compiled and loaded once; a missing toolkit
+or a compile error leaves the Triton kernels to serve, logged once, or raises with
+``VLLM_VOLTA_STRICT=1``; a build first asked for during CUDA-graph capture is left to the Triton
+path, so :func:`warm_up` loads a layer's builds when the layer is set up.
 """
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
-from volta_core import strict_mode
 from volta_core.kernel_api import (
-    CudaCompileError,
-    CudaKernel,
-    CudaToolkitUnavailable,
+    CudaBuilds,
     arrival_counters,
     device_facts,
-    load_cuda_kernel,
     zeroed_accumulators,
 )
 from volta_ct_wna16.cuda import KERNEL, SOURCE
@@ -31,15 +24,9 @@ from volta_ct_wna16.layout import PackedWeights
 #: The most elements a tensor the kernel indexes may have: it indexes with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
 
-#: Loaded builds by (device index, NVRTC options); None where the toolkit or the compile failed.
-_kernels: dict[tuple[int, tuple[str, ...]], CudaKernel | None] = {}
-#: Whether this process has logged a fallback (once is enough: the reason is the same).
-_logged: list[str] = []
-_logger = logging.getLogger(__name__)
-
-
-def _index(device: torch.device) -> int:
-    return device.index if device.index is not None else torch.cuda.current_device()
+#: The GEMM's builds: loaded once per device, the Triton kernels serving where they cannot
+#: (:class:`volta_core.kernel_api.CudaBuilds`).
+BUILDS = CudaBuilds("ct_wna16: the tensor-core GEMM", SOURCE, KERNEL)
 
 
 def ready(device: torch.device, launch: Launch, bits: int, zp: bool) -> bool:
@@ -50,29 +37,7 @@ def ready(device: torch.device, launch: Launch, bits: int, zp: bool) -> bool:
     :raises CudaCompileError: NVRTC refused the build, with ``VLLM_VOLTA_STRICT=1``.
     :raises RuntimeError: first asked for during capture, with ``VLLM_VOLTA_STRICT=1``.
     """
-    key = (_index(device), mma_options(launch, bits, zp))
-    if key in _kernels:
-        return _kernels[key] is not None
-    if torch.cuda.is_current_stream_capturing():
-        why = f"its build {' '.join(key[1])} was first asked for during CUDA-graph capture"
-        if strict_mode():
-            raise RuntimeError(f"ct_wna16: the tensor-core GEMM cannot run: {why}")
-        _log_fallback(why)
-        return False
-    try:
-        _kernels[key] = load_cuda_kernel(SOURCE, KERNEL, options=key[1], device=device)
-    except (CudaToolkitUnavailable, CudaCompileError) as exc:
-        if strict_mode():
-            raise
-        _kernels[key] = None
-        _log_fallback(str(exc))
-    return _kernels[key] is not None
-
-
-def _log_fallback(why: str) -> None:
-    if not _logged:
-        _logged.append(why)
-        _logger.warning("ct_wna16: the tensor-core GEMM cannot run (%s); Triton serves", why)
+    return BUILDS.ready(device, mma_options(launch, bits, zp))
 
 
 def warm_up(device: torch.device, launches: list[Launch], bits: int, zp: bool) -> None:
@@ -115,11 +80,9 @@ def mma_linear(
     if max(sizes.values()) > MAX_ELEMENTS:
         raise ValueError(f"the tensor-core GEMM indexes with 32-bit ints; elements: {sizes}")
     options = mma_options(launch, pw.bits, pw.zeros is not None)
-    kernel = _kernels.get((_index(x2.device), options)) if ptx_arch is None else None
-    if kernel is None:
-        kernel = load_cuda_kernel(
-            SOURCE, KERNEL, options=options, device=x2.device, ptx_arch=ptx_arch
-        )
+    kernel = BUILDS.loaded(x2.device, options, ptx_arch) or BUILDS.load(
+        x2.device, options, ptx_arch
+    )
     splits, per_split = split_count(pw.n, k, launch, device_facts(x2.device).sm_count, m)
     grid = (-(-m // launch.block_m), -(-pw.n // launch.block_n), splits)
     ws: torch.Tensor | None = None

@@ -19,7 +19,7 @@ import pytest
 from volta_core import doctor
 from volta_core.cli import main
 from volta_core.doctor import Check, Gpu, GpuProbe, Status
-from volta_core.manager import PluginRecord, PluginStatus, VoltaPluginManager
+from volta_core.manager import HOST_API_VERSION, PluginRecord, PluginStatus, VoltaPluginManager
 from volta_core.types import KVVerdict
 
 _spec = importlib.util.spec_from_file_location(
@@ -330,7 +330,7 @@ def test_failed_and_refused_plugins_are_problems(manager: VoltaPluginManager) ->
     assert rows["plugin broken"].status is Status.PROBLEM
     assert rows["plugin broken"].detail == "dist-b 1.0: failed: ImportError: x"
     assert "pip install --force-reinstall dist-b" in rows["plugin broken"].fix
-    assert "host API 1.0" in rows["plugin future"].fix
+    assert f"host API {HOST_API_VERSION}" in rows["plugin future"].fix
 
 
 def test_model_plan_problems_come_from_the_plan(

@@ -86,7 +86,9 @@ class _Sizes:
 
 
 class WNA16MoEMethod(FusedMoEMethodBase):
-    """Fused MoE experts with compressed-tensors int4/int8 weights, one expert at a time.
+    """Fused MoE experts with compressed-tensors int4/int8 weights (the kernels of
+    :func:`volta_ct_wna16.experts.experts_forward`: GEMVs on the router's ids up to 16 tokens,
+    routed blocks above).
 
     ``apply`` is reached through ``RoutedExperts.forward_modular`` (vLLM routes first): the
     method builds no modular kernel (``moe_kernel`` stays None, so ``is_monolithic`` and

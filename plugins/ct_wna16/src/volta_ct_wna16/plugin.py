@@ -60,7 +60,7 @@ def volta_quant_methods() -> Iterable[QuantMethodSpec]:
                 "compressed-tensors pack-quantized int4/int8 weights (group 32/64/128 or "
                 "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM, and "
                 "on a V100 with NVRTC a CUDA tensor-core GEMM for 8-256 tokens; fused MoE "
-                "experts one expert at a time through the Triton kernels"
+                "experts: GEMVs on the router's ids up to 16 tokens, routed blocks above"
             ),
         )
     ]

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import _moe_model
 import pytest
@@ -36,34 +32,11 @@ pytestmark = pytest.mark.skipif(
 LOGPROB_TOLERANCE = 0.05
 
 
-def run_engine(model: Path, extra_env: dict[str, str]) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TRITON_"))}
-    env.update(
-        VLLM_TARGET_DEVICE="cpu",
-        VLLM_CPU_KVCACHE_SPACE="1",
-        TOKENIZERS_PARALLELISM="false",
-        HF_HUB_OFFLINE="1",
-        # LLM.apply_model sends a function (found by module name) to the engine process.
-        VLLM_ALLOW_INSECURE_SERIALIZATION="1",
-        **extra_env,
-    )
-    run = subprocess.run(
-        [sys.executable, _moe_model.__file__, str(model)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-4000:]
-    [line] = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
-    return json.loads(line.removeprefix("RESULT "))
-
-
 def test_tiny_moe_w4a16_experts_match_the_dequantized_model(tmp_path) -> None:
     quantized, dense = _moe_model.write_checkpoints(tmp_path, WeightScheme(4, False, 32))
     reports = tmp_path / "reports"
     reports.mkdir()
-    plugin_run = run_engine(
+    plugin_run = _moe_model.run_engine(
         quantized,
         {
             "VLLM_VOLTA_PLUGINS": "ct_wna16",
@@ -72,7 +45,7 @@ def test_tiny_moe_w4a16_experts_match_the_dequantized_model(tmp_path) -> None:
             "VLLM_VOLTA_REPORT_DIR": str(reports),
         },
     )
-    reference = run_engine(dense, {})
+    reference = _moe_model.run_engine(dense, {})
 
     assert plugin_run["methods"] == [["WNA16MoEMethod"] * _moe_model.LAYERS]
     assert reference["methods"] == [["UnquantizedFusedMoEMethod"] * _moe_model.LAYERS]

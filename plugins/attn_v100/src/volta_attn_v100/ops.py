@@ -298,6 +298,14 @@ def check_inputs(
         )
 
 
+def check_masking(sliding_window: int | None, logits_soft_cap: float) -> None:
+    """Refuse a sliding window that is not positive and a negative soft cap (0 is none)."""
+    if sliding_window is not None and sliding_window <= 0:
+        _fail(f"sliding window must be positive, got {sliding_window}")
+    if logits_soft_cap < 0:
+        _fail(f"logits soft cap must be 0 (none) or positive, got {logits_soft_cap}")
+
+
 def default_num_splits(
     num_seqs: int,
     num_kv_programs: int,
@@ -375,10 +383,7 @@ def paged_attention(
         check_bounds=check_bounds,
         table=table,
     )
-    if sliding_window is not None and sliding_window <= 0:
-        _fail(f"sliding window must be positive, got {sliding_window}")
-    if logits_soft_cap < 0:
-        _fail(f"logits soft cap must be 0 (none) or positive, got {logits_soft_cap}")
+    check_masking(sliding_window, logits_soft_cap)
     if path is None:
         path = "decode" if max_query_len <= MAX_DECODE_QUERY_LEN else "prefill"
     if path == "decode" and max_query_len > MAX_DECODE_QUERY_LEN:

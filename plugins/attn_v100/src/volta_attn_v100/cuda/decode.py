@@ -172,12 +172,7 @@ def paged_decode(
     ops.check_inputs(
         query, kv, block_table, seq_lens, query_start_loc, out, sinks, check_bounds=check_bounds
     )
-    if sliding_window is not None and sliding_window <= 0:
-        raise ops.AttentionInputError(f"sliding window must be positive, got {sliding_window}")
-    if logits_soft_cap < 0:
-        raise ops.AttentionInputError(
-            f"logits soft cap must be 0 (none) or positive, got {logits_soft_cap}"
-        )
+    ops.check_masking(sliding_window, logits_soft_cap)
     if max_query_len > MAX_DECODE_QUERY_LEN:
         raise ops.AttentionInputError(
             f"the decode kernel takes at most {MAX_DECODE_QUERY_LEN} query tokens per sequence, "

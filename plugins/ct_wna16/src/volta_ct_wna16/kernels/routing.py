@@ -97,6 +97,43 @@ def moe_place_kernel(
 
 
 @triton.jit
+def topk_softmax(
+    row_ptr, EXPERTS, TOP_K, RENORMALIZE, TOPK_POW2: tl.constexpr, E_POW2: tl.constexpr
+):
+    """``(weights, ids)``, each ``[TOPK_POW2]``: the ``TOP_K`` experts (at most ``TOPK_POW2``)
+    of one token's logits at ``row_ptr`` by descending ``softmax(logits)`` (ties to the lower
+    id), and their probabilities (fp32), divided by their sum where ``RENORMALIZE`` is not 0;
+    slots from ``TOP_K`` on hold 0. vLLM's ``fused_topk`` (``topk_softmax``, then
+    ``renormalize``) for one token, the logits held in registers.
+
+    Each round takes one maximum of a 64-bit key, the probability's bits (a non-negative fp32
+    orders as its bits do) above the id's complement, so the probability and the lowest id
+    holding it come out of one reduction instead of two.
+    """
+    ex = tl.arange(0, E_POW2)
+    ok = ex < EXPERTS
+    logits = tl.load(row_ptr + ex, mask=ok, other=-float("inf")).to(tl.float32)
+    prob = tl.exp(logits - tl.max(logits, axis=0))
+    prob = prob / tl.sum(prob, axis=0)
+    bits = prob.to(tl.int32, bitcast=True).to(tl.int64)
+    # The padding (and every taken expert) keys below any probability's.
+    key = tl.where(ok, (bits << 32) | (E_POW2 - 1 - ex).to(tl.int64), -1)
+    slots = tl.arange(0, TOPK_POW2)
+    weights = tl.zeros([TOPK_POW2], dtype=tl.float32)
+    ids = tl.zeros([TOPK_POW2], dtype=tl.int32)
+    for j in range(0, TOP_K):
+        best = tl.max(key, axis=0)
+        pick = (E_POW2 - 1 - (best & 0xFFFFFFFF)).to(tl.int32)
+        best_prob = (best >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        weights = tl.where(slots == j, best_prob, weights)
+        ids = tl.where(slots == j, pick, ids)
+        key = tl.where(ex == pick, -1, key)
+    if RENORMALIZE != 0:
+        weights = weights / tl.sum(weights, axis=0)
+    return weights, ids
+
+
+@triton.jit
 def topk_softmax_kernel(
     logits_ptr,
     w_ptr,
@@ -108,30 +145,13 @@ def topk_softmax_kernel(
     TOPK_POW2: tl.constexpr,
     E_POW2: tl.constexpr,
 ):
-    """``ids[t]``: token ``t``'s ``TOP_K`` (at most ``TOPK_POW2``) experts by descending
-    ``softmax(logits[t])`` (ties to the lower id), ``w[t]`` their probabilities (fp32), divided
-    by their sum where ``RENORMALIZE`` is not 0: vLLM's ``fused_topk`` (``topk_softmax``, then
-    ``renormalize``) in one program per token, the logits held in registers.
-    """
+    """``ids[t]``, ``w[t]``: token ``t``'s top-k of :func:`topk_softmax`, one program per
+    token."""
     t = tl.program_id(0).to(tl.int64)
-    ex = tl.arange(0, E_POW2)
-    ok = ex < EXPERTS
-    logits = tl.load(logits_ptr + t * stride_l + ex, mask=ok, other=-float("inf")).to(tl.float32)
-    prob = tl.exp(logits - tl.max(logits, axis=0))
-    prob = prob / tl.sum(prob, axis=0)
-    # Taken experts (and the padding) drop below every probability.
-    prob = tl.where(ok, prob, -1.0)
+    weights, ids = topk_softmax(
+        logits_ptr + t * stride_l, EXPERTS, TOP_K, RENORMALIZE, TOPK_POW2, E_POW2
+    )
     slots = tl.arange(0, TOPK_POW2)
-    weights = tl.zeros([TOPK_POW2], dtype=tl.float32)
-    ids = tl.zeros([TOPK_POW2], dtype=tl.int32)
-    for j in range(0, TOP_K):
-        best = tl.max(prob, axis=0)
-        pick = tl.min(tl.where(prob == best, ex, E_POW2), axis=0)
-        weights = tl.where(slots == j, best, weights)
-        ids = tl.where(slots == j, pick, ids)
-        prob = tl.where(ex == pick, -1.0, prob)
-    if RENORMALIZE != 0:
-        weights = weights / tl.sum(weights, axis=0)
     taken = slots < TOP_K
     tl.store(w_ptr + t * TOP_K + slots, weights, mask=taken)
     tl.store(ids_ptr + t * TOP_K + slots, ids, mask=taken)

@@ -6,16 +6,11 @@ hidden 2048, intermediate 768; Qwen3.5-35B-A3B: 256 experts, top-8, hidden 2048,
 512), int4 group 128 (symmetric; ``--asymmetric`` adds asymmetric rows) and M tokens, one run
 times inside one CUDA graph (as vLLM captures decode; :func:`volta_devkit.bench.time_cuda_graph`):
 
-* ``step``: the router's top-k from its logits and the experts,
-  :func:`volta_ct_wna16.experts.experts_forward_from_logits` whole, what a layer's routed
-  experts cost (up to 16 tokens one launch that also routes); ``routed first``: the same with
-  the top-k in its own launch first (:func:`volta_ct_wna16.routing.select_experts`, then
-  :func:`volta_ct_wna16.experts.experts_forward`), as in an engine whose router runs before
-  the experts;
-* ``kernels``: the expert kernels alone on ids routed beforehand: up to 16 tokens the
-  one-launch step :func:`volta_ct_wna16.ops.moe_step` (``two``: the two launches of
-  :func:`volta_ct_wna16.ops.moe_decode` beside it), above that the two
-  :func:`volta_ct_wna16.ops.moe_linear` calls on blocks routed beforehand;
+* ``step``: the router's top-k from its logits (:func:`volta_ct_wna16.routing.select_experts`)
+  and :func:`volta_ct_wna16.experts.experts_forward` whole, what a layer's routed experts cost;
+* ``kernels``: the expert kernels alone: up to 16 tokens :func:`volta_ct_wna16.ops.moe_decode`
+  (every launch of it), above that the two :func:`volta_ct_wna16.ops.moe_linear` calls on
+  blocks routed beforehand;
 * ``vllm``: vLLM's Triton fused-MoE int4 kernel (``fused_moe_kernel_gptq_awq``, read from the
   vLLM wheel's ``fused_moe.py`` given by ``--vllm-fused-moe``: its ``@triton.jit`` functions are
   taken out with ``ast`` into a module of their own, because the file's vLLM imports cannot be
@@ -63,12 +58,12 @@ from ct_wna16_bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, 
 from ct_wna16_checkpoints import fresh_checkpoint
 
 from volta_ct_wna16 import ops
-from volta_ct_wna16.experts import ExpertWeights, experts_forward, experts_forward_from_logits
+from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.launch import MOE, Launch
 from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.routing import route, select_experts
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MoEDecode, MoEStep, choose_moe, choose_moe_decode, choose_moe_step
+from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
 from volta_devkit.bench import rotation_count, time_cuda_graph
 from volta_devkit.read_floor import read_floor
 
@@ -327,30 +322,21 @@ def time_one(
     count = max(2, min(MAX_ROUTINGS, int(ROTATE_BYTES // per_call)))
     sets = routings(m, experts, top_k, count, gen)
     distinct = sum(int(ids.unique().numel()) for *_, ids in sets) / len(sets)
-    capability = torch.cuda.get_device_capability()
-    one = choose_moe_step(m, capability)
-    decode = choose_moe_decode(m, capability)
-    launch = choose_moe(m * top_k, experts, capability)
+    decode = choose_moe_decode(m, torch.cuda.get_device_capability())
+    launch = choose_moe(m * top_k, experts, torch.cuda.get_device_capability())
 
     def step(logits: torch.Tensor, *_: Any) -> torch.Tensor:
-        return experts_forward_from_logits(x, logits, top_k, weights)[0]
-
-    def routed_first(logits: torch.Tensor, *_: Any) -> torch.Tensor:
         w, ids = select_experts(logits, top_k)
         return experts_forward(x, w, ids, weights)
 
     step_ms = time_cuda_graph(step, sets, replays=REPLAYS).median_ms
-    first_ms = time_cuda_graph(routed_first, sets, replays=REPLAYS).median_ms
-    kern_ms = kernels_ms(x, weights, sets, top_k, one or decode, launch)
+    kern_ms = kernels_ms(x, weights, sets, top_k, decode, launch)
     ours = experts_forward(x, sets[0][1], sets[0][2], weights)
     row: dict[str, Any] = {
         "model": name, "symmetric": symmetric, "m": m, "experts": experts, "top_k": top_k,
-        "hidden": hidden, "inter": inter, "launch": tile_label(one or decode, launch),
+        "hidden": hidden, "inter": inter, "launch": tile_label(decode, launch),
         "distinct_experts": distinct, "step_us": step_ms * 1e3, "kernels_us": kern_ms * 1e3,
-        "routed_first_us": first_ms * 1e3,
     }  # fmt: skip
-    if one is not None and decode is not None:
-        row["two_us"] = kernels_ms(x, weights, sets, top_k, decode, launch) * 1e3
     if peer is not None and symmetric:
         kernel, packed = peer
         bm = vllm_block_m(m)
@@ -371,7 +357,7 @@ def time_one(
             lambda _w, plan: cublas_step(dense, x, plan), plans, replays=REPLAYS
         ).median_ms
         row["cublas_us"] = ms * 1e3
-    if one is not None or decode is not None:
+    if decode is not None:
         gate_up = round(distinct * weights.w13.nbytes() / experts)
         down = round(distinct * weights.w2.nbytes() / experts)
         floors = {n: floor_us(n) for n in (gate_up, down, gate_up + down)}
@@ -409,15 +395,14 @@ def kernels_ms(
     weights: ExpertWeights,
     sets: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     top_k: int,
-    decode: MoEDecode | MoEStep | None,
+    decode: MoEDecode | None,
     launch: Launch,
 ) -> float:
-    """The expert kernels alone: the one-launch step, the two decode launches, or the two
-    routed-block launches on blocks routed beforehand."""
+    """The expert kernels alone: the decode launches, or the two routed-block launches on
+    blocks routed beforehand."""
     if decode is not None:
-        op = ops.moe_step if isinstance(decode, MoEStep) else ops.moe_decode
         return time_cuda_graph(
-            lambda _l, w, ids: op(x, weights.w13, weights.w2, w, ids, decode),
+            lambda _l, w, ids: ops.moe_decode(x, weights.w13, weights.w2, w, ids, decode),
             sets,
             replays=REPLAYS,
         ).median_ms
@@ -433,9 +418,7 @@ def kernels_ms(
     return time_cuda_graph(kernels, [(i,) for i in range(len(sets))], replays=REPLAYS).median_ms
 
 
-def tile_label(decode: MoEDecode | MoEStep | None, launch: Launch) -> str:
-    if isinstance(decode, MoEStep):
-        return f"s:g{decode.gate_rows}k{decode.block_k}d{decode.down_words}x{decode.down_chunks}"
+def tile_label(decode: MoEDecode | None, launch: Launch) -> str:
     if decode is not None:
         g, d = decode.gate_up, decode.down
         return f"d:{g.block_n}x{g.block_k}/{d.block_n}x{d.block_k}"
@@ -451,33 +434,19 @@ def _row(n: int, k: int, warps: int, stages: int, per_sm: int, fan_in: int) -> L
 BLOCKS = Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3)
 
 
-#: One-launch steps the sweep times: (gate rows, input step, down words, down chunks, warps,
-#: stages).
-STEP_CANDIDATES = (
-    (64, 256, 4096, 4, 8, 3),
-    (32, 256, 4096, 4, 8, 3),
-    (128, 256, 4096, 4, 8, 3),
-    (64, 512, 4096, 4, 8, 2),
-    (64, 128, 4096, 4, 8, 4),
-    (64, 256, 4096, 8, 8, 3),
-    (64, 256, 4096, 2, 8, 3),
-    (64, 256, 2048, 4, 4, 3),
-    (32, 256, 2048, 8, 4, 3),
-    (128, 128, 4096, 2, 8, 3),
-    (16, 256, 4096, 1, 8, 3),
-)
-
-
-def sweep_candidates(m: int) -> list[MoEDecode | MoEStep | Launch]:
-    """What the sweep times at ``m`` tokens: one-launch steps, the table's two-launch decode
-    kernels (gate/up and down alike: ``block_n``, ``block_k``, warps, stages, programs per SM,
-    fan-in), and the routed blocks' kernel (a bare Launch)."""
+def sweep_candidates(m: int) -> list[MoEDecode | Launch]:
+    """What the sweep times at ``m`` tokens: decode launches, gate/up and down alike
+    (``block_n``, ``block_k``, warps, stages, programs per SM, fan-in), and the routed blocks'
+    kernel (a bare Launch)."""
     rows = [_row(512, 32, 2, 3, 4, 8), _row(256, 32, 2, 3, 4, 8)]
-    return [
-        *(MoEStep(g, k, d, c, num_warps=w, num_stages=st) for g, k, d, c, w, st in STEP_CANDIDATES),
-        *(MoEDecode(launch, launch) for launch in rows),
-        BLOCKS,
-    ]
+    if m == 1:
+        rows += [
+            _row(512, 64, 2, 3, 4, 8),
+            _row(512, 32, 4, 3, 6, 8),
+            _row(1024, 32, 4, 3, 4, 16),
+            _row(256, 64, 4, 3, 2, 8),
+        ]
+    return [*(MoEDecode(launch, launch) for launch in rows), BLOCKS]
 
 
 def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list[dict[str, Any]]:
@@ -494,23 +463,21 @@ def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list
         ref = experts_forward(x, sets[0][1], sets[0][2], weights)
         for cand in sweep_candidates(m):
             decode = cand if isinstance(cand, MoEDecode) else None
-            step = cand if isinstance(cand, MoEStep) else None
             launch = cand if isinstance(cand, Launch) else BLOCKS
-            label = tile_label(step or decode, launch)
+            label = tile_label(decode, launch)
             try:
                 got = experts_forward(
-                    x, sets[0][1], sets[0][2], weights, decode=decode, launch=launch, step=step
+                    x, sets[0][1], sets[0][2], weights, decode=decode, launch=launch
                 )
-                ms = kernels_ms(x, weights, sets, top_k, step or decode, launch)
+                ms = kernels_ms(x, weights, sets, top_k, decode, launch)
             except Exception as exc:
                 print(f"sweep {name} m={m} {label}: {exc!r}"[:300], flush=True)
                 continue
             one = decode.gate_up if decode is not None else launch
             row = {
-                "model": name, "m": m, "tile": label,
-                "warps": (step or one).num_warps, "stages": (step or one).num_stages,
-                "programs_per_sm": 0 if step else one.programs_per_sm,
-                "fan_in": 0 if step else one.reduce_unroll, "kernels_us": ms * 1e3,
+                "model": name, "m": m, "tile": label, "warps": one.num_warps,
+                "stages": one.num_stages, "programs_per_sm": one.programs_per_sm,
+                "fan_in": one.reduce_unroll, "kernels_us": ms * 1e3,
                 "rel_vs_table": max_rel(got, ref),
                 "copy_fraction": distinct * expert_bytes / (ms * 1e-3) / copy_bw,
             }  # fmt: skip
@@ -526,8 +493,8 @@ def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list
 
 
 HEADER = (
-    f"{'model':<16}{'sym':>4}{'M':>6}{'tile':>24}{'exp':>6}{'MB':>7}{'step us':>9}{'1st us':>8}"
-    f"{'two us':>8}{'kern us':>9}{'%copy':>7}{'step%':>7}{'vllm us':>9}{'xvllm':>7}{'xvstep':>7}"
+    f"{'model':<16}{'sym':>4}{'M':>6}{'tile':>24}{'exp':>6}{'MB':>7}{'step us':>9}"
+    f"{'kern us':>9}{'%copy':>7}{'step%':>7}{'vllm us':>9}{'xvllm':>7}{'xvstep':>7}"
     f"{'cuBLAS':>9}{'xcublas':>8}{'TFLOP/s':>9}{'xdense':>7}{'SM70 us':>9}"
     f"{'floor2':>8}{'floor1':>8}{'x floor2':>9}"
 )
@@ -539,9 +506,7 @@ def line(r: dict[str, Any]) -> str:
     return (
         f"{r['model']:<16}{'y' if r['symmetric'] else 'n':>4}{r['m']:>6}{r['launch']:>24}"
         f"{r['distinct_experts']:>6.0f}{r['routed_bytes'] / 1e6:>7.1f}{r['step_us']:>9.1f}"
-        f"{r['routed_first_us']:>8.1f}"
-        + (f"{r['two_us']:>8.1f}" if "two_us" in r else f"{'-':>8}")
-        + f"{r['kernels_us']:>9.1f}{100 * r['copy_fraction']:>7.1f}"
+        f"{r['kernels_us']:>9.1f}{100 * r['copy_fraction']:>7.1f}"
         f"{100 * r['step_copy_fraction']:>7.1f}"
         + (f"{vllm:>9.1f}{vllm / r['kernels_us']:>7.2f}" if vllm else f"{'-':>9}{'-':>7}")
         + (f"{r['vllm_step_us'] / r['step_us']:>7.2f}" if vllm else f"{'-':>7}")

@@ -121,3 +121,143 @@ def test_moe_benchmark_rows_put_the_read_floor_beside_the_kernels() -> None:
     assert len(bench_moe.line(row)) == len(bench_moe.HEADER)  # the columns line up
     del row["floor2_us"], row["floor1_us"]
     assert bench_moe.line(row).split()[-3:] == ["-", "-", "-"]
+
+
+def test_moe_prefill_launcher_and_dense_reference_compute_the_layer(
+    monkeypatch, kernel_device: str
+) -> None:
+    """The prefill benchmark's computations of the layer against float64: its launcher of the
+    routed-blocks kernel with ``SLOT_DOTS`` off and its swapped prototype, each also with the
+    scales loaded per word row (every buffer they and the routing allocate with
+    ``torch.empty`` poisoned), and the library's launch of the table's 16-row tile, all inside
+    the benchmark's step; and the padded per-expert rows its cuBLAS reference times."""
+    from dataclasses import replace
+
+    import ct_wna16_moe_prefill_bench as prefill
+    from test_moe_gpu import SCHEMES, TOLERANCE, make_experts, reference
+
+    from volta_ct_wna16.tables import SM90
+    from volta_devkit.testing import assert_rel_close, poison_
+
+    device = kernel_device
+    experts, dense = make_experts(SCHEMES[0], experts=4, hidden=128, inter=128, device=device)
+    gen = torch.Generator().manual_seed(5)
+    tokens, top_k = 40, 2
+    ids = torch.stack([torch.randperm(4, generator=gen)[:top_k] for _ in range(tokens)])
+    w = torch.rand(tokens, top_k, generator=gen) + 0.1
+    w, ids = (w / w.sum(-1, keepdim=True)).to(device), ids.to(torch.int32).to(device)
+    x = torch.randn(tokens, 128, generator=gen).half().to(device)
+    ref = reference(dense, x, w, ids)
+
+    pair_at = prefill.pad_by_expert(ids, 4)
+    counts = torch.bincount(ids.reshape(-1).long(), minlength=4)
+    assert pair_at.shape == (4, int(counts.max()))
+    assert sorted(pair_at[pair_at >= 0].tolist()) == list(range(tokens * top_k))
+    owner = ids.reshape(-1).long()[pair_at.clamp_min(0)]
+    assert bool(((owner == torch.arange(4, device=device)[:, None]) | (pair_at < 0)).all())
+    assert_rel_close(
+        prefill.dense_output(x, w, ids, *prefill.dense_stacks(experts)), ref, TOLERANCE, "bmm"
+    )
+
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
+    own = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2))
+    table = prefill.Candidate(SM90.moe, library=True)
+    swapped = [prefill.Candidate(prefill.tile(m, 64, 32, 4, 2), swap=True) for m in (16, 32)]
+    rows = prefill.Candidate(prefill.tile(16, 64, 32, 4, 2), swap=True, scale_rows=True)
+    for cand in (own, table, *swapped, rows, replace(own, scale_rows=True)):
+        out = prefill.forward(x, w, ids, experts, cand)
+        assert_rel_close(out, ref, TOLERANCE, cand.label)
+    with pytest.raises(ValueError, match="split the input"):
+        prefill.Candidate(SM90.moe)
+    with pytest.raises(ValueError, match="no swapped kernel or scale-row choice"):
+        prefill.Candidate(SM90.moe, library=True, swap=True)
+
+
+def test_moe_prefill_sweep_and_rows_line_up() -> None:
+    """The sweep: the table's two tiles first, 30-45 distinct tiles, swapped ones among them;
+    every printed row has as many columns as its heading, a case whose tiles all failed
+    included."""
+    import ct_wna16_moe_prefill_bench as prefill
+
+    from volta_ct_wna16.tables import SM90
+
+    cands = prefill.candidates((9, 0))
+    assert [c.launch for c in cands[:2]] == [SM90.moe, SM90.moe_large]
+    assert 30 <= len(cands) <= 45
+    assert len({c.label for c in cands}) == len(cands)
+    assert any(c.swap and c.launch.block_m == 16 for c in cands)
+    assert prefill.row_use([64, 65, 0], 64) == pytest.approx(129 / 192)
+    row = {
+        "case": "Qwen3.5-35B-A3B 2048", "flops": 1.03e11, "cube_flops": 7.0e14,
+        "table_tile": "m64n128k64w4s3*", "table_us": 694.0, "best_tile": "m128n128k64w8s3",
+        "best_us": 500.0, "bmm_us": 400.0, "mm_us": 200.0, "bmm_flops": 1.3e11,
+    }  # fmt: skip
+    assert len(prefill.line(row)) == len(prefill.HEADER)
+    failed = {**row, "best_tile": "-", "best_us": float("nan"), "table_us": float("nan")}
+    assert len(prefill.line(failed)) == len(prefill.HEADER)
+    stages = {"case": row["case"], "tile": "m64n128k64w4s3*", "route": 5.0, "step": 700.0}
+    assert len(prefill.stage_line(stages)) == len(prefill.STAGE_HEADER)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_moe_prefill_benchmark_refuses_to_run_without_cuda(tmp_path) -> None:
+    import ct_wna16_moe_prefill_bench as prefill
+
+    assert prefill.main(["--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_moe_prefill_benchmark_runs_whole_on_a_small_layer(monkeypatch, tmp_path, capsys) -> None:
+    """The prefill benchmark end to end (the device's one call must not fail past its sweep)
+    on a 4-expert layer under the interpreter: the GPU-only helpers (copy bandwidth, cuBLAS
+    rate, CUDA routings and stack, graph timing) swapped for CPU ones; the table's two tiles
+    and one tile each of the benchmark's launcher and its swapped kernel, every one checked
+    against the float32 reference; the summary names the best tile and prints last."""
+    import json
+    import time
+    import types
+
+    import ct_wna16_moe_prefill_bench as prefill
+    from test_moe_gpu import SCHEMES, make_experts
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU smoke run; the GPU runs the benchmark itself")
+
+    def timed(fn, sets, replays):
+        begin = time.perf_counter()
+        for args in sets:
+            fn(*args)
+        return types.SimpleNamespace(median_ms=(time.perf_counter() - begin) * 1e3 / len(sets))
+
+    def routings(m, experts, top_k, count, gen):
+        out = []
+        for _ in range(count):
+            ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(m)])
+            w = torch.rand(m, top_k, generator=gen) + 0.1
+            out.append((None, w / w.sum(-1, keepdim=True), ids.to(torch.int32)))
+        return out
+
+    table = prefill.candidates((9, 0))[:2]
+    own = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2))
+    swapped = prefill.Candidate(prefill.tile(16, 64, 32, 4, 2), swap=True)
+    monkeypatch.setattr(prefill, "candidates", lambda _: [*table, own, swapped])
+    monkeypatch.setattr(prefill, "MODELS", {"tiny": (4, 2, 128, 128)})
+    monkeypatch.setattr(
+        prefill, "stack", lambda e, h, i, _: make_experts(SCHEMES[0], e, h, i, "cpu")[0]
+    )
+    monkeypatch.setattr(prefill, "routings", routings)
+    monkeypatch.setattr(prefill, "time_cuda_graph", timed)
+    monkeypatch.setattr(prefill, "start", lambda out: out.mkdir() or 3e12)
+    monkeypatch.setattr(prefill, "matmul_flops", lambda: 7e14)
+    monkeypatch.setattr(prefill, "versions", lambda: {"device": "cpu", "versions": {"triton": "-"}})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *_: (9, 0))
+    assert prefill.main(["--out", str(tmp_path / "out"), "--ms", "40", "--jobs", "0"]) == 0
+    record = json.loads((tmp_path / "out" / "ct_wna16_moe_prefill_bench.json").read_text())
+    assert len(record["sweep"]) == 4
+    assert all(row["rel_error"] <= prefill.TOLERANCE for row in record["sweep"]), record["sweep"]
+    (summary,) = record["summary"]
+    assert summary["table_tile"] == table[1].label  # 80 pairs over 4 experts: the large tile
+    assert summary["best_tile"] in {row["tile"] for row in record["sweep"]}
+    assert {row["tile"] for row in record["stages"]} == {table[1].label, summary["best_tile"]}
+    assert capsys.readouterr().out.splitlines()[-1].startswith("tiny 40")

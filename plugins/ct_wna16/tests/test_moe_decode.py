@@ -1,6 +1,5 @@
-"""The fused-MoE decode kernels (1-16 tokens straight from the router's ids: the one-launch
-step :func:`volta_ct_wna16.ops.moe_step`, also routing from the logits, and the two launches of
-:func:`volta_ct_wna16.ops.moe_decode`), the router's top-k from logits
+"""The fused-MoE decode kernels (:func:`volta_ct_wna16.ops.moe_decode`, 1-16 tokens straight
+from the router's ids), the router's top-k from logits
 (:func:`volta_ct_wna16.routing.select_experts`) and the step's refusals of bad input.
 
 Every check is against float64 (:func:`test_moe_gpu.reference`) with the output poisoned first:
@@ -22,26 +21,17 @@ from test_moe_gpu import SCHEMES, TOLERANCE, make_experts, reference
 from volta_core import Device
 from volta_ct_wna16 import experts as experts_module
 from volta_ct_wna16 import ops
-from volta_ct_wna16.experts import ExpertWeights, experts_forward, experts_forward_from_logits
-from volta_ct_wna16.gate_configs import decode_config, kernel_configs, step_config
+from volta_ct_wna16.experts import ExpertWeights, experts_forward
+from volta_ct_wna16.gate_configs import decode_config, kernel_configs
 from volta_ct_wna16.routing import select_experts
-from volta_ct_wna16.tables import (
-    SM70,
-    SM90,
-    MoEDecode,
-    MoEStep,
-    choose_moe_decode,
-    choose_moe_step,
-    pow2_at_least,
-)
+from volta_ct_wna16.tables import SM70, SM90, MoEDecode, choose_moe_decode, pow2_at_least
 from volta_devkit.testing import assert_rel_close, poison_
 
-#: Every decode launch of both tables, one launch or two: (label, launches).
-TABLE_LAUNCHES: list[tuple[str, MoEDecode | MoEStep]] = [
-    (f"{name}-{kind}-{most}", launches)
+#: Every decode launch pair of both tables: (label, launches).
+TABLE_LAUNCHES = [
+    (f"{name}-{most}", launches)
     for name, table in (("sm90", SM90), ("sm70", SM70))
-    for kind, rows in (("step", table.moe_step), ("two", table.moe_decode))
-    for most, launches in rows
+    for most, launches in table.moe_decode
 ]
 
 
@@ -54,17 +44,14 @@ def _routing(
     return (w / w.sum(-1, keepdim=True)).to(device), ids.to(torch.int32).to(device)
 
 
-def _decode(x, w, ids, experts: ExpertWeights, launches: MoEDecode | MoEStep, **kw) -> torch.Tensor:
+def _decode(x, w, ids, experts: ExpertWeights, launches: MoEDecode, **kw) -> torch.Tensor:
     out = poison_(torch.empty(x.shape, dtype=x.dtype, device=x.device))
-    op = ops.moe_step if isinstance(launches, MoEStep) else ops.moe_decode
-    got = op(x, experts.w13, experts.w2, w, ids, launches, out=out, **kw)
+    got = ops.moe_decode(x, experts.w13, experts.w2, w, ids, launches, out=out, **kw)
     assert got.data_ptr() == out.data_ptr()
     return out
 
 
-def _check_cases(
-    experts: ExpertWeights, dense, launches: MoEDecode | MoEStep, device: str, what: str
-) -> None:
+def _check_cases(experts: ExpertWeights, dense, launches: MoEDecode, device: str, what: str):
     e = experts.num_experts
     for m in (1, 3):
         x = torch.randn(m, experts.hidden, device=device).half()
@@ -99,67 +86,14 @@ def _check_cases(
 
 @pytest.mark.parametrize(("label", "launches"), TABLE_LAUNCHES, ids=[t[0] for t in TABLE_LAUNCHES])
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
-def test_decode_kernels_under_the_interpreter(label: str, launches, scheme) -> None:
+def test_decode_kernels_under_the_interpreter(label: str, launches: MoEDecode, scheme) -> None:
     if torch.cuda.is_available():
         pytest.skip("the CPU copy of the GPU checks")
     experts, dense = make_experts(scheme, experts=4, hidden=128, inter=128, device="cpu")
     _check_cases(experts, dense, launches, "cpu", f"{scheme.label} {label}")
 
 
-def _route_cases(experts: ExpertWeights, dense, step: MoEStep, device: str, what: str) -> None:
-    """The step routing from the logits in its launch: the same top-k as
-    :func:`select_experts` and the experts' sum on it, with and without renormalizing, an
-    expert map over more global experts (a token routed only to another rank's), and the
-    router weight on the input."""
-    e = experts.num_experts
-    gen = torch.Generator().manual_seed(21)
-    for m, top_k, renormalize in ((1, 2, True), (3, 3, False)):
-        x = torch.randn(m, experts.hidden, generator=gen).half().to(device)
-        logits = (2 * torch.randn(m, e, generator=gen)).half().to(device)
-        out, w, ids = experts_forward_from_logits(
-            x, logits, top_k, experts, renormalize=renormalize, step=step
-        )
-        want_w, want_ids = select_experts(logits, top_k, renormalize=renormalize)
-        assert torch.equal(ids, want_ids), what
-        assert torch.allclose(w, want_w, rtol=1e-6, atol=1e-7), what
-        assert_rel_close(out, reference(dense, x, want_w, want_ids), TOLERANCE, f"{what} m={m}")
-    expert_map = torch.tensor([3, -1, 2, -1, 1, 0], dtype=torch.int32, device=device)
-    x = torch.randn(2, experts.hidden, generator=gen).half().to(device)
-    logits = torch.tensor([[0.0, 9.0, 0.0, 8.0, 0.0, 0.0], [5.0, 0.0, 4.0, 0.0, 0.0, 1.0]])
-    out, w, ids = experts_forward_from_logits(
-        x, logits.to(device), 2, experts, expert_map=expert_map, step=step
-    )
-    assert ids.tolist() == [[1, 3], [0, 2]], what
-    local = expert_map[ids.long()]
-    want = reference(dense, x, torch.where(local >= 0, w, 0), local.clamp_min(0))
-    assert bool((out[0] == 0).all()), what
-    assert_rel_close(out, want, TOLERANCE, f"{what} routed expert map")
-    out, w, ids = experts_forward_from_logits(
-        x, logits[:, :4].to(device), 1, experts, weight_on_input=True, step=step
-    )
-    xs = (x.float() * w).half()
-    want = reference(dense, xs, torch.ones_like(w), ids)
-    assert_rel_close(out, want, TOLERANCE, f"{what} routed, weight on input")
-
-
-#: The one-launch steps of both tables.
-TABLE_STEPS = [(label, s) for label, s in TABLE_LAUNCHES if isinstance(s, MoEStep)]
-
-
-@pytest.mark.parametrize(("label", "step"), TABLE_STEPS, ids=[t[0] for t in TABLE_STEPS])
-def test_the_step_routes_from_logits_under_the_interpreter(label: str, step: MoEStep) -> None:
-    if torch.cuda.is_available():
-        pytest.skip("the CPU copy of the GPU checks")
-    experts, dense = make_experts(SCHEMES[1], experts=4, hidden=128, inter=128, device="cpu")
-    _route_cases(experts, dense, step, "cpu", label)
-
-
-def test_experts_forward_takes_the_one_launch_step_up_to_16_tokens() -> None:
-    assert choose_moe_step(1, (9, 0)) == choose_moe_step(16, (9, 0)) == SM90.moe_step[0][1]
-    assert choose_moe_step(1, (7, 0)) == choose_moe_step(16, (7, 0)) == SM70.moe_step[0][1]
-    assert choose_moe_step(17, (9, 0)) is None
-    assert choose_moe_step(0, (7, 0)) is None
-    # Where a table has no one-launch step, the two launches serve.
+def test_experts_forward_takes_the_decode_kernels_up_to_16_tokens() -> None:
     assert choose_moe_decode(1, (9, 0)) == SM90.moe_decode[0][1]
     assert choose_moe_decode(2, (9, 0)) == choose_moe_decode(16, (9, 0)) == SM90.moe_decode[1][1]
     assert choose_moe_decode(1, (7, 0)) == choose_moe_decode(16, (7, 0)) == SM70.moe_decode[0][1]
@@ -180,13 +114,6 @@ def test_the_gate_list_covers_every_decode_launch(capability) -> None:
             ):
                 cfg = decode_config(launch, bits, zp, has_map, mul, down)
                 assert cfg.name in names, cfg.name
-        step = choose_moe_step(tokens, capability)
-        assert step is not None
-        for bits, zp, has_map, on_input, route in itertools.product(
-            (4, 8), (False, True), (False, True), (False, True), (False, True)
-        ):
-            cfg = step_config(step, bits, zp, has_map, on_input, route)
-            assert cfg.name in names, cfg.name
     for experts, dtype in itertools.product((1, 16, 17, 256, 300, 1024), ("fp16", "bf16", "fp32")):
         assert f"topk_softmax_e{pow2_at_least(experts, 16)}_{dtype}" in names
 
@@ -258,7 +185,6 @@ def no_launch(monkeypatch):
         raise AssertionError("launched before the refusal")
 
     monkeypatch.setattr(ops, "moe_decode", launched)
-    monkeypatch.setattr(ops, "moe_step", launched)
     monkeypatch.setattr(experts_module, "_fused", launched)
     monkeypatch.setattr(experts_module, "_per_expert", launched)
 
@@ -294,22 +220,6 @@ def test_experts_forward_refuses_bad_routing_before_any_launch(no_launch) -> Non
         experts_forward(x, w, ids, experts, expert_map=expert_map, check_values=True)
     with pytest.raises(TypeError, match="1-D int32"):
         experts_forward(x, w, ids, experts, expert_map=expert_map.long())
-
-
-def test_routing_from_bad_logits_is_refused_before_any_launch(no_launch) -> None:
-    experts, _ = make_experts(SCHEMES[0], experts=4, hidden=128, inter=128, device="cpu")
-    x = torch.randn(2, 128).half()
-    with pytest.raises(ValueError, match=r"router logits must be \[2, 4\].*got \(3, 4\)"):
-        experts_forward_from_logits(x, torch.zeros(3, 4), 2, experts)
-    expert_map = torch.tensor([0, 1, 2, 3, -1, -1], dtype=torch.int32)
-    with pytest.raises(ValueError, match=r"router logits must be \[2, 6\]"):
-        experts_forward_from_logits(x, torch.zeros(2, 4), 2, experts, expert_map=expert_map)
-    with pytest.raises(ValueError, match=r"got torch.int64 \(2, 4\)"):
-        experts_forward_from_logits(x, torch.zeros(2, 4, dtype=torch.long), 2, experts)
-    with pytest.raises(ValueError, match="top_k 5 for 4 experts"):
-        experts_forward_from_logits(x, torch.zeros(2, 4), 5, experts)
-    with pytest.raises(ValueError, match=r"activations \[tokens, 128\], got \(2, 64\)"):
-        experts_forward_from_logits(x[:, :64], torch.zeros(2, 4), 2, experts)
 
 
 def test_experts_quantized_differently_are_refused(no_launch) -> None:
@@ -366,58 +276,11 @@ def test_gpu_decode_at_a_qwen35_layer_eager_and_in_a_cuda_graph(scheme) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_step_routes_from_logits_in_a_cuda_graph_and_repeats_exactly() -> None:
-    """The one-launch step at a Qwen3.5-35B-A3B layer's shape (256 experts, top-8), routing
-    from the logits: replayed from a graph with new logits each time, then 20 launches on one
-    input, which must give the same bits each time (its counters are back at zero after every
-    launch, and no program reads a row before it is written)."""
-    experts, dense = make_experts(SCHEMES[0], experts=16, hidden=2048, inter=512, device="cuda")
-    stack = ExpertWeights(
-        *(
-            type(pw)(
-                pw.qweight.repeat(16, 1, 1), pw.scales.repeat(16, 1, 1), None, pw.n, pw.k,
-                pw.bits, pw.group,
-            )
-            for pw in (experts.w13, experts.w2)
-        )
-    )  # fmt: skip
-    dense256 = dense * 16
-    for m in (1, 5, 16):
-        x = torch.randn(m, 2048, device="cuda").half()
-        logits = torch.randn(m, 256, device="cuda").half()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            experts_forward_from_logits(x, logits, 8, stack)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        _poison_allocator("cuda")
-        with torch.cuda.graph(graph, stream=stream):
-            out, w, ids = experts_forward_from_logits(x, logits, 8, stack)
-        for replay in range(3):
-            x.copy_(torch.randn(m, 2048, device="cuda").half())
-            logits.copy_(torch.randn(m, 256, device="cuda").half())
-            out.fill_(float("nan"))
-            graph.replay()
-            torch.cuda.synchronize()
-            want_w, want_ids = select_experts(logits, 8)
-            assert torch.equal(ids, want_ids)
-            assert torch.allclose(w, want_w, rtol=1e-6, atol=1e-7)
-            ref = reference(dense256, x, want_w, want_ids)
-            assert_rel_close(out, ref, TOLERANCE, f"m={m} replay {replay}")
-        first = experts_forward_from_logits(x, logits, 8, stack)[0]
-        for _ in range(20):
-            assert torch.equal(experts_forward_from_logits(x, logits, 8, stack)[0], first)
-
-
-@pytest.mark.gpu
 def test_gpu_decode_cases_on_both_tables() -> None:
     experts, dense = make_experts(SCHEMES[1], experts=4, hidden=256, inter=128, device="cuda")
     for label, launches in TABLE_LAUNCHES:
         _poison_allocator("cuda")
         _check_cases(experts, dense, launches, "cuda", label)
-    for label, step in TABLE_STEPS:
-        _route_cases(experts, dense, step, "cuda", label)
 
 
 @pytest.mark.gpu
@@ -436,5 +299,3 @@ def test_gpu_small_for_sanitizer() -> None:
     for _, launches in TABLE_LAUNCHES:
         out = _decode(x, w, ids, experts, launches)
         assert_rel_close(out, reference(dense, x, w, ids), TOLERANCE, "sanitizer")
-    for _, step in TABLE_STEPS:
-        _route_cases(experts, dense, step, "cuda", "sanitizer")

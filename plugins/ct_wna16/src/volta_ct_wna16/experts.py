@@ -2,10 +2,8 @@
 
 Each expert is two linear layers in the plugin's layout (``gate`` and ``up`` stacked as one
 ``[2 * inter, hidden]`` weight, ``down`` ``[hidden, inter]``). On CUDA (and under the Triton
-interpreter) up to 16 tokens run through the one-launch decode step
-(:func:`volta_ct_wna16.ops.moe_step`, reading the router's ids directly, or routing from its
-logits in the same launch: :func:`experts_forward_from_logits`), more through the fused kernel
-over routed blocks
+interpreter) up to 16 tokens run through the decode kernels (:func:`volta_ct_wna16.ops.moe_decode`,
+reading the router's ids directly), more through the fused kernel over routed blocks
 (:func:`volta_ct_wna16.ops.moe_linear`, pairs grouped by :mod:`volta_ct_wna16.routing`); on
 CPU each expert runs its tokens through the dense layers' reference op. Bad routing or experts
 are refused before any launch.
@@ -24,8 +22,8 @@ from volta_core.kernel_api import device_facts, interpreting
 from volta_ct_wna16 import ops
 from volta_ct_wna16.launch import Launch
 from volta_ct_wna16.layout import PackedWeights
-from volta_ct_wna16.routing import check_logits, route, select_experts
-from volta_ct_wna16.tables import MoEDecode, MoEStep, choose_moe, choose_moe_decode, choose_moe_step
+from volta_ct_wna16.routing import route
+from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
 
 
 @dataclass
@@ -129,7 +127,6 @@ def experts_forward(
     weight_on_input: bool = False,
     launch: Launch | None = None,
     decode: MoEDecode | None = None,
-    step: MoEStep | None = None,
     check_values: bool = False,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
@@ -138,14 +135,13 @@ def experts_forward(
     rank's experts, -1 for another rank's. ``weight_on_input`` scales each token's input by its
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
-    On CUDA (and under the interpreter), up to 16 tokens take the one-launch decode step
-    (:func:`volta_ct_wna16.ops.moe_step`) or, where the device's table has none, the two
-    decode launches (:func:`volta_ct_wna16.ops.moe_decode`), both reading the ids directly;
-    more tokens six launches (routing in two, gate/up, the SiLU product, down into each token's
-    fp32 row, the cast) and up to three memsets. None synchronizes with the host, so a step
-    can be captured in a CUDA graph. ``launch`` (the routed blocks' tile), ``decode`` or
-    ``step`` override the device's choice: the benchmark's sweep. On CPU each expert runs its
-    tokens through the reference linear op (one synchronization for the counts).
+    On CUDA (and under the interpreter), up to 16 tokens take the decode kernels
+    (:func:`volta_ct_wna16.ops.moe_decode`: two launches reading the ids directly); more
+    tokens six launches (routing in two, gate/up, the SiLU product, down into each token's
+    fp32 row, the cast) and up to three memsets. Neither synchronizes with the host, so a step
+    can be captured in a CUDA graph. ``launch`` (the routed blocks' tile) or ``decode`` (the
+    decode kernels') override the device's choice: the benchmark's sweep. On CPU each expert
+    runs its tokens through the reference linear op (one synchronization for the counts).
 
     Shapes, dtypes and the experts' schemes are checked before any launch; ``check_values``
     also reads the ids back to check each is an expert (and maps to one of this rank's or -1):
@@ -156,23 +152,10 @@ def experts_forward(
         _check_ids(topk_ids, weights.num_experts, expert_map)
     if x.is_cuda or interpreting():
         capability = device_facts(x.device).capability
-        if launch is None and decode is None and step is None:
-            step = choose_moe_step(topk_ids.shape[0], capability)
-            if step is None:
-                decode = choose_moe_decode(topk_ids.shape[0], capability)
-        ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
-        if step is not None:
-            return ops.moe_step(
-                x,
-                weights.w13,
-                weights.w2,
-                topk_weights.float().contiguous(),
-                ids.contiguous(),
-                step,
-                expert_map,
-                weight_on_input,
-            )
+        if launch is None and decode is None:
+            decode = choose_moe_decode(topk_ids.shape[0], capability)
         if decode is not None:
+            ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
             return ops.moe_decode(
                 x,
                 weights.w13,
@@ -188,53 +171,6 @@ def experts_forward(
     if expert_map is not None:
         ids = expert_map[ids].long()
     return _per_expert(x, topk_weights, ids, weights, weight_on_input)
-
-
-def experts_forward_from_logits(
-    x: torch.Tensor,
-    router_logits: torch.Tensor,
-    top_k: int,
-    weights: ExpertWeights,
-    *,
-    renormalize: bool = True,
-    expert_map: torch.Tensor | None = None,
-    weight_on_input: bool = False,
-    step: MoEStep | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The router's top-k (softmax, top ``top_k``, divided by their sum with ``renormalize``:
-    vLLM's ``fused_topk``) and :func:`experts_forward` on it: ``(out, topk_weights,
-    topk_ids)``, the weights fp32 and the ids int32 ``[tokens, top_k]``.
-
-    Where the one-launch step serves the batch (or ``step`` is given) the routing runs inside
-    that launch (:func:`volta_ct_wna16.ops.moe_step` with the logits), so a decode step is one
-    launch; otherwise :func:`volta_ct_wna16.routing.select_experts` routes first. Bad logits,
-    ``top_k`` or experts are refused before any launch.
-    """
-    router_logits = check_logits(router_logits, top_k)
-    m = x.shape[0]
-    global_experts = weights.num_experts if expert_map is None else expert_map.numel()
-    if router_logits.shape != (m, global_experts):
-        raise ValueError(
-            f"router logits must be [{m}, {global_experts}] (tokens, the layer's experts), got "
-            f"{tuple(router_logits.shape)}"
-        )
-    if step is None and (x.is_cuda or interpreting()):
-        step = choose_moe_step(m, device_facts(x.device).capability)
-    if step is None:
-        topk_weights, topk_ids = select_experts(router_logits, top_k, renormalize=renormalize)
-        out = experts_forward(
-            x, topk_weights, topk_ids, weights, expert_map=expert_map,
-            weight_on_input=weight_on_input,
-        )  # fmt: skip
-        return out, topk_weights, topk_ids
-    topk_weights = torch.empty((m, top_k), dtype=torch.float32, device=x.device)
-    topk_ids = torch.empty((m, top_k), dtype=torch.int32, device=x.device)
-    _check_call(x, topk_weights, topk_ids, weights, expert_map)
-    out = ops.moe_step(
-        x, weights.w13, weights.w2, topk_weights, topk_ids, step, expert_map, weight_on_input,
-        router_logits=router_logits, renormalize=renormalize,
-    )  # fmt: skip
-    return out, topk_weights, topk_ids
 
 
 def _check_call(

@@ -24,7 +24,6 @@ from volta_ct_wna16.launch import (
     mma_options,
     moe_constexprs,
     moe_decode_constexprs,
-    moe_step_constexprs,
     splitk_constexprs,
     unmasked_build,
 )
@@ -34,7 +33,6 @@ from volta_ct_wna16.tables import (
     ROUTE_COUNT_BLOCK,
     SILU_BLOCK,
     SM70_MMA,
-    MoEStep,
     Table,
     route_place_tile,
     table_for,
@@ -51,14 +49,6 @@ SILU_KERNEL = "volta_ct_wna16.kernels.activation:silu_mul_kernel"
 DECODE_GATE_UP_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_gate_up_kernel"
 DECODE_DOWN_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_down_kernel"
 TOPK_KERNEL = "volta_ct_wna16.kernels.routing:topk_softmax_kernel"
-STEP_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_step_kernel"
-
-#: The MoE layers the one-launch step is gated at, whose sizes are its tile's constexprs:
-#: name: (top_k, intermediate size, hidden size, router experts).
-STEP_GATE_SHAPES = {
-    "qwen35": (8, 512, 2048, 256),
-    "qwen3": (8, 768, 2048, 128),
-}
 
 _SPLITK_SIG = {
     "x_ptr": "*fp16",
@@ -306,83 +296,6 @@ def decode_config(
     )
 
 
-_STEP_SIG = {
-    "x_ptr": "*fp16",
-    "w13_ptr": "*i32",
-    "s13_ptr": "*fp16",
-    "z13_ptr": "*fp16",
-    "w2_ptr": "*i32",
-    "s2_ptr": "*fp16",
-    "z2_ptr": "*fp16",
-    "out_ptr": "*fp16",
-    "act_ptr": "*fp32",
-    "rw_ptr": "*fp32",
-    "ids_ptr": "*i32",
-    "map_ptr": "*i32",
-    "logits_ptr": "*fp16",
-    "sync_ptr": "*i32",
-    **dict.fromkeys(("TOKENS", "HIDDEN", "INTER", "KW13", "GROUP13", "GROUP2", "EXPERTS"), "i32"),
-    **dict.fromkeys(("ROUTER_EXPERTS", "TOP_K", "RENORMALIZE", "stride_xm", "stride_om"), "i32"),
-    **dict.fromkeys(("stride_lm", "stride_we13", "stride_se13", "stride_we2", "stride_se2"), "i32"),
-}
-
-
-def step_config(
-    step: MoEStep,
-    bits: int,
-    zp: bool,
-    has_map: bool,
-    on_input: bool,
-    route: bool,
-    shape: str = "qwen35",
-) -> KernelConfig:
-    """The gate's configuration of the one-launch decode step at one of
-    :data:`STEP_GATE_SHAPES`: with or without an expert map, the router weight on the input or
-    the output, routing from fp16 logits (``route``) or reading the ids."""
-    top_k, inter, hidden, router_experts = STEP_GATE_SHAPES[shape]
-    tile = f"g{step.gate_rows}k{step.block_k}d{step.down_words}x{step.down_chunks}"
-    tile += f"w{step.num_warps}s{step.num_stages}"
-    return KernelConfig(
-        name=f"moe_step_{shape}_{tile}_w{bits}{'a' if zp else 's'}{'_map' if has_map else ''}"
-        f"{'_in' if on_input else ''}{'_route' if route else ''}",
-        kernel=STEP_KERNEL,
-        signature=dict(_STEP_SIG),
-        constexprs=moe_step_constexprs(
-            step,
-            bits=bits,
-            zp=zp,
-            has_map=has_map,
-            weight_on_input=on_input,
-            route=route,
-            top_k=top_k,
-            inter=inter,
-            hidden=hidden,
-            router_experts=router_experts if route else 0,
-        ),
-        num_warps=step.num_warps,
-        divisible_by_16=("HIDDEN", "INTER", "KW13", "stride_we13", "stride_we2"),
-    )
-
-
-def _step_variants(table: Table) -> Iterator[KernelConfig]:
-    """Each one-launch step of the table at the Qwen3.5 layer for 4 and 8 bits, both
-    symmetries, with and without an expert map, the router weight on either side, routing or
-    not; at the Qwen3 layer (a down tile of other sizes) 4-bit symmetric, routing or not."""
-    seen: set[str] = set()
-    for _, step in table.moe_step:
-        variants = [
-            *(("qwen35", *v) for v in itertools.product(
-                SUPPORTED_BITS, *[(False, True)] * 4
-            )),
-            *(("qwen3", 4, False, False, False, route) for route in (False, True)),
-        ]  # fmt: skip
-        for shape, bits, zp, has_map, on_input, route in variants:
-            config = step_config(step, bits, zp, has_map, on_input, route, shape)
-            if config.name not in seen:
-                seen.add(config.name)
-                yield config
-
-
 def _decode_variants(table: Table) -> Iterator[KernelConfig]:
     """Each decode launch for 4 and 8 bits, both symmetries, with and without an expert map
     and router weights; the router's top-k for every expert count's vector and logit dtype."""
@@ -498,7 +411,6 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
         *_moe_variants(table),
         *_routing_variants(table),
         *_decode_variants(table),
-        *_step_variants(table),
     ]
 
 

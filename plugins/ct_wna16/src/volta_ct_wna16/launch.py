@@ -11,10 +11,6 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from volta_ct_wna16.tables import MoEStep
 
 #: The launch paths: the split-K kernel, the GEMM kernel, dequantize then cuBLAS, fused MoE, and
 #: the CUDA GEMM on Volta's tensor cores (:mod:`volta_ct_wna16.cuda`).
@@ -317,47 +313,3 @@ def moe_decode_constexprs(
         "NUM_STAGES": launch.num_stages,
         "FAN_IN": launch.reduce_unroll,
     }
-
-
-#: Counters the one-launch decode step keeps: the ticket, the finished programs, and one per
-#: token (its gate/up programs' arrivals), as a power of two for the reset's vector.
-STEP_SYNC_POW2 = 32
-
-
-def moe_step_constexprs(
-    step: MoEStep,
-    *,
-    bits: int,
-    zp: bool,
-    has_map: bool,
-    weight_on_input: bool,
-    route: bool,
-    top_k: int,
-    inter: int,
-    hidden: int,
-    router_experts: int,
-    prefetch: bool = True,
-) -> dict[str, int | bool]:
-    """The ``tl.constexpr`` arguments of the one-launch decode step (launcher and gate);
-    ``prefetch`` off only under the Triton interpreter, which runs no inline PTX."""
-    return {
-        "BITS": bits,
-        "HAS_ZP": zp,
-        "HAS_MAP": has_map,
-        "WEIGHT_ON_INPUT": weight_on_input,
-        "ROUTE": route,
-        "PREFETCH": prefetch,
-        "GATE_ROWS": step.gate_rows,
-        "BLOCK_K": step.block_k,
-        "NUM_STAGES": step.num_stages,
-        "DOWN_N": step.down_outputs(top_k, inter, bits, hidden),
-        "DOWN_CHUNKS": step.down_chunks,
-        "TOPK_POW2": _pow2(top_k),
-        "KW2_POW2": _pow2(-(-inter * bits // 32)),
-        "E_POW2": max(16, _pow2(router_experts)),
-        "SYNC_POW2": STEP_SYNC_POW2,
-    }
-
-
-def _pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()

@@ -21,7 +21,6 @@ from volta_ct_wna16.launch import (
     GEMM,
     MMA,
     SPLITK,
-    STEP_SYNC_POW2,
     Launch,
     dequant_constexprs,
     gemm_constexprs,
@@ -29,7 +28,6 @@ from volta_ct_wna16.launch import (
     moe_constexprs,
     moe_decode_constexprs,
     moe_splits,
-    moe_step_constexprs,
     slot_dots,
     split_count,
     splitk_constexprs,
@@ -43,7 +41,6 @@ from volta_ct_wna16.tables import (
     SM70,
     SM70_MMA,
     MoEDecode,
-    MoEStep,
     choose,
     choose_mma,
 )
@@ -400,69 +397,6 @@ def moe_decode(
                                 not weight_on_input, down=True),
         num_warps=down.num_warps,
         num_stages=down.num_stages,
-    )  # fmt: skip
-    return out
-
-
-def moe_step(
-    x: torch.Tensor,
-    w13: PackedWeights,
-    w2: PackedWeights,
-    topk_weights: torch.Tensor,
-    topk_ids: torch.Tensor,
-    step: MoEStep,
-    expert_map: torch.Tensor | None = None,
-    weight_on_input: bool = False,
-    out: torch.Tensor | None = None,
-    router_logits: torch.Tensor | None = None,
-    renormalize: bool = True,
-) -> torch.Tensor:
-    """:func:`moe_decode`'s result in one launch
-    (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_step_kernel`): gate/up and down in one
-    grid, each down program loading its weights before it waits for its token's gate/up rows.
-
-    With ``router_logits`` (``[tokens, router experts]``, contiguous rows) the launch also
-    routes (softmax, top-k, divided by their sum with ``renormalize``: vLLM's ``fused_topk``)
-    and writes each token's choice into ``topk_weights`` (fp32) and ``topk_ids`` (int32),
-    ``[tokens, top_k]``, which it then does not read; otherwise it reads them. Arguments as
-    :func:`moe_decode` (checked by the caller); at most 16 tokens (the step's counters).
-    """
-    from volta_ct_wna16 import kernels
-
-    m, top_k = topk_ids.shape
-    experts, inter, hidden = w13.qweight.shape[0], w2.k, w13.k
-    if out is None:
-        out = torch.empty((m, hidden), dtype=x.dtype, device=x.device)
-    elif out.shape != (m, hidden) or out.dtype != x.dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {hidden})")
-    if m + 2 > STEP_SYNC_POW2:
-        raise ValueError(f"the one-launch step takes at most {STEP_SYNC_POW2 - 2} tokens, got {m}")
-    if m == 0:
-        return out
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    route = router_logits is not None
-    logits = router_logits if router_logits is not None else topk_weights
-    map_arg = expert_map if expert_map is not None else topk_ids
-    zeros13 = w13.zeros if w13.zeros is not None else _empty(x.dtype, x.device)
-    zeros2 = w2.zeros if w2.zeros is not None else _empty(x.dtype, x.device)
-    act = torch.empty((m * top_k, inter), dtype=torch.float32, device=x.device)
-    down_width = step.down_outputs(top_k, inter, w2.bits, hidden) * step.down_chunks
-    grid = (m * top_k * -(-inter // step.gate_rows) + m * -(-hidden // down_width),)
-    kernels.moe_decode_step_kernel[grid](
-        x, w13.qweight, w13.scales, zeros13, w2.qweight, w2.scales, zeros2, out, act,
-        topk_weights, topk_ids, map_arg, logits, arrival_counters(x.device, STEP_SYNC_POW2),
-        m, hidden, inter, _expert(w13, 0).words_per_column, w13.group, w2.group, experts,
-        logits.shape[1] if route else 0, top_k, int(renormalize), x.stride(0), out.stride(0),
-        logits.stride(0), w13.qweight.stride(0), w13.scales.stride(0), w2.qweight.stride(0),
-        w2.scales.stride(0),
-        **moe_step_constexprs(
-            step, bits=w13.bits, zp=w13.zeros is not None, has_map=expert_map is not None,
-            weight_on_input=weight_on_input, route=route, top_k=top_k, inter=inter,
-            hidden=hidden, router_experts=logits.shape[1] if route else 0,
-            prefetch=not interpreting(),
-        ),
-        num_warps=step.num_warps,
     )  # fmt: skip
     return out
 

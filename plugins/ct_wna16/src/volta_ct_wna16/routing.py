@@ -121,26 +121,6 @@ def route(
 LOGIT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
-def check_logits(router_logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """The router's logits ``[tokens, experts]`` with unit stride along the experts, or one
-    clear error: a wrong shape or dtype, more experts than the top-k's vector takes, a
-    ``top_k`` outside ``1 .. experts`` (and :data:`MAX_SELECT_TOP_K`)."""
-    if router_logits.dim() != 2 or router_logits.dtype not in LOGIT_DTYPES:
-        raise ValueError(
-            f"router logits must be [tokens, experts] of {', '.join(map(str, LOGIT_DTYPES))}, "
-            f"got {router_logits.dtype} {tuple(router_logits.shape)}"
-        )
-    experts = router_logits.shape[1]
-    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
-        raise ValueError(f"{experts} experts: the router's top-k takes 1 to {MAX_ROUTED_EXPERTS}")
-    if not 1 <= top_k <= min(experts, MAX_SELECT_TOP_K):
-        raise ValueError(
-            f"top_k {top_k} for {experts} experts: it must be 1 to {experts} "
-            f"(and at most {MAX_SELECT_TOP_K})"
-        )
-    return router_logits if router_logits.stride(-1) == 1 else router_logits.contiguous()
-
-
 def select_experts(
     router_logits: torch.Tensor, top_k: int, *, renormalize: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -152,8 +132,21 @@ def select_experts(
     before the launch."""
     from volta_ct_wna16 import kernels
 
-    router_logits = check_logits(router_logits, top_k)
+    if router_logits.dim() != 2 or router_logits.dtype not in LOGIT_DTYPES:
+        raise ValueError(
+            f"router logits must be [tokens, experts] of {', '.join(map(str, LOGIT_DTYPES))}, "
+            f"got {router_logits.dtype} {tuple(router_logits.shape)}"
+        )
     tokens, experts = router_logits.shape
+    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
+        raise ValueError(f"{experts} experts: the router's top-k takes 1 to {MAX_ROUTED_EXPERTS}")
+    if not 1 <= top_k <= min(experts, MAX_SELECT_TOP_K):
+        raise ValueError(
+            f"top_k {top_k} for {experts} experts: it must be 1 to {experts} "
+            f"(and at most {MAX_SELECT_TOP_K})"
+        )
+    if router_logits.stride(-1) != 1:
+        router_logits = router_logits.contiguous()
     device = router_logits.device
     weights = torch.empty((tokens, top_k), dtype=torch.float32, device=device)
     ids = torch.empty((tokens, top_k), dtype=torch.int32, device=device)

@@ -53,38 +53,6 @@ class MoEDecode:
 
 
 @dataclass(frozen=True)
-class MoEStep:
-    """The one-launch decode step's tiles
-    (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_step_kernel`): a gate/up program
-    takes ``gate_rows`` gate rows (and as many up rows) over ``block_k`` inputs a step,
-    ``num_stages`` steps in flight; a down program takes ``down_chunks`` runs of outputs, each
-    at most ``down_words`` packed words (all its token's slots over the whole intermediate
-    size), which sets the run's outputs (:meth:`down_outputs`)."""
-
-    gate_rows: int
-    block_k: int
-    down_words: int
-    down_chunks: int = 1
-    num_warps: int = 8
-    num_stages: int = 3
-
-    def __post_init__(self) -> None:
-        pow2 = all(v > 0 and not v & (v - 1) for v in (self.gate_rows, self.down_words))
-        if not pow2 or self.block_k % 32 or self.block_k & (self.block_k - 1):
-            raise ValueError(
-                f"the step's gate rows and down words are powers of two, its input step a "
-                f"power of two of whole 32-input sub-tiles: {self}"
-            )
-
-    def down_outputs(self, top_k: int, inter: int, bits: int, hidden: int) -> int:
-        """A down run's outputs: its words over the slots' words per output (powers of two:
-        ``top_k`` slots, ``inter`` inputs in ``32 / bits``-input words), at least 4 and at most
-        the hidden size's power of two."""
-        per_output = pow2_at_least(top_k, 1) * pow2_at_least(-(-inter * bits // 32), 1)
-        return max(4, min(self.down_words // per_output, pow2_at_least(hidden, 4)))
-
-
-@dataclass(frozen=True)
 class Table:
     """The launches of one device family, by number of tokens."""
 
@@ -114,9 +82,6 @@ class Table:
     moe_decode: tuple[tuple[int, MoEDecode], ...] = ()
     """Fused MoE at few tokens, read straight from the router's ids: ``(most tokens,
     launches)`` rows in token order (:func:`choose_moe_decode`)."""
-    moe_step: tuple[tuple[int, MoEStep], ...] = ()
-    """Fused MoE at few tokens in one launch, before ``moe_decode``: ``(most tokens, tiles)``
-    rows in token order (:func:`choose_moe_step`)."""
 
 
 SM70 = Table(
@@ -150,9 +115,6 @@ SM70 = Table(
                 Launch(MOE, block_n=256, block_k=32, reduce_unroll=4),
             ),
         ),
-    ),
-    moe_step=(
-        (MOE_DECODE_MAX_M, MoEStep(gate_rows=64, block_k=256, down_words=4096, down_chunks=4)),
     ),
 )
 
@@ -241,9 +203,6 @@ SM90 = Table(
     moe_decode=(
         (1, MoEDecode(_SM90_ROW_ONE, _SM90_ROW_ONE)),
         (MOE_DECODE_MAX_M, MoEDecode(_SM90_ROW, _SM90_ROW)),
-    ),
-    moe_step=(
-        (MOE_DECODE_MAX_M, MoEStep(gate_rows=64, block_k=256, down_words=4096, down_chunks=4)),
     ),
 )
 
@@ -352,13 +311,6 @@ def choose_moe_decode(tokens: int, capability: tuple[int, int]) -> MoEDecode | N
     return next(
         (row for most, row in table_for(capability).moe_decode if 1 <= tokens <= most), None
     )
-
-
-def choose_moe_step(tokens: int, capability: tuple[int, int]) -> MoEStep | None:
-    """The one-launch decode step's tiles for ``tokens`` tokens on ``capability``, or None
-    where the table's two-launch kernels (:func:`choose_moe_decode`) or the routed blocks
-    serve. Depends on the batch only, so a captured CUDA graph keeps its launch."""
-    return next((row for most, row in table_for(capability).moe_step if 1 <= tokens <= most), None)
 
 
 def pow2_at_least(n: int, least: int) -> int:

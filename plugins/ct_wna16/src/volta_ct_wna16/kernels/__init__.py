@@ -20,8 +20,7 @@ One module per kernel family; which kernel and tile a call runs is
 * :mod:`.dequant`: the word-to-value conversions, and ``dequant(W).T`` written for cuBLAS
   (tensor cores on a V100, which Triton's ``tl.dot`` does not use there: triton-lang/triton#5066);
 * :mod:`.moe`, :mod:`.routing`, :mod:`.activation`: the fused-MoE step over routed blocks;
-  :mod:`.moe_decode`: the decode step (1-16 tokens) straight from the router's ids (one
-  launch, or two), and
+  :mod:`.moe_decode`: the decode step (1-16 tokens) straight from the router's ids, and
   :func:`.routing.topk_softmax_kernel`, the router's top-k from its logits.
 """
 
@@ -29,11 +28,7 @@ from volta_ct_wna16.kernels.activation import silu_mul_kernel
 from volta_ct_wna16.kernels.dequant import wna16_dequant_kernel
 from volta_ct_wna16.kernels.gemm import wna16_gemm_kernel
 from volta_ct_wna16.kernels.moe import wna16_moe_kernel
-from volta_ct_wna16.kernels.moe_decode import (
-    moe_decode_down_kernel,
-    moe_decode_gate_up_kernel,
-    moe_decode_step_kernel,
-)
+from volta_ct_wna16.kernels.moe_decode import moe_decode_down_kernel, moe_decode_gate_up_kernel
 from volta_ct_wna16.kernels.routing import moe_count_kernel, moe_place_kernel, topk_softmax_kernel
 from volta_ct_wna16.kernels.splitk import wna16_splitk_kernel
 
@@ -41,7 +36,6 @@ __all__ = [
     "moe_count_kernel",
     "moe_decode_down_kernel",
     "moe_decode_gate_up_kernel",
-    "moe_decode_step_kernel",
     "moe_place_kernel",
     "silu_mul_kernel",
     "topk_softmax_kernel",

@@ -35,7 +35,7 @@ def field_shift(bits: int, j: int) -> int:
 
 
 @triton.jit
-def slot_minus(w, live, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr):
+def _slot_minus(w, live, OFF: tl.constexpr, MASK: tl.constexpr, ZC: tl.constexpr):
     """``q - ZC`` in fp32 for the field ``MASK << OFF`` (below bit 23) of every word of ``w``.
 
     The field with the fp32 exponent ``150 - OFF`` over it reads as ``2**(23 - OFF) + q``
@@ -96,7 +96,7 @@ def _columns(x, ROWS: tl.constexpr, PACK: tl.constexpr):
 
 
 @triton.jit
-def zero_points(z):
+def _zero_points(z):
     """Loaded zero points as fp32: fp16 rows converted, uint8 ones (``PackedWeights.zeros8``)
     by ORing the fp32 exponent of ``2^23`` in and subtracting it, one logical op and one
     add instead of an int-to-float conversion (a quarter-rate instruction)."""
@@ -124,7 +124,7 @@ def gemv_sub(
 ):
     """``s * sum_j x_j * (q_j - z)`` per word row of the 32 inputs from ``kb``: ``[rows, BLOCK_N]``.
 
-    Per weight one AND-OR, one subtraction and one fp32 FMA (:func:`slot_minus`), and per
+    Per weight one AND-OR, one subtraction and one fp32 FMA (:func:`_slot_minus`), and per
     word one shift (:func:`field_shift`). Symmetric weights subtract the zero point in the
     subtraction's constant; asymmetric ones once per word row as ``z * sum_j x_j``. The scale
     is applied once per word row.
@@ -156,12 +156,12 @@ def gemv_sub(
         if HAS_ZP:
             xsum += xj
         if field_shift(BITS, j) == 0:
-            part += xj[:, None] * slot_minus(t, live, BITS * j, MASK, ZC)
+            part += xj[:, None] * _slot_minus(t, live, BITS * j, MASK, ZC)
         else:
-            part += xj[:, None] * slot_minus(hi, live, BITS * j - field_shift(BITS, j), MASK, ZC)
+            part += xj[:, None] * _slot_minus(hi, live, BITS * j - field_shift(BITS, j), MASK, ZC)
     if HAS_ZP:
         # Loaded where it is used: held across the FMAs, the zero points made the 8-bit tile
         # spill at sm_70 (unspecialized sizes, with bias).
-        z = zero_points(load_in_layer(z_ptr + g * N + rn, n_ok & in_split, WHOLE))
+        z = _zero_points(load_in_layer(z_ptr + g * N + rn, n_ok & in_split, WHOLE))
         part -= xsum[:, None] * z[None, :]
     return part * s[None, :]

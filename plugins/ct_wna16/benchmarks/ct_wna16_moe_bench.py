@@ -439,12 +439,17 @@ def sweep_candidates(m: int) -> list[MoEDecode | Launch]:
     (``block_n``, ``block_k``, warps, stages, programs per SM, fan-in), and the routed blocks'
     kernel (a bare Launch)."""
     rows = [_row(512, 32, 2, 3, 4, 8), _row(256, 32, 2, 3, 4, 8)]
+    # More programs per SM: at one token the launches are bound by latency at about 7 warps
+    # per SM (docs/perf/ct_wna16/moe_decode/call5/ncu_1token.txt), so more, shorter splits.
+    rows += [_row(512, 32, 2, 3, 8, 8), _row(512, 32, 2, 3, 16, 16)]
     if m == 1:
         rows += [
-            _row(512, 64, 2, 3, 4, 8),
-            _row(512, 32, 4, 3, 6, 8),
-            _row(1024, 32, 4, 3, 4, 16),
-            _row(256, 64, 4, 3, 2, 8),
+            _row(256, 32, 2, 3, 8, 8),
+            _row(256, 32, 2, 3, 16, 16),
+            _row(128, 32, 2, 3, 8, 8),
+            _row(128, 32, 2, 3, 16, 16),
+            _row(256, 32, 4, 3, 8, 16),
+            _row(256, 32, 2, 2, 12, 16),
         ]
     return [*(MoEDecode(launch, launch) for launch in rows), BLOCKS]
 

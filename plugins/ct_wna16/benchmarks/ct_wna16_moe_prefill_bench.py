@@ -26,8 +26,11 @@ expert, far more bytes than the L2 holds):
 The sweep's tiles run with ``SLOT_DOTS`` off through this script's launcher
 (:func:`moe_gemm`, the library's launch without input splits); tiles marked ``*`` run through
 :func:`volta_ct_wna16.ops.moe_linear` as the table's tiles do (``/sd``: its 128-input tiles
-take one dot per word slot); tiles marked ``/swap`` run this script's prototype
-:func:`moe_swap_kernel`, the library's kernel with the dot's operands swapped. ``--jobs``
+take one dot per word slot). ``/swap``: the kernel's transposed tile (``Launch.swap``, the
+weights as the dot's first operand); ``/sr``: scales loaded per word row where the groups
+would allow one row per tile (the library's rule for swapped tiles,
+:func:`volta_ct_wna16.launch.group_tile`; this script's launcher takes it per candidate). The
+table's large tile also runs unswapped (its ``*`` twin) for comparison. ``--jobs``
 processes compile every tile first (:func:`precompile`) while this one builds the layers and
 references; ``--budget-s`` (from the start) stops the sweep starting tiles, so the tables still
 print.
@@ -45,13 +48,11 @@ import multiprocessing
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 
 # Beside this script: the MoE and linear benchmarks (which put plugins/ct_wna16/tests on the
 # path for the checkpoint maker).
@@ -62,7 +63,6 @@ from ct_wna16_moe_bench import MODELS, dense_experts, routings, stack
 
 from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights
-from volta_ct_wna16.kernels.dequant import dequant_block
 from volta_ct_wna16.launch import MOE, Launch, group_tile, moe_constexprs, moe_splits, slot_dots
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import Blocks, route
@@ -77,38 +77,44 @@ REPLAYS = 5
 #: Largest relative error (to the largest reference value) a swept tile may show: the fp16
 #: intermediates alone give about 1e-3 against the float32 reference.
 TOLERANCE = 1e-2
-#: The weights' bit width: the sweep's layers are int4 (:func:`ct_wna16_moe_bench.stack`).
+#: The weights' bit width and group size: the sweep's layers are int4 in groups of 128
+#: (:func:`ct_wna16_moe_bench.stack`).
 BITS = 4
+GROUP = 128
 
 
 @dataclass(frozen=True)
 class Candidate:
     """One routed-blocks tile. ``library``: launched by
     :func:`volta_ct_wna16.ops.moe_linear`, exactly as the table's tiles are (``SLOT_DOTS`` as
-    :func:`volta_ct_wna16.launch.slot_dots` derives it, input splits for 16-row tiles); else
-    by :func:`moe_gemm` with ``SLOT_DOTS`` off, which takes tiles of more than 16 rows only
-    (they never split the input)."""
+    :func:`volta_ct_wna16.launch.slot_dots` derives it, input splits for 16-row tiles, scales
+    per tile as :func:`volta_ct_wna16.launch.group_tile` decides); else by :func:`moe_gemm`
+    with ``SLOT_DOTS`` off, which takes tiles of more than 16 rows only (they never split the
+    input)."""
 
     launch: Launch
     library: bool = False
-    swap: bool = False
-    """Run :func:`moe_swap_kernel` (the weights as the dot's first operand) instead."""
     scale_rows: bool = False
-    """Load the scales per word row (``GROUP_TILE`` off) where one row serves the tile: a
-    ``[BLOCK_K / 8, BLOCK_N]`` tile the software pipeline copies ahead with the words, where
-    the one row (``[BLOCK_N]`` fp16, 2 bytes a thread, below what ``cp.async`` copies) is a
-    plain load waited for in every input step (Triton 3.6's sm_90 TTGIR: ``tt.load`` of the
-    scales in the loop, against ``async_copy_global_to_local`` without ``GROUP_TILE``)."""
+    """:func:`moe_gemm` loads the scales per word row (``GROUP_TILE`` off) even where one row
+    per tile would serve (the library's rule for a swapped tile; its own tiles follow it)."""
 
     def __post_init__(self) -> None:
         if self.launch.path != MOE or not self.launch.use_dot:
             raise ValueError(f"a routed-blocks tile is a fused-MoE dot tile: {self.launch}")
-        if self.library and (self.swap or self.scale_rows):
-            raise ValueError(f"the library has no swapped kernel or scale-row choice: {self}")
-        if not (self.library or self.swap) and moe_splits(self.launch):
+        if self.library and self.scale_rows:
+            raise ValueError(f"the library's launch decides where scales load per row: {self}")
+        if not self.library and moe_splits(self.launch):
             raise ValueError(
                 f"tiles of up to 16 rows split the input, run as the library's: {self}"
             )
+
+    @property
+    def per_row_scales(self) -> bool:
+        """Whether the scales load per word row on the sweep's layers, whose groups would
+        allow one row per tile."""
+        if self.library:
+            return not group_tile(self.launch, GROUP)
+        return self.scale_rows
 
     @property
     def label(self) -> str:
@@ -116,27 +122,37 @@ class Candidate:
         label = f"m{t.block_m}n{t.block_n}k{t.block_k}w{t.num_warps}s{t.num_stages}"
         if self.library:
             label += "*" + ("/sd" if slot_dots(t, BITS) else "")
-        return label + ("/swap" if self.swap else "") + ("/sr" if self.scale_rows else "")
+        return label + ("/swap" if t.swap else "") + ("/sr" if self.per_row_scales else "")
 
 
-def tile(m: int, n: int, k: int, warps: int, stages: int) -> Launch:
+def tile(m: int, n: int, k: int, warps: int, stages: int, swap: bool = False) -> Launch:
     return Launch(
-        MOE, block_m=m, block_n=n, block_k=k, use_dot=True, num_warps=warps, num_stages=stages
+        MOE,
+        block_m=m,
+        block_n=n,
+        block_k=k,
+        use_dot=True,
+        num_warps=warps,
+        num_stages=stages,
+        swap=swap,
     )
 
 
 def candidates(capability: tuple[int, int]) -> list[Candidate]:
-    """The table's two tiles, then the sweep: 32, 64 and 128 rows (2048 tokens average 64
+    """The table's two tiles (and the large one's unswapped twin, where it swaps), then the
+    sweep: 32, 64 and 128 rows (2048 tokens average 64
     rows an expert on the Qwen3.5 layer, 128 on Qwen3-30B; 256 tokens 8 and 16), 64-256
     outputs, 32-128 inputs a step, 4 or 8 warps, 2-4 stages, pruned to one-step variations
-    around each row count's likely best plus the larger tiles; then tiles of the swapped
-    kernel (:func:`moe_swap_kernel`, ``/swap``), 16 rows included; then a few with the scales
-    loaded per word row (``/sr``: :attr:`Candidate.scale_rows`); last, a 128-input tile with
+    around each row count's likely best plus the larger tiles; then swapped tiles
+    (``/swap``, of more than 16 rows: ``Launch.swap``); then a few with the scales loaded per
+    word row (``/sr``: :attr:`Candidate.scale_rows`); last, a 128-input tile with
     one dot per word slot (``/sd``), as the library would run it. Every one compiled for
     sm_90 (``volta_devkit.gate`` with ``capability=90``) without spilling, on at most 254
     registers and 145 KB of shared memory (an H100 block may take 227 KB)."""
     tiles = table_for(capability)
     table = [Candidate(tiles.moe, library=True), Candidate(tiles.moe_large, library=True)]
+    if tiles.moe_large.swap:
+        table.append(Candidate(replace(tiles.moe_large, swap=False), library=True))
     shapes = [
         # 64 rows: the table's 2048-token tile (128x64, 4 warps, 3 stages) varied one way.
         (64, 128, 64, 4, 2), (64, 128, 64, 4, 4), (64, 128, 64, 8, 3), (64, 128, 64, 8, 4),
@@ -152,74 +168,16 @@ def candidates(capability: tuple[int, int]) -> list[Candidate]:
     swapped = [
         (64, 128, 64, 4, 3), (64, 128, 64, 8, 3), (64, 64, 64, 4, 3), (64, 256, 64, 8, 3),
         (64, 128, 128, 4, 3), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 128, 32, 4, 4),
-        (32, 128, 64, 4, 3), (32, 128, 128, 4, 3), (16, 128, 64, 4, 3), (16, 128, 128, 4, 3),
+        (32, 128, 64, 4, 3), (32, 128, 128, 4, 3),
     ]  # fmt: skip
     sweep = [Candidate(tile(*shape)) for shape in shapes]
-    sweep += [Candidate(tile(*shape), swap=True) for shape in swapped]
+    sweep += [Candidate(tile(*shape, swap=True)) for shape in swapped]
     rows = [(64, 128, 64, 4, 3), (64, 128, 64, 8, 3), (128, 128, 64, 8, 3), (32, 128, 64, 4, 3)]
-    sweep += [Candidate(tile(*shape), swap=True, scale_rows=True) for shape in rows]
+    sweep += [Candidate(tile(*shape, swap=True), scale_rows=True) for shape in rows]
     sweep += [Candidate(tile(64, 128, 64, 4, 3), scale_rows=True)]
+    labels = {c.label.replace("*", "") for c in table}
+    sweep = [c for c in sweep if c.label not in labels]  # the table's tiles run as the library's
     return [*table, *sweep, Candidate(tile(64, 128, 128, 4, 3), library=True)]
-
-
-@triton.jit
-def moe_swap_kernel(
-    x_ptr, w_ptr, s_ptr, z_ptr, out_ptr, rw_ptr, pair_ptr, expert_ptr,
-    PAIRS, N, K, KW, GROUP, EXPERTS, ROW_DIV, OUT_DIV,
-    stride_xm, stride_om, stride_we, stride_se,
-    BITS: tl.constexpr, HAS_ZP: tl.constexpr, MUL_ROUTER: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_TILE: tl.constexpr, ATOMIC: tl.constexpr,
-):  # fmt: skip
-    """:func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel` (same arguments, no input splits)
-    computing the transposed tile, ``[BLOCK_N, BLOCK_M] += dequant(W)[n, k] @ x.T[k, m]``.
-
-    On SM90 ``tl.dot`` becomes ``wgmma``, whose first operand may come from registers and the
-    second only from shared memory. The library's tile puts the dequantized weights second, so
-    every input step stores them to shared memory and waits for each ``wgmma`` before the next
-    dequantization (Triton 3.6's sm_90 TTGIR of 64x128x64: a ``local_alloc`` of the weights and
-    ``warp_group_dot_wait {pendings = 0}`` in the loop). Swapped, the weights stay in registers
-    and the activations (copied ahead by the pipeline) are the shared operand: the same TTGIR
-    has no such store and waits with ``pendings = 3``, the products overlapping the next
-    dequantization. The routed rows become ``wgmma``'s N (8 to 256), so 16-row tiles stay on
-    the tensor cores. This is how mixed-input GEMMs for Hopper feed dequantized weights
-    (CUTLASS's mixed-input ``wgmma`` GEMM, example 55, and vLLM's Machete) when the
-    activations' rows are few.
-    """
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    e = tl.load(expert_ptr + pid_m)
-    if e >= EXPERTS:
-        return
-    pairs = tl.load(pair_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
-    m_ok = pairs < PAIRS
-    src = pairs // ROW_DIV
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = rn < N
-    e64 = e.to(tl.int64)
-    w_e = w_ptr + e64 * stride_we
-    s_e = s_ptr + e64 * stride_se
-    z_e = z_ptr + e64 * stride_se if HAS_ZP else z_ptr
-    acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + tl.arange(0, BLOCK_K)
-        x_t = tl.load(
-            x_ptr + src[None, :] * stride_xm + kk[:, None],
-            mask=m_ok[None, :] & (kk[:, None] < K),
-            other=0.0,
-        )
-        w = dequant_block(
-            w_e, s_e, z_e, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
-        )
-        acc = tl.dot(tl.trans(w), x_t, acc)
-    if MUL_ROUTER:
-        acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[None, :]
-    o = out_ptr + (pairs // OUT_DIV)[None, :] * stride_om + rn[:, None]
-    tile_ok = m_ok[None, :] & n_ok[:, None]
-    if ATOMIC:
-        tl.atomic_add(o, acc, mask=tile_ok, sem="relaxed")
-    else:
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=tile_ok)
 
 
 def moe_gemm(
@@ -232,8 +190,8 @@ def moe_gemm(
     sum_slots: int = 0,
 ) -> torch.Tensor:
     """One routed-blocks launch as :func:`volta_ct_wna16.ops.moe_linear` makes it (same
-    arguments, same outputs), with ``SLOT_DOTS`` off for a tile that is not ``library``'s, or
-    on :func:`moe_swap_kernel` for a ``swap`` one."""
+    arguments, same outputs), with ``SLOT_DOTS`` off for a tile that is not ``library``'s and
+    its scales per tile wherever the groups allow it, unless :attr:`Candidate.scale_rows`."""
     if cand.library:
         return ops.moe_linear(x, pw, blocks, cand.launch, row_div, router, sum_slots)
     from volta_ct_wna16 import kernels
@@ -253,7 +211,7 @@ def moe_gemm(
     rw = router if router is not None else x.new_empty(0, dtype=torch.float32)
     consts = moe_constexprs(
         launch, pw.bits, pw.zeros is not None, router is not None,
-        group_tile(launch, pw.group) and not cand.scale_rows, atomic,
+        pw.group % launch.block_k == 0 and not cand.scale_rows, atomic,
     )  # fmt: skip
     args = (
         x, pw.qweight, pw.scales, zeros, out, rw, blocks.pairs, blocks.experts,
@@ -263,11 +221,7 @@ def moe_gemm(
     )  # fmt: skip
     grid = (blocks.blocks, -(-pw.n // launch.block_n), 1)
     config = {"num_warps": launch.num_warps, "num_stages": launch.num_stages}
-    if cand.swap:
-        del consts["SLOT_DOTS"]
-        moe_swap_kernel[grid](*args, **consts, **config)
-    else:
-        kernels.wna16_moe_kernel[grid](*args, pw.k, **{**consts, "SLOT_DOTS": False}, **config)
+    kernels.wna16_moe_kernel[grid](*args, pw.k, **{**consts, "SLOT_DOTS": False}, **config)
     return out
 
 

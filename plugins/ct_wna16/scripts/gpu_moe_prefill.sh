@@ -2,8 +2,8 @@
 # One GPU call for fused MoE at prefill sizes (issue 35 item 2): the routed-blocks tile sweep at
 # 256 and 2048 tokens on both layers (every tile checked against a float32 reference first), the
 # stage split of the table's tile and the fastest, and fp16 cuBLAS on the same per-expert shapes
-# (padded bmm) beside its 8192-cube rate. No kernel source changes with it, so no GPU tests or
-# sanitizer here (gpu_moe.sh has them). The benchmark starts no tile after --budget-s (180 s).
+# (padded bmm) beside its 8192-cube rate. The MoE kernels' GPU tests and sanitizer runs are
+# gpu_moe.sh's. The benchmark starts no tile after --budget-s (180 s).
 #   OUT=DIR bash plugins/ct_wna16/scripts/gpu_moe_prefill.sh
 # Run from the repository root; logs land in $OUT (default /tmp/ct_wna16_moe_prefill_out); keep
 # a run's in docs/perf/ct_wna16/moe_prefill/. BENCH_ARGS: the benchmark's own options.

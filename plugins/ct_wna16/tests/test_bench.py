@@ -127,10 +127,11 @@ def test_moe_prefill_launcher_and_dense_reference_compute_the_layer(
     monkeypatch, kernel_device: str
 ) -> None:
     """The prefill benchmark's computations of the layer against float64: its launcher of the
-    routed-blocks kernel with ``SLOT_DOTS`` off and its swapped prototype, each also with the
-    scales loaded per word row (every buffer they and the routing allocate with
-    ``torch.empty`` poisoned), and the library's launch of the table's 16-row tile, all inside
-    the benchmark's step; and the padded per-expert rows its cuBLAS reference times."""
+    routed-blocks kernel with ``SLOT_DOTS`` off, unswapped and swapped (``Launch.swap``), each
+    also with the scales loaded per word row (every buffer they and the routing allocate with
+    ``torch.empty`` poisoned), and the library's launch of SM90's two tiles (the large one
+    swapped), all inside the benchmark's step; and the padded per-expert rows its cuBLAS
+    reference times."""
     from dataclasses import replace
 
     import ct_wna16_moe_prefill_bench as prefill
@@ -162,31 +163,36 @@ def test_moe_prefill_launcher_and_dense_reference_compute_the_layer(
     empty = torch.empty
     monkeypatch.setattr(torch, "empty", lambda *a, **k: poison_(empty(*a, **k)))
     own = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2))
-    table = prefill.Candidate(SM90.moe, library=True)
-    swapped = [prefill.Candidate(prefill.tile(m, 64, 32, 4, 2), swap=True) for m in (16, 32)]
-    rows = prefill.Candidate(prefill.tile(16, 64, 32, 4, 2), swap=True, scale_rows=True)
-    for cand in (own, table, *swapped, rows, replace(own, scale_rows=True)):
+    table = [prefill.Candidate(t, library=True) for t in (SM90.moe, SM90.moe_large)]
+    swapped = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2, swap=True))
+    rows = [replace(c, scale_rows=True) for c in (own, swapped)]
+    for cand in (own, *table, swapped, *rows):
         out = prefill.forward(x, w, ids, experts, cand)
         assert_rel_close(out, ref, TOLERANCE, cand.label)
+    assert table[1].label == "m64n128k64w4s3*/swap/sr"
     with pytest.raises(ValueError, match="split the input"):
         prefill.Candidate(SM90.moe)
-    with pytest.raises(ValueError, match="no swapped kernel or scale-row choice"):
-        prefill.Candidate(SM90.moe, library=True, swap=True)
+    with pytest.raises(ValueError, match="decides where scales load per row"):
+        prefill.Candidate(SM90.moe_large, library=True, scale_rows=True)
 
 
 def test_moe_prefill_sweep_and_rows_line_up() -> None:
-    """The sweep: the table's two tiles first, 30-45 distinct tiles, swapped ones among them;
+    """The sweep: the table's two tiles first, then the large one unswapped, 30-45 distinct
+    tiles, swapped ones among them;
     every printed row has as many columns as its heading, a case whose tiles all failed
     included."""
+    from dataclasses import replace
+
     import ct_wna16_moe_prefill_bench as prefill
 
     from volta_ct_wna16.tables import SM90
 
     cands = prefill.candidates((9, 0))
-    assert [c.launch for c in cands[:2]] == [SM90.moe, SM90.moe_large]
+    unswapped = replace(SM90.moe_large, swap=False)
+    assert [c.launch for c in cands[:3]] == [SM90.moe, SM90.moe_large, unswapped]
     assert 30 <= len(cands) <= 45
-    assert len({c.label for c in cands}) == len(cands)
-    assert any(c.swap and c.launch.block_m == 16 for c in cands)
+    assert len({c.label.replace("*", "") for c in cands}) == len(cands)
+    assert any(c.launch.swap and not c.library for c in cands)
     assert prefill.row_use([64, 65, 0], 64) == pytest.approx(129 / 192)
     row = {
         "case": "Qwen3.5-35B-A3B 2048", "flops": 1.03e11, "cube_flops": 7.0e14,
@@ -212,7 +218,7 @@ def test_moe_prefill_benchmark_runs_whole_on_a_small_layer(monkeypatch, tmp_path
     """The prefill benchmark end to end (the device's one call must not fail past its sweep)
     on a 4-expert layer under the interpreter: the GPU-only helpers (copy bandwidth, cuBLAS
     rate, CUDA routings and stack, graph timing) swapped for CPU ones; the table's two tiles
-    and one tile each of the benchmark's launcher and its swapped kernel, every one checked
+    and one tile of the benchmark's launcher each unswapped and swapped, every one checked
     against the float32 reference; the summary names the best tile and prints last."""
     import json
     import time
@@ -240,7 +246,7 @@ def test_moe_prefill_benchmark_runs_whole_on_a_small_layer(monkeypatch, tmp_path
 
     table = prefill.candidates((9, 0))[:2]
     own = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2))
-    swapped = prefill.Candidate(prefill.tile(16, 64, 32, 4, 2), swap=True)
+    swapped = prefill.Candidate(prefill.tile(32, 64, 32, 4, 2, swap=True))
     monkeypatch.setattr(prefill, "candidates", lambda _: [*table, own, swapped])
     monkeypatch.setattr(prefill, "MODELS", {"tiny": (4, 2, 128, 128)})
     monkeypatch.setattr(

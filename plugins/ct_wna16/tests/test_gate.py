@@ -99,7 +99,8 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
             launch = choose_moe(pairs, experts, device.capability)
             split = moe_splits(launch)
             assert split == (launch.block_m == 16)
-            for bits, zp, gt in itertools.product((4, 8), (False, True), (False, True)):
+            tiles = {group_tile(launch, group) for group in (32, 64, 128, 256)}
+            for bits, zp, gt in itertools.product((4, 8), (False, True), tiles):
                 for rw, atomic in MOE_OUTPUTS:
                     cfg = moe_config(launch, bits, zp, rw, gt, atomic)
                     assert cfg.name in names, cfg.name
@@ -222,6 +223,19 @@ def test_sweep_candidates_compile_for_sm90_without_spills(cfg) -> None:
     assert report.passed, report.describe()
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [c for c in volta_kernel_configs(Device((9, 0))) if c.name.endswith("_swap")],
+    ids=lambda c: c.name,
+)
+def test_sm90_swapped_moe_builds_compile_for_sm90_without_spills(cfg) -> None:
+    """SM90's large fused-MoE tile swaps (``Launch.swap``); the SM70 gate never compiles the
+    SM90 table, and a build that spilled would trade the registers the swap keeps the weights
+    in for local memory."""
+    report = check_kernel_config(cfg, capability=90)
+    assert report.passed, report.describe()
+
+
 def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
     decode = SM90.decode
     assert group_tile(decode, 128)
@@ -230,6 +244,9 @@ def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:
     assert not group_tile(decode, 5120 + 64)  # channel-wise: one group of K inputs
     assert not group_tile(SM90.gemv, 128)  # the GEMV loads per 32 inputs
     assert not group_tile(SM70.gemm, 128)  # the GEMM kernel loads per row
+    assert SM90.moe_large.swap
+    assert not group_tile(SM90.moe_large, 128)  # a swapped tile loads them per word row
+    assert group_tile(replace(SM90.moe_large, swap=False), 128)
 
 
 # -- the CUDA tensor-core GEMM (wna16_mma.cu) ---------------------------------------------------

@@ -126,8 +126,9 @@ def test_int64_ids_and_the_routed_blocks_path_agree_with_the_decode_kernels() ->
     w, ids = _routing(2, 4, 2, seed=11, device="cpu")
     ref = reference(dense, x, w, ids)
     assert_rel_close(experts_forward(x, w, ids.long(), experts), ref, TOLERANCE, "int64 ids")
-    blocks = experts_forward(x, w, ids, experts, launch=SM90.moe)
-    assert_rel_close(blocks, ref, TOLERANCE, "routed blocks")
+    for launch in (SM90.moe, SM90.moe_large):  # the large tile swapped (Launch.swap)
+        blocks = experts_forward(x, w, ids, experts, launch=launch)
+        assert_rel_close(blocks, ref, TOLERANCE, f"routed blocks {launch}")
 
 
 def _select_cases(device: str) -> None:

@@ -7,6 +7,8 @@ the float64 ``sum_k w_k * down_e(silu(gate_e(x)) * up_e(x))``: on CUDA at 8 expe
 (the path vLLM's decode capture takes); the same checks at a small size under the interpreter
 keep this file honest on CPU. :func:`volta_ct_wna16.ops.moe_linear` alone: it writes every
 routed row (outputs poisoned first) and no other, and refuses bad arguments before launching.
+SM90's swapped large tile (``Launch.swap``) through the whole step on every scheme, with
+several blocks per expert.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM90, choose_moe
-from volta_devkit.testing import assert_rel_close
+from volta_devkit.testing import assert_rel_close, poison_
 
 TOP_K = 2
 TOLERANCE = 3e-3
@@ -86,6 +88,19 @@ def reference(
     return out
 
 
+@pytest.fixture
+def poisoned_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Floating ``torch.empty`` tensors poisoned (:func:`poison_`) as they are made, so a row
+    the launcher leaves to a kernel reads NaN unless the kernel writes it."""
+    empty = torch.empty
+
+    def poisoned(*args: object, **kwargs: object) -> torch.Tensor:
+        t = empty(*args, **kwargs)  # type: ignore[call-overload]
+        return poison_(t) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", poisoned)
+
+
 def check_eager(experts: ExpertWeights, dense, m: int, device: str, what: str) -> None:
     x = torch.randn(m, experts.hidden, device=device).half()
     weights, ids = routing(m, experts.num_experts, device, seed=m)
@@ -136,9 +151,10 @@ def test_gpu_experts_eager_and_in_a_cuda_graph(scheme) -> None:
 def _routed_rows(device: str) -> None:
     """Gate/up rows of ``moe_linear`` for a routing with an idle expert and another rank's
     pairs, on both tables' small tiles (split across the input: the grid is small) and large
-    ones: rows per pair (fp16, or fp32 where split), fp32 rows per pair, and each token's pairs
-    summed into its row. Every routed row equals its expert's float64 product (summed per
-    token), and fp32 rows no pair reaches are zero."""
+    ones (SM90's swapped): rows per pair (fp16, or fp32 where split), fp32 rows per pair, and
+    each token's pairs summed into its row. Every routed row equals its expert's float64
+    product (summed per token); fp32 rows no pair reaches are zero, fp16 ones stay poisoned
+    (:func:`poisoned_empty`)."""
     scheme = SCHEMES[1]
     experts, dense = make_experts(scheme, experts=4, hidden=256, inter=64, device=device)
     m, top_k = 21, 2
@@ -171,18 +187,49 @@ def _routed_rows(device: str) -> None:
                 assert out.shape == (m * top_k, 128)
                 if out.dtype == torch.float32:
                     assert bool((out[~routed.to(device)] == 0).all()), what
+                else:
+                    assert bool(out[~routed.to(device)].isnan().all()), what
                 assert_rel_close(out[routed.to(device)], want[routed.to(device)], TOLERANCE, what)
 
 
-def test_moe_linear_writes_routed_rows_under_the_interpreter() -> None:
+def test_moe_linear_writes_routed_rows_under_the_interpreter(poisoned_empty) -> None:
     if torch.cuda.is_available():
         pytest.skip("the CPU copy of the GPU check")
     _routed_rows("cpu")
 
 
 @pytest.mark.gpu
-def test_gpu_moe_linear_writes_routed_rows() -> None:
+def test_gpu_moe_linear_writes_routed_rows(poisoned_empty) -> None:
     _routed_rows("cuda")
+
+
+def _swapped_step(
+    scheme: WeightScheme, experts: int, hidden: int, inter: int, m: int, device: str
+) -> None:
+    """The whole step on SM90's large tile, which computes the transposed product with scales
+    per word row (``Launch.swap``): gate/up's fp16 rows per pair (poisoned as made), the SiLU
+    product, down's router-weighted fp32 tiles added into each token's row, against float64.
+    ``m * TOP_K / experts`` above the tile's rows gives experts a full block and a partial one."""
+    launch = SM90.moe_large
+    assert launch.swap
+    weights, dense = make_experts(scheme, experts, hidden, inter, device)
+    x = torch.randn(m, hidden, device=device).half()
+    w, ids = routing(m, experts, device, seed=m)
+    out = experts_forward(x, w, ids, weights, launch=launch)
+    assert_rel_close(out, reference(dense, x, w, ids), TOLERANCE, f"{scheme.label} swapped")
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_swapped_tile_under_the_interpreter(poisoned_empty, scheme) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("the CPU copy of the GPU check")
+    _swapped_step(scheme, experts=3, hidden=128, inter=128, m=100, device="cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
+def test_gpu_swapped_tile(poisoned_empty, scheme) -> None:
+    _swapped_step(scheme, experts=8, hidden=512, inter=256, m=600, device="cuda")
 
 
 def test_moe_linear_refuses_bad_arguments() -> None:

@@ -21,6 +21,7 @@ from volta_ct_wna16.launch import (
     Launch,
     dequant_constexprs,
     gemm_constexprs,
+    group_tile,
     mma_options,
     moe_constexprs,
     moe_decode_constexprs,
@@ -186,12 +187,14 @@ def moe_config(
     launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, atomic: bool
 ) -> KernelConfig:
     """The gate's configuration of one fused-MoE launch: fp16 rows stored, or (``atomic``)
-    fp32 tiles added into zeroed rows, times the router weights with ``mul_router``."""
+    fp32 tiles added into zeroed rows, times the router weights with ``mul_router``; a
+    swapped tile's (``Launch.swap``) name ends in ``_swap``."""
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
     tile += f"w{launch.num_warps}s{launch.num_stages}"
     return KernelConfig(
         name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
-        f"{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}",
+        f"{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}"
+        f"{'_swap' if launch.swap else ''}",
         kernel=MOE_KERNEL,
         signature={**_MOE_SIG, "out_ptr": "*fp32" if atomic else "*fp16"},
         constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile, atomic),
@@ -262,9 +265,11 @@ def _routing_variants(table: Table) -> Iterator[KernelConfig]:
 
 
 def _moe_variants(table: Table) -> Iterator[KernelConfig]:
-    """4 and 8 bits, both symmetries, scales per tile or per word row, every output kind."""
+    """4 and 8 bits, both symmetries, scales per word row and (where the tile can take them,
+    :func:`~volta_ct_wna16.launch.group_tile`) per tile, every output kind."""
     for launch in (table.moe, table.moe_large):
-        for bits, zp, gt in itertools.product(SUPPORTED_BITS, (False, True), (False, True)):
+        tiles = (False, True) if group_tile(launch, launch.block_k) else (False,)
+        for bits, zp, gt in itertools.product(SUPPORTED_BITS, (False, True), tiles):
             for mul_router, atomic in MOE_OUTPUTS:
                 yield moe_config(launch, bits, zp, mul_router, gt, atomic)
 

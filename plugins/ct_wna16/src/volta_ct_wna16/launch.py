@@ -58,6 +58,11 @@ class Launch:
     :func:`balanced_splits`, which counts a program's fixed cost as this many input steps and
     takes ``programs_per_sm`` as the programs an SM runs at once; where None,
     :func:`split_count` aims at ``programs_per_sm`` programs per SM.
+    ``swap``: a fused-MoE dot tile of more than :data:`MOE_SPLIT_MAX_ROWS` rows (one that
+    never splits the input) computed transposed, the dequantized weights as the dot's first
+    operand (the kernel's ``SWAP``, :func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel`); it
+    dequantizes into input order for one dot (no :func:`slot_dots`) and loads scales per word
+    row (no :func:`group_tile`).
 
     The tensor-core GEMM (``MMA``): ``block_m`` tokens (a multiple of 8) by ``block_n``
     outputs (``num_warps`` warps of 32 outputs per word a lane loads, :func:`mma_words`) per
@@ -79,6 +84,7 @@ class Launch:
     atomic: bool = False
     unmasked: bool = False
     split_cost: float | None = None
+    swap: bool = False
 
     def __post_init__(self) -> None:
         if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
@@ -87,6 +93,12 @@ class Launch:
             raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
         if self.unmasked and self.path != SPLITK:
             raise ValueError(f"only a split-K launch has an unmasked build: {self}")
+        if self.swap and not (
+            self.path == MOE and self.use_dot and self.block_m > MOE_SPLIT_MAX_ROWS
+        ):
+            raise ValueError(
+                f"only a fused-MoE dot tile of more than {MOE_SPLIT_MAX_ROWS} rows swaps: {self}"
+            )
         if self.split_cost is not None and (self.path not in (SPLITK, MMA) or self.split_cost < 0):
             raise ValueError(
                 f"split_cost is a split-K or tensor-core launch's cost in steps, >= 0: {self}"
@@ -117,8 +129,14 @@ def slot_dots(launch: Launch, bits: int) -> bool:
     """Whether ``launch`` runs the dot tile with one ``tl.dot`` per word slot (16 or more words
     per slot; the kernel's ``SLOT_DOTS``), which reads activations two slots at a time as
     32-bit words, so its activation rows must start 4-byte aligned
-    (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not)."""
-    return launch.path in (SPLITK, MOE) and launch.use_dot and launch.block_k // (32 // bits) >= 16
+    (:func:`volta_ct_wna16.ops.wna16_linear` pads them where they do not). A swapped tile
+    (``Launch.swap``) has no slot dots."""
+    return (
+        launch.path in (SPLITK, MOE)
+        and launch.use_dot
+        and not launch.swap
+        and launch.block_k // (32 // bits) >= 16
+    )
 
 
 def split_count(n: int, k: int, launch: Launch, sm_count: int, m: int = 1) -> tuple[int, int]:
@@ -201,8 +219,21 @@ def group_tile(launch: Launch, group: int) -> bool:
 
     Splits start at multiples of ``block_k`` (:func:`split_count`), so tiles are aligned.
     Only the dot paths use it: the 1-token GEMV already loads scales once per 32 inputs.
+    A swapped tile (``Launch.swap``) loads them per word row whatever the group: one row per
+    tile (``[BLOCK_N]`` fp16, 2 bytes a thread, below the 4 that ``cp.async`` copies) is a
+    plain load waited for in every input step, while the ``[BLOCK_K / pack, BLOCK_N]`` tile of
+    rows is copied ahead with the words by the software pipeline (Triton 3.6's sm_90 TTGIR).
+    On the H100 the swapped 64x128x64 tile took 597 us with scales per word row against 623 per tile
+    on the Qwen3.5 layer at 2048 tokens, 725 against 751 on Qwen3-30B's; the unswapped tile
+    took 1032 us with them against 688 per tile on the first, so only a swapped tile takes
+    them (docs/perf/ct_wna16/moe_prefill/call1).
     """
-    return launch.path in (SPLITK, MOE) and launch.use_dot and group % launch.block_k == 0
+    return (
+        launch.path in (SPLITK, MOE)
+        and launch.use_dot
+        and not launch.swap
+        and group % launch.block_k == 0
+    )
 
 
 def moe_splits(launch: Launch) -> bool:
@@ -294,6 +325,7 @@ def moe_constexprs(
         "GROUP_TILE": group_tile,
         "SLOT_DOTS": slot_dots(launch, bits),
         "ATOMIC": atomic,
+        "SWAP": launch.swap,
     }
 
 

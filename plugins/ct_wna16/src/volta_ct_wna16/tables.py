@@ -195,7 +195,16 @@ SM90 = Table(
     # Fused MoE: 16x128x128 while the routed rows per expert are few, 64x128x64 from 16 rows per
     # expert on average (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_moe).
     moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
-    moe_large=Launch(MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3),
+    # The large tile swapped (weights as the dot's first operand, scales per word row): on the
+    # H100 the prefill kernels at 2048 tokens took 596.6 us against 688.2 unswapped on the
+    # Qwen3.5 layer and 725.3 against 836.2 on Qwen3-30B's, the least total over both of the
+    # tiles swept (128x128x64 on 8 warps swapped: 642.7 and 694.6, and 456.4 against 285.4 on
+    # Qwen3-30B's at 256 tokens, 16 rows per expert). The small tile stays: at 256 tokens
+    # (8 and 16 rows per expert, both on it) it took 247.2 and 266.3 us, swapped 258.9 and
+    # 265.6 (docs/perf/ct_wna16/moe_prefill/call1).
+    moe_large=Launch(
+        MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3, swap=True
+    ),
     # Decode MoE (docs/perf/ct_wna16/moe_decode/README.md): the 1-token GEMV's tile, split and
     # summed by the tree; 256 outputs a program at one token (17.4 against 19.1 us for 512 on
     # the Qwen3.5 layer), 512 for 2-16 tokens (the only width timed there: 33.4 us at 4 tokens,

@@ -5,7 +5,46 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from volta_ct_wna16.kernels.dequant import dequant_block
 from volta_ct_wna16.kernels.dots import dequant_dot, dot_per_slot
+
+
+@triton.jit
+def _swapped_dot(
+    acc,
+    x_ptr,
+    rows,
+    m_ok,
+    w_ptr,
+    s_ptr,
+    z_ptr,
+    k0,
+    k_end,
+    rn,
+    n_ok,
+    N,
+    KW,
+    GROUP,
+    stride_xm,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GROUP_TILE: tl.constexpr,
+):
+    """``acc`` (``[BLOCK_N, rows]``) plus one ``BLOCK_K``-input tile from ``k0`` on, the
+    transposed product ``dequant(W)[n, k] @ x.T[k, row]`` (inputs from ``k_end`` on count as
+    zero): the weights, dequantized in registers, are the dot's first operand."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    x_t = tl.load(
+        x_ptr + rows[None, :] * stride_xm + kk[:, None],
+        mask=m_ok[None, :] & (kk[:, None] < k_end),
+        other=0.0,
+    )
+    w = dequant_block(
+        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
+    )
+    return tl.dot(tl.trans(w), x_t, acc)
 
 
 @triton.jit
@@ -40,6 +79,7 @@ def wna16_moe_kernel(
     GROUP_TILE: tl.constexpr,
     SLOT_DOTS: tl.constexpr,
     ATOMIC: tl.constexpr,
+    SWAP: tl.constexpr,
 ):
     """``out[p // OUT_DIV, n] (+)= r[p] * sum_k x[p // ROW_DIV, k] * dequant(W_e)[n, k]`` for
     the ``BLOCK_M`` routed pairs ``p`` of one block, ``e`` their expert, and ``BLOCK_N``
@@ -65,6 +105,21 @@ def wna16_moe_kernel(
     row) adds fp32 tiles into the zeroed output. ``SLOT_DOTS``: one dot per word slot
     (:func:`dot_per_slot`), as the dense decode tile; otherwise each tile is dequantized into
     input order for one dot.
+
+    ``SWAP`` computes the transposed tile, ``[BLOCK_N, BLOCK_M]``, with the dequantized
+    weights as the dot's first operand (:func:`_swapped_dot`; ``Launch.swap``). On SM90
+    ``tl.dot`` becomes ``wgmma``, whose first operand may come from registers and whose second
+    only from shared memory. Unswapped, every input step stores the dequantized weights to
+    shared memory and waits for each ``wgmma`` before the next dequantization (Triton 3.6's
+    sm_90 TTGIR of the 64x128x64 tile: a ``local_alloc`` of the weights and
+    ``warp_group_dot_wait {pendings = 0}`` in the loop); swapped, the weights stay in
+    registers, the activations copied ahead by the software pipeline are the shared operand,
+    and the products overlap the next dequantization (no such store, ``pendings = 3``). This
+    is how Hopper's mixed-input GEMMs feed dequantized weights when the activations' rows are
+    few (CUTLASS example 55, ``55_hopper_mixed_dtype_gemm``, and vLLM's Machete kernels):
+    the routed rows become ``wgmma``'s N. On the H100 it took the prefill kernels of the two
+    MoE layers at 2048 tokens from 688 to 597 us and from 836 to 725 us
+    (docs/perf/ct_wna16/moe_prefill/call1).
     """
     PACK: tl.constexpr = 32 // BITS
     pid_m = tl.program_id(0)
@@ -83,9 +138,17 @@ def wna16_moe_kernel(
     w_e = w_ptr + e64 * stride_we
     s_e = s_ptr + e64 * stride_se
     z_e = z_ptr + e64 * stride_se if HAS_ZP else z_ptr
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWAP:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
-        if SLOT_DOTS:
+        if SWAP:
+            acc = _swapped_dot(
+                acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
+                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
+            )  # fmt: skip
+        elif SLOT_DOTS:
             acc = dot_per_slot(
                 acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
                 stride_xm, BITS, HAS_ZP, BLOCK_K // PACK, GROUP_TILE,
@@ -95,10 +158,17 @@ def wna16_moe_kernel(
                 acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
                 stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
             )  # fmt: skip
-    if MUL_ROUTER:
-        acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
-    o = out_ptr + (pairs // OUT_DIV)[:, None] * stride_om + rn[None, :]
-    tile_ok = m_ok[:, None] & n_ok[None, :]
+    out_rows = pairs // OUT_DIV
+    if SWAP:  # outputs down the tile, pairs across
+        if MUL_ROUTER:
+            acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[None, :]
+        o = out_ptr + out_rows[None, :] * stride_om + rn[:, None]
+        tile_ok = n_ok[:, None] & m_ok[None, :]
+    else:
+        if MUL_ROUTER:
+            acc *= tl.load(rw_ptr + pairs, mask=m_ok, other=0.0)[:, None]
+        o = out_ptr + out_rows[:, None] * stride_om + rn[None, :]
+        tile_ok = m_ok[:, None] & n_ok[None, :]
     if ATOMIC:
         tl.atomic_add(o, acc, mask=tile_ok, sem="relaxed")
     else:

@@ -116,16 +116,27 @@ def dequant_dot(
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     GROUP_TILE: tl.constexpr,
+    SWAP: tl.constexpr = False,
 ):
     """``acc`` plus one ``BLOCK_K``-input tile from ``k0`` on (inputs from ``k_end`` on count
-    as zero), the weights dequantized into input order (:func:`dequant_block`) for one dot."""
+    as zero), the weights dequantized into input order (:func:`dequant_block`) for one dot:
+    ``x @ dequant(W).T`` into ``acc`` ``[rows, BLOCK_N]``, or with ``SWAP`` the transposed
+    product ``dequant(W) @ x.T`` into ``acc`` ``[BLOCK_N, rows]``, the weights the dot's first
+    operand (:func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel` says why)."""
     kk = k0 + tl.arange(0, BLOCK_K)
-    xk = tl.load(
-        x_ptr + rows[:, None] * stride_xm + kk[None, :],
-        mask=m_ok[:, None] & (kk[None, :] < k_end),
-        other=0.0,
-    )
+    if SWAP:
+        xk = tl.load(
+            x_ptr + rows[None, :] * stride_xm + kk[:, None],
+            mask=m_ok[None, :] & (kk[:, None] < k_end),
+            other=0.0,
+        )
+    else:
+        xk = tl.load(
+            x_ptr + rows[:, None] * stride_xm + kk[None, :],
+            mask=m_ok[:, None] & (kk[None, :] < k_end),
+            other=0.0,
+        )
     w = dequant_block(
         w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
     )
-    return tl.dot(xk, w, acc)
+    return tl.dot(tl.trans(w), xk, acc) if SWAP else tl.dot(xk, w, acc)

@@ -5,46 +5,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_ct_wna16.kernels.dequant import dequant_block
 from volta_ct_wna16.kernels.dots import dequant_dot, dot_per_slot
-
-
-@triton.jit
-def _swapped_dot(
-    acc,
-    x_ptr,
-    rows,
-    m_ok,
-    w_ptr,
-    s_ptr,
-    z_ptr,
-    k0,
-    k_end,
-    rn,
-    n_ok,
-    N,
-    KW,
-    GROUP,
-    stride_xm,
-    BITS: tl.constexpr,
-    HAS_ZP: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    GROUP_TILE: tl.constexpr,
-):
-    """``acc`` (``[BLOCK_N, rows]``) plus one ``BLOCK_K``-input tile from ``k0`` on, the
-    transposed product ``dequant(W)[n, k] @ x.T[k, row]`` (inputs from ``k_end`` on count as
-    zero): the weights, dequantized in registers, are the dot's first operand."""
-    kk = k0 + tl.arange(0, BLOCK_K)
-    x_t = tl.load(
-        x_ptr + rows[None, :] * stride_xm + kk[:, None],
-        mask=m_ok[None, :] & (kk[:, None] < k_end),
-        other=0.0,
-    )
-    w = dequant_block(
-        w_ptr, s_ptr, z_ptr, k0, rn, n_ok, N, KW, GROUP, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE
-    )
-    return tl.dot(tl.trans(w), x_t, acc)
 
 
 @triton.jit
@@ -107,7 +68,7 @@ def wna16_moe_kernel(
     input order for one dot.
 
     ``SWAP`` computes the transposed tile, ``[BLOCK_N, BLOCK_M]``, with the dequantized
-    weights as the dot's first operand (:func:`_swapped_dot`; ``Launch.swap``). On SM90
+    weights as the dot's first operand (:func:`dequant_dot` with ``SWAP``; ``Launch.swap``). On SM90
     ``tl.dot`` becomes ``wgmma``, whose first operand may come from registers and whose second
     only from shared memory. Unswapped, every input step stores the dequantized weights to
     shared memory and waits for each ``wgmma`` before the next dequantization (Triton 3.6's
@@ -143,12 +104,7 @@ def wna16_moe_kernel(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
-        if SWAP:
-            acc = _swapped_dot(
-                acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
-                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
-            )  # fmt: skip
-        elif SLOT_DOTS:
+        if SLOT_DOTS:
             acc = dot_per_slot(
                 acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
                 stride_xm, BITS, HAS_ZP, BLOCK_K // PACK, GROUP_TILE,
@@ -156,7 +112,7 @@ def wna16_moe_kernel(
         else:
             acc = dequant_dot(
                 acc, x_ptr, src, m_ok, w_e, s_e, z_e, k0, k_end, rn, n_ok, N, KW, GROUP,
-                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE,
+                stride_xm, BITS, HAS_ZP, BLOCK_K, BLOCK_N, GROUP_TILE, SWAP,
             )  # fmt: skip
     out_rows = pairs // OUT_DIV
     if SWAP:  # outputs down the tile, pairs across

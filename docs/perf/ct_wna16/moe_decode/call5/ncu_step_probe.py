@@ -1,3 +1,5 @@
+# Nsight Compute probe of call 5 (docs/perf/ct_wna16/moe_decode/README.md): runs against commit
+# 367b189, the only tree with the one-launch step (MoEStep, ops.moe_step); kept as the record.
 import sys
 sys.path.insert(0, "plugins/ct_wna16/benchmarks"); sys.path.insert(0, "plugins/ct_wna16/tests")
 import torch

@@ -59,7 +59,7 @@ from ct_wna16_checkpoints import fresh_checkpoint
 
 from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
-from volta_ct_wna16.launch import MOE, Launch
+from volta_ct_wna16.launch import MOE, Launch, MoEFused
 from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.routing import route, select_experts
 from volta_ct_wna16.scheme import WeightScheme
@@ -395,7 +395,7 @@ def kernels_ms(
     weights: ExpertWeights,
     sets: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
     top_k: int,
-    decode: MoEDecode | None,
+    decode: MoEDecode | MoEFused | None,
     launch: Launch,
 ) -> float:
     """The expert kernels alone: the decode launches, or the two routed-block launches on
@@ -418,7 +418,9 @@ def kernels_ms(
     return time_cuda_graph(kernels, [(i,) for i in range(len(sets))], replays=REPLAYS).median_ms
 
 
-def tile_label(decode: MoEDecode | None, launch: Launch) -> str:
+def tile_label(decode: MoEDecode | MoEFused | None, launch: Launch) -> str:
+    if isinstance(decode, MoEFused):
+        return f"one:j{decode.block_j}k{decode.block_k}n{decode.block_n}"
     if decode is not None:
         g, d = decode.gate_up, decode.down
         return f"d:{g.block_n}x{g.block_k}/{d.block_n}x{d.block_k}"
@@ -434,24 +436,27 @@ def _row(n: int, k: int, warps: int, stages: int, per_sm: int, fan_in: int) -> L
 BLOCKS = Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3)
 
 
-def sweep_candidates(m: int) -> list[MoEDecode | Launch]:
+def sweep_candidates(m: int) -> list[MoEDecode | MoEFused | Launch]:
     """What the sweep times at ``m`` tokens: decode launches, gate/up and down alike
     (``block_n``, ``block_k``, warps, stages, programs per SM, fan-in), and the routed blocks'
     kernel (a bare Launch)."""
+    # The two-launch rows (more programs per SM, swept in call 6, did not help).
     rows = [_row(512, 32, 2, 3, 4, 8), _row(256, 32, 2, 3, 4, 8)]
-    # More programs per SM: at one token the launches are bound by latency at about 7 warps
-    # per SM (docs/perf/ct_wna16/moe_decode/call5/ncu_1token.txt), so more, shorter splits.
-    rows += [_row(512, 32, 2, 3, 8, 8), _row(512, 32, 2, 3, 16, 16)]
-    if m == 1:
-        rows += [
-            _row(256, 32, 2, 3, 8, 8),
-            _row(256, 32, 2, 3, 16, 16),
-            _row(128, 32, 2, 3, 8, 8),
-            _row(128, 32, 2, 3, 16, 16),
-            _row(256, 32, 4, 3, 8, 16),
-            _row(256, 32, 2, 2, 12, 16),
-        ]
-    return [*(MoEDecode(launch, launch) for launch in rows), BLOCKS]
+    # The step in one launch (intermediate rows a program, gate/up's input step, down's
+    # outputs at a time, warps, stages), up to 4 tokens: at 16 it took 109-188 us against the
+    # two launches' 86 on the H100 (docs/perf/ct_wna16/moe_decode/README.md, call 7).
+    fused = [
+        MoEFused(32, 256, 1024, 4, 3),
+        MoEFused(32, 256, 2048, 4, 3),
+        MoEFused(32, 256, 1024, 2, 3),
+        MoEFused(32, 256, 1024, 8, 3),
+        MoEFused(32, 512, 1024, 4, 3),
+        MoEFused(32, 256, 1024, 4, 4),
+        MoEFused(64, 256, 1024, 4, 3),
+    ]
+    if m > 4:
+        fused = []
+    return [*(MoEDecode(launch, launch) for launch in rows), *fused, BLOCKS]
 
 
 def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list[dict[str, Any]]:
@@ -467,7 +472,7 @@ def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list
         distinct = sum(int(ids.unique().numel()) for *_, ids in sets) / len(sets)
         ref = experts_forward(x, sets[0][1], sets[0][2], weights)
         for cand in sweep_candidates(m):
-            decode = cand if isinstance(cand, MoEDecode) else None
+            decode = cand if isinstance(cand, (MoEDecode, MoEFused)) else None
             launch = cand if isinstance(cand, Launch) else BLOCKS
             label = tile_label(decode, launch)
             try:
@@ -478,11 +483,15 @@ def sweep(name: str, weights: ExpertWeights, top_k: int, copy_bw: float) -> list
             except Exception as exc:
                 print(f"sweep {name} m={m} {label}: {exc!r}"[:300], flush=True)
                 continue
-            one = decode.gate_up if decode is not None else launch
+            one = decode.gate_up if isinstance(decode, MoEDecode) else launch
+            if isinstance(decode, MoEFused):
+                warps, stages, per_sm, fan_in = decode.num_warps, decode.num_stages, 0, 0
+            else:
+                warps, stages = one.num_warps, one.num_stages
+                per_sm, fan_in = one.programs_per_sm, one.reduce_unroll
             row = {
-                "model": name, "m": m, "tile": label, "warps": one.num_warps,
-                "stages": one.num_stages, "programs_per_sm": one.programs_per_sm,
-                "fan_in": one.reduce_unroll, "kernels_us": ms * 1e3,
+                "model": name, "m": m, "tile": label, "warps": warps, "stages": stages,
+                "programs_per_sm": per_sm, "fan_in": fan_in, "kernels_us": ms * 1e3,
                 "rel_vs_table": max_rel(got, ref),
                 "copy_fraction": distinct * expert_bytes / (ms * 1e-3) / copy_bw,
             }  # fmt: skip

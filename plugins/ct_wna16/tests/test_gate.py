@@ -77,6 +77,8 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
     expected |= {"moe_decode_gate_up_kernel", "moe_decode_down_kernel", "topk_softmax_kernel"}
     if device == V100:  # SM90 runs 33-191 tokens on a split-K tile, not the GEMM kernel
         expected.add("wna16_gemm_kernel")
+    else:  # SM90 runs 1-4 tokens' experts in one launch
+        expected.add("moe_decode_fused_kernel")
     assert kinds == expected
     for m in range(1, 600):
         for n in (256, 5120, 8192, 27648):
@@ -234,6 +236,29 @@ def test_sm90_swapped_moe_builds_compile_for_sm90_without_spills(cfg) -> None:
     in for local memory."""
     report = check_kernel_config(cfg, capability=90)
     assert report.passed, report.describe()
+
+
+#: The SM90 table's one-launch decode builds (:class:`volta_ct_wna16.launch.MoEFused`).
+SM90_FUSED = [c for c in volta_kernel_configs(Device((9, 0))) if "_fused_" in c.name]
+
+
+@pytest.mark.parametrize("cfg", SM90_FUSED, ids=lambda c: c.name)
+def test_sm90_one_launch_decode_builds_compile_for_sm90_without_spills(cfg) -> None:
+    """SM90 runs 1-4 tokens' experts in one launch (the SM70 table keeps two: not timed on a
+    V100); a build that spilled would measure its local memory, not its tile."""
+    report = check_kernel_config(cfg, capability=90)
+    assert report.passed, report.describe()
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [c for c in SM90_FUSED if not c.name.endswith(("_map", "_rw"))],
+    ids=lambda c: c.name,
+)
+def test_the_one_launch_decode_also_builds_for_sm70(cfg) -> None:
+    """The one-launch kernel uses nothing Volta lacks (fp32 atomics, no ``tl.dot``), so a
+    V100 table could take it once it is timed there: each width and symmetry passes the gate."""
+    assert_gate_passes(check_kernel_config(cfg, capability=70))
 
 
 def test_dot_tiles_load_scales_per_tile_only_inside_one_group() -> None:

@@ -22,7 +22,8 @@ from volta_core import Device
 from volta_ct_wna16 import experts as experts_module
 from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
-from volta_ct_wna16.gate_configs import decode_config, kernel_configs
+from volta_ct_wna16.gate_configs import decode_configs, kernel_configs
+from volta_ct_wna16.launch import MoEFused
 from volta_ct_wna16.routing import select_experts
 from volta_ct_wna16.tables import SM70, SM90, MoEDecode, choose_moe_decode, pow2_at_least
 from volta_devkit.testing import assert_rel_close, poison_
@@ -34,6 +35,13 @@ TABLE_LAUNCHES = [
     for most, launches in table.moe_decode
 ]
 
+#: The one-launch step on a small tile whatever the tables take, so that its masks (an
+#: intermediate block past the layer's end, outputs past the hidden size) are always checked.
+ONE_LAUNCH = MoEFused(block_j=64, block_k=64, block_n=256, num_warps=4, num_stages=2)
+
+#: What the CPU and GPU case checks run: the tables' rows and the small one-launch tile.
+CHECKED_LAUNCHES = [*TABLE_LAUNCHES, ("one-launch", ONE_LAUNCH)]
+
 
 def _routing(
     m: int, experts: int, top_k: int, seed: int, device: str
@@ -44,14 +52,18 @@ def _routing(
     return (w / w.sum(-1, keepdim=True)).to(device), ids.to(torch.int32).to(device)
 
 
-def _decode(x, w, ids, experts: ExpertWeights, launches: MoEDecode, **kw) -> torch.Tensor:
+def _decode(
+    x, w, ids, experts: ExpertWeights, launches: MoEDecode | MoEFused, **kw
+) -> torch.Tensor:
     out = poison_(torch.empty(x.shape, dtype=x.dtype, device=x.device))
     got = ops.moe_decode(x, experts.w13, experts.w2, w, ids, launches, out=out, **kw)
     assert got.data_ptr() == out.data_ptr()
     return out
 
 
-def _check_cases(experts: ExpertWeights, dense, launches: MoEDecode, device: str, what: str):
+def _check_cases(
+    experts: ExpertWeights, dense, launches: MoEDecode | MoEFused, device: str, what: str
+) -> None:
     e = experts.num_experts
     for m in (1, 3):
         x = torch.randn(m, experts.hidden, device=device).half()
@@ -84,18 +96,27 @@ def _check_cases(experts: ExpertWeights, dense, launches: MoEDecode, device: str
     assert_rel_close(out, reference(dense, xt, wt, twice), TOLERANCE, f"{what} twice")
 
 
-@pytest.mark.parametrize(("label", "launches"), TABLE_LAUNCHES, ids=[t[0] for t in TABLE_LAUNCHES])
+@pytest.mark.parametrize(
+    ("label", "launches"), CHECKED_LAUNCHES, ids=[t[0] for t in CHECKED_LAUNCHES]
+)
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label.replace(" ", "-"))
-def test_decode_kernels_under_the_interpreter(label: str, launches: MoEDecode, scheme) -> None:
+def test_decode_kernels_under_the_interpreter(
+    label: str, launches: MoEDecode | MoEFused, scheme
+) -> None:
     if torch.cuda.is_available():
         pytest.skip("the CPU copy of the GPU checks")
-    experts, dense = make_experts(scheme, experts=4, hidden=128, inter=128, device="cpu")
+    # An intermediate size that is no multiple of 64 (the one-launch tile's rows) where the
+    # scheme's group divides it.
+    inter = 96 if 96 % scheme.group_for(96) == 0 else 128
+    experts, dense = make_experts(scheme, experts=4, hidden=128, inter=inter, device="cpu")
     _check_cases(experts, dense, launches, "cpu", f"{scheme.label} {label}")
 
 
 def test_experts_forward_takes_the_decode_kernels_up_to_16_tokens() -> None:
-    assert choose_moe_decode(1, (9, 0)) == SM90.moe_decode[0][1]
-    assert choose_moe_decode(2, (9, 0)) == choose_moe_decode(16, (9, 0)) == SM90.moe_decode[1][1]
+    one_launch = SM90.moe_decode[0][1]
+    assert isinstance(one_launch, MoEFused)
+    assert choose_moe_decode(1, (9, 0)) == choose_moe_decode(4, (9, 0)) == one_launch
+    assert choose_moe_decode(5, (9, 0)) == choose_moe_decode(16, (9, 0)) == SM90.moe_decode[1][1]
     assert choose_moe_decode(1, (7, 0)) == choose_moe_decode(16, (7, 0)) == SM70.moe_decode[0][1]
     assert choose_moe_decode(17, (9, 0)) is None
     assert choose_moe_decode(17, (7, 0)) is None
@@ -108,11 +129,10 @@ def test_the_gate_list_covers_every_decode_launch(capability) -> None:
     for tokens in range(1, 17):
         launches = choose_moe_decode(tokens, capability)
         assert launches is not None
-        for down, launch in ((False, launches.gate_up), (True, launches.down)):
-            for bits, zp, has_map, mul in itertools.product(
-                (4, 8), (False, True), (False, True), (False, True)
-            ):
-                cfg = decode_config(launch, bits, zp, has_map, mul, down)
+        for bits, zp, has_map, mul in itertools.product(
+            (4, 8), (False, True), (False, True), (False, True)
+        ):
+            for cfg in decode_configs(launches, bits, zp, has_map, mul):
                 assert cfg.name in names, cfg.name
     for experts, dtype in itertools.product((1, 16, 17, 256, 300, 1024), ("fp16", "bf16", "fp32")):
         assert f"topk_softmax_e{pow2_at_least(experts, 16)}_{dtype}" in names
@@ -247,23 +267,24 @@ def _poison_allocator(device: str) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("scheme", SCHEMES[:2], ids=lambda s: s.label.replace(" ", "-"))
-def test_gpu_decode_at_a_qwen35_layer_eager_and_in_a_cuda_graph(scheme) -> None:
+@pytest.mark.parametrize("decode", [None, MoEFused()], ids=["table", "one-launch"])
+def test_gpu_decode_at_a_qwen35_layer_eager_and_in_a_cuda_graph(scheme, decode) -> None:
     experts, dense = make_experts(scheme, experts=16, hidden=2048, inter=512, device="cuda")
     for m in (1, 4, 16):
         x = torch.randn(m, 2048, device="cuda").half()
         w, ids = _routing(m, 16, 8, seed=m, device="cuda")
         _poison_allocator("cuda")
-        out = experts_forward(x, w, ids, experts)
+        out = experts_forward(x, w, ids, experts, decode=decode)
         assert_rel_close(out, reference(dense, x, w, ids), TOLERANCE, f"{scheme.label} m={m}")
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            experts_forward(x, w, ids, experts)
+            experts_forward(x, w, ids, experts, decode=decode)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         _poison_allocator("cuda")
         with torch.cuda.graph(graph, stream=stream):
-            out = experts_forward(x, w, ids, experts)
+            out = experts_forward(x, w, ids, experts, decode=decode)
         for replay in range(3):
             new_w, new_ids = _routing(m, 16, 8, seed=100 * m + replay, device="cuda")
             x.copy_(torch.randn(m, 2048, device="cuda").half())
@@ -279,7 +300,7 @@ def test_gpu_decode_at_a_qwen35_layer_eager_and_in_a_cuda_graph(scheme) -> None:
 @pytest.mark.gpu
 def test_gpu_decode_cases_on_both_tables() -> None:
     experts, dense = make_experts(SCHEMES[1], experts=4, hidden=256, inter=128, device="cuda")
-    for label, launches in TABLE_LAUNCHES:
+    for label, launches in CHECKED_LAUNCHES:
         _poison_allocator("cuda")
         _check_cases(experts, dense, launches, "cuda", label)
 
@@ -297,6 +318,6 @@ def test_gpu_small_for_sanitizer() -> None:
     logits = torch.randn(3, 4, device="cuda")
     w, ids = select_experts(logits, 2)
     x = torch.randn(3, 256, device="cuda").half()
-    for _, launches in TABLE_LAUNCHES:
+    for _, launches in CHECKED_LAUNCHES:
         out = _decode(x, w, ids, experts, launches)
         assert_rel_close(out, reference(dense, x, w, ids), TOLERANCE, "sanitizer")

@@ -22,8 +22,14 @@ from volta_core.types import (
 )
 from volta_ct_wna16 import plugin
 from volta_ct_wna16.gate_configs import cuda_builds
-from volta_ct_wna16.launch import MMA
-from volta_ct_wna16.paths import KERNEL_NAMES, MOE_BLOCKS, MOE_DECODE, packed_bytes
+from volta_ct_wna16.launch import MMA, MoEFused
+from volta_ct_wna16.paths import (
+    KERNEL_NAMES,
+    MOE_BLOCKS,
+    MOE_DECODE,
+    MOE_DECODE_ONE,
+    packed_bytes,
+)
 from volta_ct_wna16.plugin import METHOD
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.tables import choose, choose_mma, choose_moe_decode
@@ -121,19 +127,24 @@ def experts(prefix: str = EXPERTS) -> QuantLayer:
 def test_claims_fused_moe_experts_and_names_their_kernels(
     manager, bits, symmetric, group, device
 ) -> None:
-    """The claim names the scheme; the kernel paths name the decode GEMVs up to the table's
-    last decode row (16 tokens) and the routed blocks above, as the launcher chooses them."""
+    """The claim names the scheme; the kernel paths name the decode step's kernels up to the
+    table's last decode row (16 tokens: on the H100 one launch up to 4, two launches above)
+    and the routed blocks above, as the launcher chooses them."""
     scheme = WeightScheme(bits, symmetric, group)
     resolution = manager.resolve_quant(config(scheme), experts(), device)
     assert isinstance(resolution.claim, QuantClaim)
     assert resolution.claim.impl == "volta_ct_wna16.moe:make_moe_method"
     assert resolution.claim.detail == f"{scheme.label} fused MoE experts"
     paths = manager.kernel_paths("ct_wna16", experts(), METHOD, device, config(scheme))
-    assert paths == (
-        KernelPath("1-16 tokens", MOE_DECODE),
-        KernelPath("17+ tokens", MOE_BLOCKS),
+    decode = (
+        (KernelPath("1-4 tokens", MOE_DECODE_ONE), KernelPath("5-16 tokens", MOE_DECODE))
+        if device == H100
+        else (KernelPath("1-16 tokens", MOE_DECODE),)
     )
-    assert choose_moe_decode(16, device.capability) is not None
+    assert paths == (*decode, KernelPath("17+ tokens", MOE_BLOCKS))
+    for tokens in (1, 4, 5, 16):
+        one = isinstance(choose_moe_decode(tokens, device.capability), MoEFused)
+        assert one == (device == H100 and tokens <= 4)
     assert choose_moe_decode(17, device.capability) is None
 
 

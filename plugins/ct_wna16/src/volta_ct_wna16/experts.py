@@ -20,7 +20,7 @@ import torch
 
 from volta_core.kernel_api import device_facts, interpreting
 from volta_ct_wna16 import ops
-from volta_ct_wna16.launch import Launch
+from volta_ct_wna16.launch import Launch, MoEFused
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
@@ -126,7 +126,7 @@ def experts_forward(
     expert_map: torch.Tensor | None = None,
     weight_on_input: bool = False,
     launch: Launch | None = None,
-    decode: MoEDecode | None = None,
+    decode: MoEDecode | MoEFused | None = None,
     check_values: bool = False,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
@@ -136,7 +136,7 @@ def experts_forward(
     router weight instead of the output (vLLM's ``apply_router_weight_on_input``).
 
     On CUDA (and under the interpreter), up to 16 tokens take the decode kernels
-    (:func:`volta_ct_wna16.ops.moe_decode`: two launches reading the ids directly); more
+    (:func:`volta_ct_wna16.ops.moe_decode`: one launch or two, reading the ids directly); more
     tokens six launches (routing in two, gate/up, the SiLU product, down into each token's
     fp32 row, the cast) and up to three memsets. Neither synchronizes with the host, so a step
     can be captured in a CUDA graph. ``launch`` (the routed blocks' tile) or ``decode`` (the

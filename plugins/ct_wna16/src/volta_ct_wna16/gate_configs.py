@@ -9,8 +9,9 @@ compiles exactly the builds that run.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 from volta_core import CudaKernelConfig, Device, KernelConfig
@@ -19,12 +20,14 @@ from volta_ct_wna16.launch import (
     GEMM,
     SPLITK,
     Launch,
+    MoEFused,
     dequant_constexprs,
     gemm_constexprs,
     group_tile,
     mma_options,
     moe_constexprs,
     moe_decode_constexprs,
+    moe_fused_constexprs,
     splitk_constexprs,
     unmasked_build,
 )
@@ -34,6 +37,7 @@ from volta_ct_wna16.tables import (
     ROUTE_COUNT_BLOCK,
     SILU_BLOCK,
     SM70_MMA,
+    MoEDecode,
     Table,
     route_place_tile,
     table_for,
@@ -49,6 +53,7 @@ ROUTE_PLACE_KERNEL = "volta_ct_wna16.kernels.routing:moe_place_kernel"
 SILU_KERNEL = "volta_ct_wna16.kernels.activation:silu_mul_kernel"
 DECODE_GATE_UP_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_gate_up_kernel"
 DECODE_DOWN_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_down_kernel"
+DECODE_FUSED_KERNEL = "volta_ct_wna16.kernels.moe_decode:moe_decode_fused_kernel"
 TOPK_KERNEL = "volta_ct_wna16.kernels.routing:topk_softmax_kernel"
 
 _SPLITK_SIG = {
@@ -128,6 +133,38 @@ _DECODE_DOWN_NAMES = {
     "PAIRS": "TOKENS",
     "stride_xm": "stride_hm",
     "stride_hm": "stride_om",
+}
+
+#: The one-launch decode step's arguments.
+_FUSED_SIG = {
+    "x_ptr": "*fp16",
+    "w13_ptr": "*i32",
+    "s13_ptr": "*fp16",
+    "z13_ptr": "*fp16",
+    "w2_ptr": "*i32",
+    "s2_ptr": "*fp16",
+    "z2_ptr": "*fp16",
+    "out_ptr": "*fp16",
+    "rw_ptr": "*fp32",
+    "ids_ptr": "*i32",
+    "map_ptr": "*i32",
+    "acc_ptr": "*fp32",
+    "cnt_ptr": "*i32",
+    "PAIRS": "i32",
+    "HIDDEN": "i32",
+    "INTER": "i32",
+    "KW13": "i32",
+    "KW2": "i32",
+    "GROUP13": "i32",
+    "GROUP2": "i32",
+    "EXPERTS": "i32",
+    "TOP_K": "i32",
+    "stride_xm": "i32",
+    "stride_om": "i32",
+    "stride_w13e": "i32",
+    "stride_s13e": "i32",
+    "stride_w2e": "i32",
+    "stride_s2e": "i32",
 }
 
 _DEQUANT_SIG = {
@@ -301,16 +338,60 @@ def decode_config(
     )
 
 
+def fused_config(fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool) -> KernelConfig:
+    """The gate's configuration of the one-launch decode step: with or without an expert map,
+    the router weight on the input (``mul``) or the output."""
+    tile = f"j{fused.block_j}k{fused.block_k}n{fused.block_n}"
+    tile += f"w{fused.num_warps}s{fused.num_stages}"
+    return KernelConfig(
+        name=f"moe_decode_fused_{tile}_w{bits}{'a' if zp else 's'}"
+        f"{'_map' if has_map else ''}{'_rw' if mul else ''}",
+        kernel=DECODE_FUSED_KERNEL,
+        signature=_FUSED_SIG,
+        constexprs=moe_fused_constexprs(fused, bits, zp, has_map, mul),
+        num_warps=fused.num_warps,
+        num_stages=fused.num_stages,
+        divisible_by_16=(
+            "HIDDEN", "INTER", "KW13", "KW2", "GROUP13", "GROUP2", "stride_w13e",
+            "stride_s13e", "stride_w2e", "stride_s2e",
+        ),
+    )  # fmt: skip
+
+
+def decode_configs(
+    launches: MoEDecode | MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
+) -> list[KernelConfig]:
+    """The gate's configurations of one decode row: its one launch, or gate/up and down."""
+    return [build(bits, zp, has_map, mul) for build in _row_builds(launches)]
+
+
+def _row_builds(launches: MoEDecode | MoEFused) -> list[Callable[..., KernelConfig]]:
+    """A decode row's kernels, each as a function of (bits, zp, has_map, mul)."""
+    if isinstance(launches, MoEFused):
+        return [functools.partial(fused_config, launches)]
+    return [
+        functools.partial(_decode_build, launch, down)
+        for down, launch in ((False, launches.gate_up), (True, launches.down))
+    ]
+
+
+def _decode_build(
+    launch: Launch, down: bool, bits: int, zp: bool, has_map: bool, mul: bool
+) -> KernelConfig:
+    return decode_config(launch, bits, zp, has_map, mul, down)
+
+
 def _decode_variants(table: Table) -> Iterator[KernelConfig]:
-    """Each decode launch for 4 and 8 bits, both symmetries, with and without an expert map
-    and router weights; the router's top-k for every expert count's vector and logit dtype."""
+    """Each decode row's kernels for 4 and 8 bits, both symmetries, with and without an
+    expert map and router weights; the router's top-k for every expert count's vector and
+    logit dtype."""
     seen: set[str] = set()
     for _, launches in table.moe_decode:
-        for down, launch in ((False, launches.gate_up), (True, launches.down)):
+        for build in _row_builds(launches):
             for bits, zp, has_map, mul in itertools.product(
                 SUPPORTED_BITS, (False, True), (False, True), (False, True)
             ):
-                config = decode_config(launch, bits, zp, has_map, mul, down)
+                config = build(bits, zp, has_map, mul)
                 if config.name not in seen:
                     seen.add(config.name)
                     yield config

@@ -125,6 +125,29 @@ class Launch:
         return replace(self, block_k=self.block_k // 2)
 
 
+@dataclass(frozen=True)
+class MoEFused:
+    """The fused-MoE decode step in one launch
+    (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_fused_kernel`): a program per (pair,
+    ``block_j`` intermediate rows), gate/up over the whole input in ``block_k``-input steps
+    pipelined ``num_stages`` deep, down ``block_n`` outputs at a time, on ``num_warps`` warps;
+    the programs' partial outputs added atomically in fp32."""
+
+    block_j: int = 32
+    block_k: int = 256
+    block_n: int = 1024
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        sizes = (self.block_j, self.block_k, self.block_n)
+        if any(size < 32 or size & (size - 1) for size in sizes) or self.num_stages < 1:
+            raise ValueError(
+                f"a one-launch decode's rows, input step and outputs are powers of two of at "
+                f"least 32 (whole GEMV sub-tiles), and it has a pipeline stage: {self}"
+            )
+
+
 def slot_dots(launch: Launch, bits: int) -> bool:
     """Whether ``launch`` runs the dot tile with one ``tl.dot`` per word slot (16 or more words
     per slot; the kernel's ``SLOT_DOTS``), which reads activations two slots at a time as
@@ -344,4 +367,21 @@ def moe_decode_constexprs(
         "BLOCK_K": launch.block_k,
         "NUM_STAGES": launch.num_stages,
         "FAN_IN": launch.reduce_unroll,
+    }
+
+
+def moe_fused_constexprs(
+    fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
+) -> dict[str, int | bool]:
+    """The ``tl.constexpr`` arguments of the one-launch decode step (launcher and gate):
+    ``mul``, the router weight on the input rather than the output."""
+    return {
+        "BITS": bits,
+        "HAS_ZP": zp,
+        "HAS_MAP": has_map,
+        "MUL_INPUT": mul,
+        "BLOCK_J": fused.block_j,
+        "BLOCK_K": fused.block_k,
+        "BLOCK_N": fused.block_n,
+        "NUM_STAGES": fused.num_stages,
     }

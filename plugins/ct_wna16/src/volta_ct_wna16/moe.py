@@ -2,7 +2,7 @@
 
 After vLLM's router has picked ``topk_ids`` and ``topk_weights``,
 :func:`volta_ct_wna16.experts.experts_forward` runs the routed pairs: up to 16 tokens through
-the decode kernels straight from the ids (two launches), more through the routed blocks' fused
+the decode kernels straight from the ids (one launch or two), more through the routed blocks' fused
 kernel (six launches); neither synchronizes with the host, so vLLM can capture decode steps. On
 CPU each expert's tokens go through the dense layers' reference op.
 

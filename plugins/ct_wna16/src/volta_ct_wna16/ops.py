@@ -22,11 +22,13 @@ from volta_ct_wna16.launch import (
     MMA,
     SPLITK,
     Launch,
+    MoEFused,
     dequant_constexprs,
     gemm_constexprs,
     group_tile,
     moe_constexprs,
     moe_decode_constexprs,
+    moe_fused_constexprs,
     moe_splits,
     slot_dots,
     split_count,
@@ -331,16 +333,19 @@ def moe_decode(
     w2: PackedWeights,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    launches: MoEDecode,
+    launches: MoEDecode | MoEFused,
     expert_map: torch.Tensor | None = None,
     weight_on_input: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``sum_s r[t, s] * down_e(SiLU(gate_e(x[t])) * up_e(x[t]))`` per token ``t`` over its
     slots ``s`` (``e`` the slot's local expert), in ``x.dtype``, straight from the router's ids
-    (:mod:`volta_ct_wna16.kernels.moe_decode`): gate/up per pair into fp16 rows, down per
-    token over its slots, each launch's splits summed by the split-K tree in the same launch;
-    no memset, no atomic adds of values, no host read.
+    (:mod:`volta_ct_wna16.kernels.moe_decode`), with no memset and no host read. Two launches
+    (:class:`~volta_ct_wna16.tables.MoEDecode`): gate/up per pair into fp16 rows, down per
+    token over its slots, each launch's splits summed by the split-K tree in the same launch
+    (deterministic). One launch (:class:`~volta_ct_wna16.launch.MoEFused`): each program
+    takes a block of one pair's intermediate rows through gate/up and down and adds its
+    partial output atomically into the token's fp32 row.
 
     ``x`` fp16 ``[tokens, hidden]``; ``w13``/``w2`` every local expert's stacked weights;
     ``topk_weights`` fp32 and ``topk_ids`` int32 ``[tokens, top_k]`` (contiguous; the caller
@@ -364,11 +369,27 @@ def moe_decode(
     has_map = expert_map is not None
     # The ids stand in for a missing map: a pointer of the right type, never read.
     map_arg = expert_map if expert_map is not None else topk_ids
+    zeros13 = w13.zeros if w13.zeros is not None else _empty(x.dtype, x.device)
+    zeros2 = w2.zeros if w2.zeros is not None else _empty(x.dtype, x.device)
+    if isinstance(launches, MoEFused):
+        acc = zeroed_accumulators(x.device, m * hidden)
+        grid = (pairs, -(-inter // launches.block_j))
+        kernels.moe_decode_fused_kernel[grid](
+            x, w13.qweight, w13.scales, zeros13, w2.qweight, w2.scales, zeros2, out,
+            topk_weights, topk_ids, map_arg, acc, arrival_counters(x.device, m),
+            pairs, hidden, inter, _expert(w13, 0).words_per_column,
+            _expert(w2, 0).words_per_column, w13.group, w2.group, experts, top_k,
+            x.stride(0), out.stride(0), w13.qweight.stride(0), w13.scales.stride(0),
+            w2.qweight.stride(0), w2.scales.stride(0),
+            **moe_fused_constexprs(launches, w13.bits, w13.zeros is not None, has_map,
+                                   weight_on_input),
+            num_warps=launches.num_warps,
+            num_stages=launches.num_stages,
+        )  # fmt: skip
+        return out
     sm_count = device_facts(x.device).sm_count
     gate_up, down = launches.gate_up, launches.down
     h = torch.empty((pairs, 2 * inter), dtype=x.dtype, device=x.device)
-    zeros13 = w13.zeros if w13.zeros is not None else _empty(x.dtype, x.device)
-    zeros2 = w2.zeros if w2.zeros is not None else _empty(x.dtype, x.device)
     splits, per_split = split_count(pairs * 2 * inter, hidden, gate_up, sm_count)
     grid = (pairs, -(-2 * inter // gate_up.block_n), splits)
     ws = torch.empty((splits, pairs, 2 * inter), dtype=torch.float32, device=x.device)

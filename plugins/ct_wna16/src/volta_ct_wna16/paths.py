@@ -11,9 +11,9 @@ plugin's hooks import it.
 from __future__ import annotations
 
 from volta_core import KernelPath
-from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, SPLITK
+from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, SPLITK, MoEFused
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, choose_moe_decode, table_for
+from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, table_for
 
 #: What each launch path is called in a plan.
 KERNEL_NAMES = {
@@ -23,8 +23,10 @@ KERNEL_NAMES = {
     MMA: "tensor cores (CUDA, mma.m8n8k4)",
 }
 
-#: The experts' two kernel families (:mod:`volta_ct_wna16.kernels.moe_decode`,
-#: :mod:`volta_ct_wna16.kernels.moe`).
+#: The experts' kernels: the decode step on the router's ids in one launch or two
+#: (:mod:`volta_ct_wna16.kernels.moe_decode`), and the routed blocks
+#: (:mod:`volta_ct_wna16.kernels.moe`).
+MOE_DECODE_ONE = "Triton MoE decode step in one launch on the router's ids"
 MOE_DECODE = "Triton MoE decode GEMVs on the router's ids"
 MOE_BLOCKS = "Triton grouped GEMM over routed blocks"
 
@@ -83,12 +85,17 @@ def linear_paths(
 
 
 def expert_paths(capability: tuple[int, int]) -> list[KernelPath]:
-    """The experts' kernels by token count: the decode GEMVs up to the table's last decode row,
-    the routed blocks above it."""
-    last = max((most for most, _ in table_for(capability).moe_decode), default=0)
-    if choose_moe_decode(1, capability) is None:
-        return [KernelPath("1+ tokens", MOE_BLOCKS)]
+    """The experts' kernels by token count: the table's decode rows (one launch or two,
+    neighbours of one kind merged) up to its last, the routed blocks above it."""
+    ranges: list[tuple[int, int, str]] = []
+    for most, launches in table_for(capability).moe_decode:
+        name = MOE_DECODE_ONE if isinstance(launches, MoEFused) else MOE_DECODE
+        first = ranges[-1][1] + 1 if ranges else 1
+        if ranges and ranges[-1][2] == name:
+            first = ranges.pop()[0]
+        ranges.append((first, most, name))
+    last = ranges[-1][1] if ranges else 0
     return [
-        KernelPath(_stage(1, last), MOE_DECODE),
+        *(KernelPath(_stage(first, most), name) for first, most, name in ranges),
         KernelPath(_stage(last + 1, None), MOE_BLOCKS),
     ]

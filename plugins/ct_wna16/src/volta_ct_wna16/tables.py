@@ -24,6 +24,7 @@ from volta_ct_wna16.launch import (
     MOE,
     SPLITK,
     Launch,
+    MoEFused,
 )
 from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY
 
@@ -79,9 +80,9 @@ class Table:
     launch)``."""
     decode_max_m: int = DECODE_MAX_M
     """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
-    moe_decode: tuple[tuple[int, MoEDecode], ...] = ()
+    moe_decode: tuple[tuple[int, MoEDecode | MoEFused], ...] = ()
     """Fused MoE at few tokens, read straight from the router's ids: ``(most tokens,
-    launches)`` rows in token order (:func:`choose_moe_decode`)."""
+    launches)`` rows in token order (:func:`choose_moe_decode`), two launches or one."""
 
 
 SM70 = Table(
@@ -106,7 +107,8 @@ SM70 = Table(
     moe=Launch(MOE, block_m=16, block_n=64, block_k=32, use_dot=True),
     moe_large=Launch(MOE, block_m=32, block_n=64, block_k=32, use_dot=True),
     # Decode MoE: this table's 1-token GEMV tile, split and summed by the tree; estimated,
-    # not measured (no V100).
+    # not measured (no V100). Two launches at every size: the one launch walks the whole input
+    # per program, and Triton does not pipeline loops on SM70.
     moe_decode=(
         (
             MOE_DECODE_MAX_M,
@@ -151,7 +153,6 @@ _SM90_GEMV = Launch(
 #: The SM90 decode MoE's launch: the 1-token GEMV's warps, pipeline and fan-in
 #: (:data:`_SM90_GEMV`) on 512 outputs; at one token on 256.
 _SM90_ROW = Launch(MOE, block_n=512, block_k=32, num_warps=2, num_stages=3, reduce_unroll=8)
-_SM90_ROW_ONE = replace(_SM90_ROW, block_n=256)
 
 SM90 = Table(
     # 1 token: 512 outputs on 2 warps at 4 programs per SM, the best or within 1.1 us of the best
@@ -205,12 +206,13 @@ SM90 = Table(
     moe_large=Launch(
         MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3, swap=True
     ),
-    # Decode MoE (docs/perf/ct_wna16/moe_decode/README.md): the 1-token GEMV's tile, split and
-    # summed by the tree; 256 outputs a program at one token (17.4 against 19.1 us for 512 on
-    # the Qwen3.5 layer), 512 for 2-16 tokens (the only width timed there: 33.4 us at 4 tokens,
-    # 86.0 at 16, faster than the routed blocks' 37.8 and 98.6).
+    # Decode MoE (docs/perf/ct_wna16/moe_decode/README.md): 1-4 tokens in one launch, 32
+    # intermediate rows a program on 4 warps (one token 14.6-15.0 us against the two launches'
+    # 17.3-17.4 on the Qwen3.5 layer, four 31.3-32.8 against 33.2-33.4; on 8 warps 24.7 and
+    # 54.4, 64 rows 27.7 and 33.4); 5-16 tokens the 1-token GEMV's tile, 512 outputs a program,
+    # split and summed by the tree (86.0 us at 16 tokens; one launch there took 109-188).
     moe_decode=(
-        (1, MoEDecode(_SM90_ROW_ONE, _SM90_ROW_ONE)),
+        (4, MoEFused(block_j=32, block_k=256, block_n=1024, num_warps=4, num_stages=3)),
         (MOE_DECODE_MAX_M, MoEDecode(_SM90_ROW, _SM90_ROW)),
     ),
 )
@@ -313,7 +315,7 @@ def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:
     return t.moe_large if pairs > t.moe.block_m * experts else t.moe
 
 
-def choose_moe_decode(tokens: int, capability: tuple[int, int]) -> MoEDecode | None:
+def choose_moe_decode(tokens: int, capability: tuple[int, int]) -> MoEDecode | MoEFused | None:
     """The decode kernels' launches for ``tokens`` tokens on ``capability``, or None where the
     routed blocks' kernel serves (:func:`choose_moe`): more tokens than the table's last row.
     Depends on the batch only, so a captured CUDA graph keeps its launches."""

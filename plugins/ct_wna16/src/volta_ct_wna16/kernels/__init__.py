@@ -28,13 +28,18 @@ from volta_ct_wna16.kernels.activation import silu_mul_kernel
 from volta_ct_wna16.kernels.dequant import wna16_dequant_kernel
 from volta_ct_wna16.kernels.gemm import wna16_gemm_kernel
 from volta_ct_wna16.kernels.moe import wna16_moe_kernel
-from volta_ct_wna16.kernels.moe_decode import moe_decode_down_kernel, moe_decode_gate_up_kernel
+from volta_ct_wna16.kernels.moe_decode import (
+    moe_decode_down_kernel,
+    moe_decode_fused_kernel,
+    moe_decode_gate_up_kernel,
+)
 from volta_ct_wna16.kernels.routing import moe_count_kernel, moe_place_kernel, topk_softmax_kernel
 from volta_ct_wna16.kernels.splitk import wna16_splitk_kernel
 
 __all__ = [
     "moe_count_kernel",
     "moe_decode_down_kernel",
+    "moe_decode_fused_kernel",
     "moe_decode_gate_up_kernel",
     "moe_place_kernel",
     "silu_mul_kernel",

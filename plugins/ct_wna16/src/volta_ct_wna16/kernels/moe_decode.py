@@ -1,16 +1,20 @@
 """The fused-MoE decode kernels (1 to 16 tokens): the routed (token, slot) pairs read straight
 from vLLM's ``topk_ids``, with no sort into blocks (:mod:`volta_ct_wna16.kernels.routing`).
 
-One row a program, on the 1-token GEMV's FMA sub-tile
+Two launches, one row a program, on the 1-token GEMV's FMA sub-tile
 (:func:`volta_ct_wna16.kernels.gemv.gemv_sub`) over a split of the input, the splits summed in
 the same launch by the split-K tree (:func:`volta_ct_wna16.kernels.epilogue.reduce_splits`:
 deterministic, no atomic adds of values, no memset): gate/up is a GEMV per (token, slot) pair
 (:func:`moe_decode_gate_up_kernel`), down one per token whose splits cover each of its slots'
 experts in turn (:func:`moe_decode_down_kernel`), so the tree also makes the weighted sum over
-top-k; down reads the gate/up rows as ``SiLU(gate) * up``. Two launches whose sizes depend on
-the batch alone (CUDA-graph capture). A pair's expert is read once per pair: at 16 tokens,
-pairs that share an expert read it again, mostly from L2; grouping them per expert on the dot
-tile was slower on the H100 (docs/perf/ct_wna16/moe_decode/README.md).
+top-k; down reads the gate/up rows as ``SiLU(gate) * up``. A pair's expert is read once per
+pair: at 16 tokens, pairs that share an expert read it again, mostly from L2; grouping them per
+expert on the dot tile was slower on the H100 (docs/perf/ct_wna16/moe_decode/README.md).
+
+Or one launch (:func:`moe_decode_fused_kernel`), where no program waits on another: each takes
+a block of one pair's intermediate rows through gate/up, SiLU and down, and adds its partial
+output atomically (faster at 1-4 tokens on the H100, where the two launches' fixed costs are
+most of the time). Both are sized by the batch alone (CUDA-graph capture).
 """
 
 from __future__ import annotations
@@ -204,3 +208,144 @@ def moe_decode_down_kernel(
         res, ws_ptr, cnt_ptr, out_ptr, out_ptr, rows, rn, n_ok, tile_ok, TOKENS, N, stride_om,
         False, FAN_IN,
     )  # fmt: skip
+
+
+@triton.jit
+def _act_sub(act, SUB: tl.constexpr, SUBS: tl.constexpr, PACK: tl.constexpr):
+    """Down's input sub-tile ``SUB`` (``[rows, PACK]``, the GEMV's layout) of the ``32 * SUBS``
+    SiLU products ``act`` of one program's intermediate block."""
+    ROWS: tl.constexpr = GEMV_SUB // PACK
+    x = tl.permute(tl.reshape(act, (SUBS, ROWS, PACK)), (1, 2, 0))
+    return sub_tile(x, SUB, SUBS)
+
+
+@triton.jit
+def _gate_up_gemv(
+    x_row, w_ptr, s_ptr, z_ptr, cols, c_ok, K, N, KW, GROUP, BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+):  # fmt: skip
+    """``x . W[cols]`` over the whole input on the GEMV's FMA sub-tile: ``[len(cols)]`` fp32."""
+    PACK: tl.constexpr = 32 // BITS
+    SUBS: tl.constexpr = BLOCK_K // GEMV_SUB
+    acc2 = tl.zeros([GEMV_SUB // PACK, cols.shape[0]], dtype=tl.float32)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+        xt = x_tile(x_row, k0, K, PACK, SUBS, False)
+        for sub in tl.static_range(SUBS):
+            acc2 += gemv_sub(
+                sub_tile(xt, sub, SUBS), w_ptr, s_ptr, z_ptr, k0 + sub * GEMV_SUB, K, cols, c_ok,
+                N, KW, GROUP, BITS, HAS_ZP, False,
+            )  # fmt: skip
+    return tl.sum(acc2, axis=0)
+
+
+@triton.jit
+def moe_decode_fused_kernel(
+    x_ptr,
+    w13_ptr,
+    s13_ptr,
+    z13_ptr,
+    w2_ptr,
+    s2_ptr,
+    z2_ptr,
+    out_ptr,
+    rw_ptr,
+    ids_ptr,
+    map_ptr,
+    acc_ptr,
+    cnt_ptr,
+    PAIRS,
+    HIDDEN,
+    INTER,
+    KW13,
+    KW2,
+    GROUP13,
+    GROUP2,
+    EXPERTS,
+    TOP_K,
+    stride_xm,
+    stride_om,
+    stride_w13e,
+    stride_s13e,
+    stride_w2e,
+    stride_s2e,
+    BITS: tl.constexpr,
+    HAS_ZP: tl.constexpr,
+    HAS_MAP: tl.constexpr,
+    MUL_INPUT: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """The whole decode step in one launch, with no program waiting on another:
+    ``out[t] = sum_s r[t, s] * sum_jb W2_e[:, jb] . act_jb`` where program ``(p, jb)`` computes
+    ``act_jb = SiLU(x[t] . G_e[jb]) * (x[t] . U_e[jb])`` for intermediate block ``jb``
+    (``BLOCK_J`` gate rows and the matching up rows, over the whole input) and multiplies it
+    by the matching ``BLOCK_J`` input columns of down at once. Down's product is linear in its
+    input, so the blocks' partial outputs simply add: each program adds its ``[HIDDEN]``
+    partial (times the router weight, unless ``MUL_INPUT`` put it on the input) into the
+    token's fp32 row of ``acc_ptr`` atomically (relaxed, results unused; done by L2), and the
+    token's last arriver (the serial split-K pattern of
+    :func:`~volta_ct_wna16.kernels.epilogue.accumulate_splits`) reads the sum by adding zero,
+    writes it in the output's dtype and puts the row and its counter back to zero.
+
+    Grid ``(PAIRS, cdiv(INTER, BLOCK_J))``; ``p`` is pair ``t * TOP_K + s``, ``e`` its local
+    expert (a pair no local expert runs only arrives). Both projections run on the 1-token
+    GEMV's sub-tile (:func:`~volta_ct_wna16.kernels.gemv.gemv_sub`): gate/up on ``2 * BLOCK_J``
+    columns (gate's block, then up's) in ``BLOCK_K`` input steps, down on ``BLOCK_N`` outputs
+    at a time. The order of the atomic adds is the order they reach L2, so the fp32 sum (and,
+    rarely, the output's last bit) can differ between launches.
+    """
+    PACK: tl.constexpr = 32 // BITS
+    SUBS_J: tl.constexpr = BLOCK_J // GEMV_SUB
+    p = tl.program_id(0)
+    t = p // TOP_K
+    j0 = tl.program_id(1) * BLOCK_J
+    e = local_experts(ids_ptr, map_ptr, p, p < PAIRS, EXPERTS, HAS_MAP)
+    acc_row = acc_ptr + t.to(tl.int64) * HIDDEN
+    if e >= 0:
+        e64 = e.to(tl.int64)
+        w13_e = w13_ptr + e64 * stride_w13e
+        s13_e = s13_ptr + e64 * stride_s13e
+        z13_e = z13_ptr + e64 * stride_s13e if HAS_ZP else z13_ptr
+        c = tl.arange(0, 2 * BLOCK_J)
+        jj = j0 + c % BLOCK_J
+        cols = (c // BLOCK_J) * INTER + jj
+        c_ok = jj < INTER
+        gu = _gate_up_gemv(
+            x_ptr + t.to(tl.int64) * stride_xm, w13_e, s13_e, z13_e, cols, c_ok, HIDDEN,
+            2 * INTER, KW13, GROUP13, BITS, HAS_ZP, BLOCK_K, NUM_STAGES,
+        )  # fmt: skip
+        r = tl.load(rw_ptr + p)
+        if MUL_INPUT:
+            gu *= r
+        g, u = tl.split(tl.permute(tl.reshape(gu, (2, BLOCK_J)), (1, 0)))
+        act = g / (1.0 + tl.exp(-g)) * u
+        w2_e = w2_ptr + e64 * stride_w2e
+        s2_e = s2_ptr + e64 * stride_s2e
+        z2_e = z2_ptr + e64 * stride_s2e if HAS_ZP else z2_ptr
+        for n0 in range(0, HIDDEN, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            n_ok = rn < HIDDEN
+            part = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)
+            for sub in tl.static_range(SUBS_J):
+                part += gemv_sub(
+                    _act_sub(act, sub, SUBS_J, PACK), w2_e, s2_e, z2_e, j0 + sub * GEMV_SUB,
+                    INTER, rn, n_ok, HIDDEN, KW2, GROUP2, BITS, HAS_ZP, False,
+                )  # fmt: skip
+            res = tl.sum(part, axis=0)
+            if not MUL_INPUT:
+                res *= r
+            tl.atomic_add(acc_row + rn, res, mask=n_ok, sem="relaxed", scope="gpu")
+    tl.debug_barrier()
+    counter = cnt_ptr + t
+    if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == TOP_K * tl.num_programs(1) - 1:
+        out_row = out_ptr + t.to(tl.int64) * stride_om
+        for n0 in range(0, HIDDEN, BLOCK_N):
+            rn = n0 + tl.arange(0, BLOCK_N)
+            n_ok = rn < HIDDEN
+            zero = tl.zeros([BLOCK_N], dtype=tl.float32)
+            total = tl.atomic_add(acc_row + rn, zero, mask=n_ok, sem="relaxed", scope="gpu")
+            tl.store(acc_row + rn, zero, mask=n_ok)
+            tl.store(out_row + rn, total.to(out_ptr.dtype.element_ty), mask=n_ok)
+        tl.store(counter, 0)

@@ -1,0 +1,23 @@
+# Nsight Compute probe of call 8 (docs/perf/ct_wna16/moe_decode/README.md): the one-launch
+# decode step (the SM90 table's 1-4 token row) at one token on the Qwen3.5-35B-A3B layer, beside
+# the two-launch row it replaced. Run from the repository root with PYTHONPATH as gpu_moe.sh sets.
+import sys
+
+sys.path.insert(0, "plugins/ct_wna16/benchmarks")
+sys.path.insert(0, "plugins/ct_wna16/tests")
+import torch
+from ct_wna16_moe_bench import routings, stack
+
+from volta_ct_wna16 import ops
+from volta_ct_wna16.launch import MOE, Launch
+from volta_ct_wna16.tables import MoEDecode, choose_moe_decode
+
+w = stack(256, 2048, 512, True)
+sets = routings(1, 256, 8, 4, torch.Generator().manual_seed(0))
+x = torch.randn(1, 2048, device="cuda", dtype=torch.float16)
+row = Launch(MOE, block_n=256, block_k=32, num_warps=2, num_stages=3, reduce_unroll=8)
+for i in range(3):
+    _, wt, ids = sets[i]
+    ops.moe_decode(x, w.w13, w.w2, wt, ids, choose_moe_decode(1, (9, 0)))
+    ops.moe_decode(x, w.w13, w.w2, wt, ids, MoEDecode(row, row))
+torch.cuda.synchronize()

@@ -445,17 +445,19 @@ def sweep_candidates(m: int) -> list[MoEDecode | MoEFused | Launch]:
     # The step in one launch (intermediate rows a program, gate/up's input step, down's
     # outputs at a time, warps, stages), up to 4 tokens: at 16 it took 109-188 us against the
     # two launches' 86 on the H100 (docs/perf/ct_wna16/moe_decode/README.md, call 7).
-    fused = [
-        MoEFused(32, 256, 1024, 4, 3),
-        MoEFused(32, 256, 2048, 4, 3),
-        MoEFused(32, 256, 1024, 2, 3),
-        MoEFused(32, 256, 1024, 8, 3),
-        MoEFused(32, 512, 1024, 4, 3),
-        MoEFused(32, 256, 1024, 4, 4),
-        MoEFused(64, 256, 1024, 4, 3),
-    ]
-    if m > 4:
-        fused = []
+    fused = (
+        [
+            MoEFused(32, 256, 1024, 4, 3),
+            MoEFused(32, 256, 2048, 4, 3),
+            MoEFused(32, 256, 1024, 2, 3),
+            MoEFused(32, 256, 1024, 8, 3),
+            MoEFused(32, 512, 1024, 4, 3),
+            MoEFused(32, 256, 1024, 4, 4),
+            MoEFused(64, 256, 1024, 4, 3),
+        ]
+        if m <= 4
+        else []
+    )
     return [*(MoEDecode(launch, launch) for launch in rows), *fused, BLOCKS]
 
 

@@ -9,9 +9,8 @@ compiles exactly the builds that run.
 
 from __future__ import annotations
 
-import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 from volta_core import CudaKernelConfig, Device, KernelConfig
@@ -362,39 +361,30 @@ def decode_configs(
     launches: MoEDecode | MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
 ) -> list[KernelConfig]:
     """The gate's configurations of one decode row: its one launch, or gate/up and down."""
-    return [build(bits, zp, has_map, mul) for build in _row_builds(launches)]
-
-
-def _row_builds(launches: MoEDecode | MoEFused) -> list[Callable[..., KernelConfig]]:
-    """A decode row's kernels, each as a function of (bits, zp, has_map, mul)."""
     if isinstance(launches, MoEFused):
-        return [functools.partial(fused_config, launches)]
+        return [fused_config(launches, bits, zp, has_map, mul)]
     return [
-        functools.partial(_decode_build, launch, down)
-        for down, launch in ((False, launches.gate_up), (True, launches.down))
+        decode_config(launches.gate_up, bits, zp, has_map, mul, down=False),
+        decode_config(launches.down, bits, zp, has_map, mul, down=True),
     ]
-
-
-def _decode_build(
-    launch: Launch, down: bool, bits: int, zp: bool, has_map: bool, mul: bool
-) -> KernelConfig:
-    return decode_config(launch, bits, zp, has_map, mul, down)
 
 
 def _decode_variants(table: Table) -> Iterator[KernelConfig]:
     """Each decode row's kernels for 4 and 8 bits, both symmetries, with and without an
-    expert map and router weights; the router's top-k for every expert count's vector and
-    logit dtype."""
+    expert map and router weights (each kernel's variants together); the router's top-k for
+    every expert count's vector and logit dtype."""
     seen: set[str] = set()
     for _, launches in table.moe_decode:
-        for build in _row_builds(launches):
-            for bits, zp, has_map, mul in itertools.product(
+        per_variant = [
+            decode_configs(launches, *variant)
+            for variant in itertools.product(
                 SUPPORTED_BITS, (False, True), (False, True), (False, True)
-            ):
-                config = build(bits, zp, has_map, mul)
-                if config.name not in seen:
-                    seen.add(config.name)
-                    yield config
+            )
+        ]
+        for config in itertools.chain.from_iterable(zip(*per_variant, strict=True)):
+            if config.name not in seen:
+                seen.add(config.name)
+                yield config
     e_pow2 = 16
     while e_pow2 <= MAX_ROUTED_EXPERTS:
         for logits in ("*fp16", "*bf16", "*fp32"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from volta_core import KernelPath
 from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, MMA, SPLITK, MoEFused
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, table_for
+from volta_ct_wna16.tables import MMA_MAX_M, choose, choose_mma, choose_moe_decode, table_for
 
 #: What each launch path is called in a plan.
 KERNEL_NAMES = {
@@ -85,17 +85,19 @@ def linear_paths(
 
 
 def expert_paths(capability: tuple[int, int]) -> list[KernelPath]:
-    """The experts' kernels by token count: the table's decode rows (one launch or two,
-    neighbours of one kind merged) up to its last, the routed blocks above it."""
-    ranges: list[tuple[int, int, str]] = []
-    for most, launches in table_for(capability).moe_decode:
-        name = MOE_DECODE_ONE if isinstance(launches, MoEFused) else MOE_DECODE
-        first = ranges[-1][1] + 1 if ranges else 1
-        if ranges and ranges[-1][2] == name:
-            first = ranges.pop()[0]
-        ranges.append((first, most, name))
-    last = ranges[-1][1] if ranges else 0
-    return [
-        *(KernelPath(_stage(first, most), name) for first, most, name in ranges),
-        KernelPath(_stage(last + 1, None), MOE_BLOCKS),
+    """The experts' kernels by token count, as :func:`~volta_ct_wna16.tables.choose_moe_decode`
+    picks them for the launcher: the decode step (one launch or two) up to the table's last
+    decode row, grouped into ranges, the routed blocks above it."""
+    last = max((most for most, _ in table_for(capability).moe_decode), default=0)
+    names = [
+        MOE_DECODE_ONE if isinstance(choose_moe_decode(m, capability), MoEFused) else MOE_DECODE
+        for m in range(1, last + 1)
     ]
+    paths: list[KernelPath] = []
+    first = 1
+    for m in range(1, last + 1):
+        if m < last and names[m] == names[m - 1]:
+            continue
+        paths.append(KernelPath(_stage(first, m), names[m - 1]))
+        first = m + 1
+    return [*paths, KernelPath(_stage(last + 1, None), MOE_BLOCKS)]

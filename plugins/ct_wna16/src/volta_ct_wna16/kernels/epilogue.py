@@ -119,10 +119,20 @@ def accumulate_splits(
     tl.debug_barrier()
     counter = cnt_ptr + tile
     if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
-        total = tl.atomic_add(acc_ptrs, tl.zeros_like(res), mask=tile_ok, sem="relaxed")
-        tl.store(acc_ptrs, tl.zeros_like(total), mask=tile_ok)
+        total = take_sums(acc_ptrs, tile_ok)
         tl.store(counter, 0)
         store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
+
+
+@triton.jit
+def take_sums(acc_ptrs, ok):
+    """The last arriver's read of atomically added fp32 sums: read by adding zero (loads past
+    L1 missed some adds on the H100, docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15), with
+    zeros written back so that the next launch finds the accumulators zero."""
+    zero = tl.zeros(acc_ptrs.shape, dtype=tl.float32)
+    total = tl.atomic_add(acc_ptrs, zero, mask=ok, sem="relaxed", scope="gpu")
+    tl.store(acc_ptrs, zero, mask=ok)
+    return total
 
 
 @triton.jit

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_ct_wna16.kernels.epilogue import reduce_splits
+from volta_ct_wna16.kernels.epilogue import reduce_splits, take_sums
 from volta_ct_wna16.kernels.gemv import GEMV_SUB, gemv_sub, sub_tile, x_tile
 
 
@@ -286,8 +286,9 @@ def moe_decode_fused_kernel(
     partial (times the router weight, unless ``MUL_INPUT`` put it on the input) into the
     token's fp32 row of ``acc_ptr`` atomically (relaxed, results unused; done by L2), and the
     token's last arriver (the serial split-K pattern of
-    :func:`~volta_ct_wna16.kernels.epilogue.accumulate_splits`) reads the sum by adding zero,
-    writes it in the output's dtype and puts the row and its counter back to zero.
+    :func:`~volta_ct_wna16.kernels.epilogue.accumulate_splits`) takes the sums
+    (:func:`~volta_ct_wna16.kernels.epilogue.take_sums`, which zeroes the row), writes them in
+    the output's dtype and puts its counter back to zero.
 
     Grid ``(PAIRS, cdiv(INTER, BLOCK_J))``; ``p`` is pair ``t * TOP_K + s``, ``e`` its local
     expert (a pair no local expert runs only arrives). Both projections run on the 1-token
@@ -344,8 +345,6 @@ def moe_decode_fused_kernel(
         for n0 in range(0, HIDDEN, BLOCK_N):
             rn = n0 + tl.arange(0, BLOCK_N)
             n_ok = rn < HIDDEN
-            zero = tl.zeros([BLOCK_N], dtype=tl.float32)
-            total = tl.atomic_add(acc_row + rn, zero, mask=n_ok, sem="relaxed", scope="gpu")
-            tl.store(acc_row + rn, zero, mask=n_ok)
+            total = take_sums(acc_row + rn, n_ok)
             tl.store(out_row + rn, total.to(out_ptr.dtype.element_ty), mask=n_ok)
         tl.store(counter, 0)

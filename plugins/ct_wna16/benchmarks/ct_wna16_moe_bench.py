@@ -420,7 +420,8 @@ def kernels_ms(
 
 def tile_label(decode: MoEDecode | MoEFused | None, launch: Launch) -> str:
     if isinstance(decode, MoEFused):
-        return f"one:j{decode.block_j}k{decode.block_k}n{decode.block_n}"
+        label = f"one:j{decode.block_j}k{decode.block_k}n{decode.block_n}"
+        return label + f"w{decode.num_warps}s{decode.num_stages}"
     if decode is not None:
         g, d = decode.gate_up, decode.down
         return f"d:{g.block_n}x{g.block_k}/{d.block_n}x{d.block_k}"
@@ -449,11 +450,8 @@ def sweep_candidates(m: int) -> list[MoEDecode | MoEFused | Launch]:
         [
             MoEFused(32, 256, 1024, 4, 3),
             MoEFused(32, 256, 2048, 4, 3),
-            MoEFused(32, 256, 1024, 2, 3),
-            MoEFused(32, 256, 1024, 8, 3),
             MoEFused(32, 512, 1024, 4, 3),
-            MoEFused(32, 256, 1024, 4, 4),
-            MoEFused(64, 256, 1024, 4, 3),
+            MoEFused(32, 512, 2048, 4, 3),
         ]
         if m <= 4
         else []

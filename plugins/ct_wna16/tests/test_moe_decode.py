@@ -39,8 +39,16 @@ TABLE_LAUNCHES = [
 #: intermediate block past the layer's end, outputs past the hidden size) are always checked.
 ONE_LAUNCH = MoEFused(block_j=64, block_k=64, block_n=256, num_warps=4, num_stages=2)
 
-#: What the CPU and GPU case checks run: the tables' rows and the small one-launch tile.
-CHECKED_LAUNCHES = [*TABLE_LAUNCHES, ("one-launch", ONE_LAUNCH)]
+#: The one-launch step on a tile that the CPU cases' layers (hidden 128, intermediate 96)
+#: hold whole, so that its unmasked build (the kernel's ``WHOLE``) runs too.
+ONE_LAUNCH_WHOLE = MoEFused(block_j=32, block_k=64, block_n=128, num_warps=4, num_stages=2)
+
+#: What the CPU and GPU case checks run: the tables' rows and the small one-launch tiles.
+CHECKED_LAUNCHES = [
+    *TABLE_LAUNCHES,
+    ("one-launch", ONE_LAUNCH),
+    ("one-launch-whole", ONE_LAUNCH_WHOLE),
+]
 
 
 def _routing(

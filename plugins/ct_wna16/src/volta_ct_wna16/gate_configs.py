@@ -154,8 +154,6 @@ _FUSED_SIG = {
     "INTER": "i32",
     "KW13": "i32",
     "KW2": "i32",
-    "GROUP13": "i32",
-    "GROUP2": "i32",
     "EXPERTS": "i32",
     "TOP_K": "i32",
     "stride_xm": "i32",
@@ -337,22 +335,26 @@ def decode_config(
     )
 
 
-def fused_config(fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool) -> KernelConfig:
+def fused_config(
+    fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool, whole: bool
+) -> KernelConfig:
     """The gate's configuration of the one-launch decode step: with or without an expert map,
-    the router weight on the input (``mul``) or the output."""
+    the router weight on the input (``mul``) or the output, every tile inside the layer
+    (``whole``) or masked; group 128 (the group sizes are ``tl.constexpr``: a shift or a
+    multiplication, never more registers)."""
     tile = f"j{fused.block_j}k{fused.block_k}n{fused.block_n}"
     tile += f"w{fused.num_warps}s{fused.num_stages}"
     return KernelConfig(
         name=f"moe_decode_fused_{tile}_w{bits}{'a' if zp else 's'}"
-        f"{'_map' if has_map else ''}{'_rw' if mul else ''}",
+        f"{'_map' if has_map else ''}{'_rw' if mul else ''}{'' if whole else '_masked'}",
         kernel=DECODE_FUSED_KERNEL,
         signature=_FUSED_SIG,
-        constexprs=moe_fused_constexprs(fused, bits, zp, has_map, mul),
+        constexprs=moe_fused_constexprs(fused, bits, zp, has_map, mul, (128, 128), whole),
         num_warps=fused.num_warps,
         num_stages=fused.num_stages,
         divisible_by_16=(
-            "HIDDEN", "INTER", "KW13", "KW2", "GROUP13", "GROUP2", "stride_w13e",
-            "stride_s13e", "stride_w2e", "stride_s2e",
+            "HIDDEN", "INTER", "KW13", "KW2", "stride_w13e", "stride_s13e", "stride_w2e",
+            "stride_s2e",
         ),
     )  # fmt: skip
 
@@ -360,9 +362,10 @@ def fused_config(fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool)
 def decode_configs(
     launches: MoEDecode | MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
 ) -> list[KernelConfig]:
-    """The gate's configurations of one decode row: its one launch, or gate/up and down."""
+    """The gate's configurations of one decode row: its one launch (every tile inside the
+    layer, and masked), or gate/up and down."""
     if isinstance(launches, MoEFused):
-        return [fused_config(launches, bits, zp, has_map, mul)]
+        return [fused_config(launches, bits, zp, has_map, mul, whole) for whole in (True, False)]
     return [
         decode_config(launches.gate_up, bits, zp, has_map, mul, down=False),
         decode_config(launches.down, bits, zp, has_map, mul, down=True),

@@ -370,12 +370,30 @@ def moe_decode_constexprs(
     }
 
 
+def fused_whole(fused: MoEFused, hidden: int, inter: int) -> bool:
+    """Whether every tile of ``fused`` lies inside a ``hidden``/``inter`` MoE layer (the
+    kernel's ``WHOLE``: no load masked), as every benchmark shape's does."""
+    return (
+        hidden % fused.block_k == 0 and hidden % fused.block_n == 0 and inter % fused.block_j == 0
+    )
+
+
 def moe_fused_constexprs(
-    fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
+    fused: MoEFused,
+    bits: int,
+    zp: bool,
+    has_map: bool,
+    mul: bool,
+    groups: tuple[int, int],
+    whole: bool,
 ) -> dict[str, int | bool]:
     """The ``tl.constexpr`` arguments of the one-launch decode step (launcher and gate):
-    ``mul``, the router weight on the input rather than the output."""
+    ``mul``, the router weight on the input rather than the output; ``groups`` gate/up's and
+    down's group sizes; ``whole`` from :func:`fused_whole`."""
     return {
+        "GROUP13": groups[0],
+        "GROUP2": groups[1],
+        "WHOLE": whole,
         "BITS": bits,
         "HAS_ZP": zp,
         "HAS_MAP": has_map,

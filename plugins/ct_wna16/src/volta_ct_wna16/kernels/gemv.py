@@ -140,7 +140,9 @@ def gemv_sub(
     # Unsigned: the shift is logical, so the copy needs no mask beyond each field's.
     t = t.to(tl.uint32, bitcast=True)
     hi = t >> high_shift(BITS)
-    live = (N >= 0).to(tl.uint32)
+    # From the word count, which no caller's loop runs to: a loop to N lets the compiler prove
+    # N >= 0 and fold ``live`` (then the AND and the OR take two LOP3s).
+    live = (KW >= 0).to(tl.uint32)
     in_split = kb < k_end
     g = kb // GROUP
     s = load_in_layer(s_ptr + g * N + rn, n_ok & in_split, WHOLE).to(tl.float32)

@@ -222,18 +222,18 @@ def _act_sub(act, SUB: tl.constexpr, SUBS: tl.constexpr, PACK: tl.constexpr):
 @triton.jit
 def _gate_up_gemv(
     x_row, w_ptr, s_ptr, z_ptr, cols, c_ok, K, N, KW, GROUP, BITS: tl.constexpr,
-    HAS_ZP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr,
+    HAS_ZP: tl.constexpr, BLOCK_K: tl.constexpr, NUM_STAGES: tl.constexpr, WHOLE: tl.constexpr,
 ):  # fmt: skip
     """``x . W[cols]`` over the whole input on the GEMV's FMA sub-tile: ``[len(cols)]`` fp32."""
     PACK: tl.constexpr = 32 // BITS
     SUBS: tl.constexpr = BLOCK_K // GEMV_SUB
     acc2 = tl.zeros([GEMV_SUB // PACK, cols.shape[0]], dtype=tl.float32)
     for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
-        xt = x_tile(x_row, k0, K, PACK, SUBS, False)
+        xt = x_tile(x_row, k0, K, PACK, SUBS, WHOLE)
         for sub in tl.static_range(SUBS):
             acc2 += gemv_sub(
                 sub_tile(xt, sub, SUBS), w_ptr, s_ptr, z_ptr, k0 + sub * GEMV_SUB, K, cols, c_ok,
-                N, KW, GROUP, BITS, HAS_ZP, False,
+                N, KW, GROUP, BITS, HAS_ZP, WHOLE,
             )  # fmt: skip
     return tl.sum(acc2, axis=0)
 
@@ -258,8 +258,6 @@ def moe_decode_fused_kernel(
     INTER,
     KW13,
     KW2,
-    GROUP13,
-    GROUP2,
     EXPERTS,
     TOP_K,
     stride_xm,
@@ -276,6 +274,9 @@ def moe_decode_fused_kernel(
     BLOCK_K: tl.constexpr,
     BLOCK_N: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    GROUP13: tl.constexpr,
+    GROUP2: tl.constexpr,
+    WHOLE: tl.constexpr,
 ):
     """The whole decode step in one launch, with no program waiting on another:
     ``out[t] = sum_s r[t, s] * sum_jb W2_e[:, jb] . act_jb`` where program ``(p, jb)`` computes
@@ -294,8 +295,11 @@ def moe_decode_fused_kernel(
     expert (a pair no local expert runs only arrives). Both projections run on the 1-token
     GEMV's sub-tile (:func:`~volta_ct_wna16.kernels.gemv.gemv_sub`): gate/up on ``2 * BLOCK_J``
     columns (gate's block, then up's) in ``BLOCK_K`` input steps, down on ``BLOCK_N`` outputs
-    at a time. The order of the atomic adds is the order they reach L2, so the fp32 sum (and,
-    rarely, the output's last bit) can differ between launches.
+    at a time. The group sizes are ``tl.constexpr`` (a group index is then a shift, not a division);
+    ``WHOLE``: every tile lies inside the layer (``BLOCK_K`` and ``BLOCK_N`` divide ``HIDDEN``,
+    ``BLOCK_J`` divides ``INTER``), so no weight or activation load is masked. The order of
+    the atomic adds is the order they reach L2, so the fp32 sum (and, rarely, the output's
+    last bit) can differ between launches.
     """
     PACK: tl.constexpr = 32 // BITS
     SUBS_J: tl.constexpr = BLOCK_J // GEMV_SUB
@@ -315,7 +319,7 @@ def moe_decode_fused_kernel(
         c_ok = jj < INTER
         gu = _gate_up_gemv(
             x_ptr + t.to(tl.int64) * stride_xm, w13_e, s13_e, z13_e, cols, c_ok, HIDDEN,
-            2 * INTER, KW13, GROUP13, BITS, HAS_ZP, BLOCK_K, NUM_STAGES,
+            2 * INTER, KW13, GROUP13, BITS, HAS_ZP, BLOCK_K, NUM_STAGES, WHOLE,
         )  # fmt: skip
         r = tl.load(rw_ptr + p)
         if MUL_INPUT:
@@ -332,7 +336,7 @@ def moe_decode_fused_kernel(
             for sub in tl.static_range(SUBS_J):
                 part += gemv_sub(
                     _act_sub(act, sub, SUBS_J, PACK), w2_e, s2_e, z2_e, j0 + sub * GEMV_SUB,
-                    INTER, rn, n_ok, HIDDEN, KW2, GROUP2, BITS, HAS_ZP, False,
+                    INTER, rn, n_ok, HIDDEN, KW2, GROUP2, BITS, HAS_ZP, WHOLE,
                 )  # fmt: skip
             res = tl.sum(part, axis=0)
             if not MUL_INPUT:

@@ -452,6 +452,10 @@ def sweep_candidates(m: int) -> list[MoEDecode | MoEFused | Launch]:
             MoEFused(32, 256, 2048, 4, 3),
             MoEFused(32, 512, 1024, 4, 3),
             MoEFused(32, 512, 2048, 4, 3),
+            MoEFused(32, 256, 1024, 8, 3),
+            MoEFused(32, 512, 1024, 8, 3),
+            MoEFused(32, 256, 2048, 8, 3),
+            MoEFused(64, 256, 1024, 8, 3),
         ]
         if m <= 4
         else []

@@ -23,7 +23,7 @@ from volta_ct_wna16 import experts as experts_module
 from volta_ct_wna16 import ops
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.gate_configs import decode_configs, kernel_configs
-from volta_ct_wna16.launch import MoEFused
+from volta_ct_wna16.launch import MoEFused, fused_whole
 from volta_ct_wna16.routing import select_experts
 from volta_ct_wna16.tables import SM70, SM90, MoEDecode, choose_moe_decode, pow2_at_least
 from volta_devkit.testing import assert_rel_close, poison_
@@ -118,6 +118,14 @@ def test_decode_kernels_under_the_interpreter(
     inter = 96 if 96 % scheme.group_for(96) == 0 else 128
     experts, dense = make_experts(scheme, experts=4, hidden=128, inter=inter, device="cpu")
     _check_cases(experts, dense, launches, "cpu", f"{scheme.label} {label}")
+
+
+def test_the_cpu_cases_run_the_one_launch_whole_and_masked() -> None:
+    for inter in (96, 128):
+        assert fused_whole(ONE_LAUNCH_WHOLE, 128, inter)
+        assert not fused_whole(ONE_LAUNCH, 128, inter)
+    assert fused_whole(SM90.moe_decode[0][1], 2048, 512)  # the Qwen3.5-35B-A3B layer
+    assert fused_whole(SM90.moe_decode[0][1], 2048, 768)  # Qwen3-30B-A3B
 
 
 def test_experts_forward_takes_the_decode_kernels_up_to_16_tokens() -> None:

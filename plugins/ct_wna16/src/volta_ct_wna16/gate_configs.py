@@ -340,8 +340,7 @@ def fused_config(
 ) -> KernelConfig:
     """The gate's configuration of the one-launch decode step: with or without an expert map,
     the router weight on the input (``mul``) or the output, every tile inside the layer
-    (``whole``) or masked; group 128 (the group sizes are ``tl.constexpr``: a shift or a
-    multiplication, never more registers)."""
+    (``whole``) or masked; groups of 128 (the group sizes are ``tl.constexpr``)."""
     tile = f"j{fused.block_j}k{fused.block_k}n{fused.block_n}"
     tile += f"w{fused.num_warps}s{fused.num_stages}"
     return KernelConfig(

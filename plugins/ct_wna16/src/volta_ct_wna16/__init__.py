@@ -9,4 +9,4 @@ choose the tensor cores by (:mod:`.sm70_model`), and the configurations the SM70
 (:mod:`.gate_configs`).
 """
 
-__version__ = "0.6.1"
+__version__ = "0.6.2"

@@ -130,8 +130,8 @@ class MoEFused:
     """The fused-MoE decode step in one launch
     (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_fused_kernel`): a program per (pair,
     ``block_j`` intermediate rows), gate/up over the whole input in ``block_k``-input steps
-    pipelined ``num_stages`` deep, down ``block_n`` outputs at a time, on ``num_warps`` warps;
-    the programs' partial outputs added atomically in fp32."""
+    pipelined ``num_stages`` deep, down ``block_n`` outputs at a time (pipelined a tile ahead),
+    on ``num_warps`` warps; the programs' partial outputs added atomically in fp32."""
 
     block_j: int = 32
     block_k: int = 256

@@ -295,11 +295,12 @@ def moe_decode_fused_kernel(
     expert (a pair no local expert runs only arrives). Both projections run on the 1-token
     GEMV's sub-tile (:func:`~volta_ct_wna16.kernels.gemv.gemv_sub`): gate/up on ``2 * BLOCK_J``
     columns (gate's block, then up's) in ``BLOCK_K`` input steps, down on ``BLOCK_N`` outputs
-    at a time. The group sizes are ``tl.constexpr`` (a group index is then a shift, not a division);
-    ``WHOLE``: every tile lies inside the layer (``BLOCK_K`` and ``BLOCK_N`` divide ``HIDDEN``,
-    ``BLOCK_J`` divides ``INTER``), so no weight or activation load is masked. The order of
-    the atomic adds is the order they reach L2, so the fp32 sum (and, rarely, the output's
-    last bit) can differ between launches.
+    at a time, the next ``BLOCK_N`` copied while one is used. The group sizes are
+    ``tl.constexpr`` (a group index is then a shift, not a division); ``WHOLE``: every tile
+    lies inside the layer (``BLOCK_K`` and ``BLOCK_N`` divide ``HIDDEN``, ``BLOCK_J`` divides
+    ``INTER``), so no weight or activation load is masked. The order of the atomic adds is
+    the order they reach L2, so the fp32 sum (and, rarely, the output's last bit) can differ
+    between launches.
     """
     PACK: tl.constexpr = 32 // BITS
     SUBS_J: tl.constexpr = BLOCK_J // GEMV_SUB
@@ -329,7 +330,9 @@ def moe_decode_fused_kernel(
         w2_e = w2_ptr + e64 * stride_w2e
         s2_e = s2_ptr + e64 * stride_s2e
         z2_e = z2_ptr + e64 * stride_s2e if HAS_ZP else z2_ptr
-        for n0 in range(0, HIDDEN, BLOCK_N):
+        # Pipelined a tile ahead: the next tile's words are copied while this one is used,
+        # where a plain loop waited on each tile's loads in turn.
+        for n0 in tl.range(0, HIDDEN, BLOCK_N, num_stages=2):
             rn = n0 + tl.arange(0, BLOCK_N)
             n_ok = rn < HIDDEN
             part = tl.zeros([GEMV_SUB // PACK, BLOCK_N], dtype=tl.float32)

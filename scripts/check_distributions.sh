@@ -3,6 +3,13 @@
 # distribution and its test extra (plus the repository's distributions it depends on, which are
 # not on a package index), then pytest in its folder.
 #
+# pytest runs on ${VOLTA_TEST_WORKERS:-2} pytest-xdist workers, as the main suite does (CI has two
+# cores): xdist is installed beside the test extra (a CI tool, not a test dependency), and
+# `--dist loadgroup` keeps the tests sharing a module or session fixture on one worker where the
+# distribution's tests load volta_devkit.testing (the others have no such marks). The Triton and
+# compile-gate caches (~/.triton/cache, ~/.cache/vllm-volta/gate) are those of the main suite, so
+# a kernel it compiled for the same target is not compiled again.
+#
 #   scripts/check_distributions.sh [FOLDER ...]     # default: the core, the devkit, every plugin
 #
 # Environments go under ${VOLTA_DIST_ROOT:-/tmp/vllm-volta-dists}/<name>, created afresh.
@@ -49,8 +56,9 @@ for folder in "$@"; do
   extra=$(grep -q '^test = ' "$folder/pyproject.toml" && echo "[test]" || true)
   start=$(date +%s)
   # shellcheck disable=SC2086
-  "${pip[@]}" ${needs:+$(printf -- './%s ' $needs)} "./$folder$extra"
+  "${pip[@]}" ${needs:+$(printf -- './%s ' $needs)} "./$folder$extra" pytest-xdist
   installed=$(date +%s)
-  (cd "$folder" && "$env/bin/python" -m pytest -q -p no:cacheprovider)
+  (cd "$folder" && "$env/bin/python" -m pytest -q -p no:cacheprovider \
+    -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup)
   echo "check_distributions: $folder passed (install $((installed - start)) s, tests $(($(date +%s) - installed)) s)"
 done

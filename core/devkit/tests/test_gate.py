@@ -7,6 +7,8 @@ compile worker; on the GPU machine they are ordinary JIT functions.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 triton = pytest.importorskip("triton")
@@ -21,6 +23,7 @@ from volta_devkit.gate import (  # noqa: E402
     compile_for,
     compiled,
     gate_variants,
+    pairwise_cover,
     sass_histogram,
 )
 
@@ -220,3 +223,50 @@ def test_gate_variants_skip_the_build_a_launcher_refuses() -> None:
         divisibility_enforced=True,
     )  # fmt: skip
     assert gate_variants([enforced]) == [enforced]
+
+
+def _pairs(cfg: KernelConfig) -> set[tuple[object, ...]]:
+    values = [("warps", cfg.num_warps), ("stages", cfg.num_stages)]
+    values += sorted(cfg.constexprs.items()) + sorted(cfg.signature.items())
+    group = (cfg.kernel, bool(cfg.divisible_by_16))
+    return {(group, a, b) for a in values for b in values if a < b}
+
+
+def test_pairwise_cover_keeps_every_pair_of_values_in_fewer_builds() -> None:
+    """Four two-valued parameters and a three-valued one, for two kernels, each specialized
+    and not: the product has 48 builds a kernel and build, all pairs fit in far fewer."""
+    configs = [
+        KernelConfig(
+            f"{kernel}_{i}",
+            f"pkg.mod:{kernel}",
+            {"x": x, "n": "i32"},
+            {"BLOCK": block, "ZP": zp, "BIAS": bias},
+            num_warps=warps,
+            num_stages=2,
+            divisible_by_16=spec,
+        )
+        for kernel in ("a", "b")
+        for spec in ((), ("n",))
+        for i, (x, block, zp, bias, warps) in enumerate(
+            itertools.product(("*fp16", "*u8"), (16, 32, 64), (False, True), (False, True), (4, 8))
+        )
+    ]
+    cover = pairwise_cover(configs)
+    assert set().union(*map(_pairs, cover)) == set().union(*map(_pairs, configs))
+    assert len(cover) < len(configs) // 3
+    assert [c for c in configs if c in cover] == cover  # the given order
+    assert pairwise_cover(configs) == cover
+    groups = {(c.kernel, bool(c.divisible_by_16)) for c in cover}
+    assert len(groups) == 4
+
+
+def test_pairwise_cover_keeps_a_build_needed_for_its_pair() -> None:
+    """A lone build of a kernel, and a value only one build has, are never dropped."""
+    base = KernelConfig("a", "pkg.mod:a", {"x": "*fp16"}, {"BLOCK": 16})
+    configs = [
+        base,
+        KernelConfig("a2", "pkg.mod:a", {"x": "*fp16"}, {"BLOCK": 16}),
+        KernelConfig("a_odd", "pkg.mod:a", {"x": "*fp16"}, {"BLOCK": 16}, num_stages=3),
+        KernelConfig("b", "pkg.mod:b", {"x": "*fp32"}, {"BLOCK": 16}),
+    ]
+    assert [c.name for c in pairwise_cover(configs)] == ["a", "a_odd", "b"]

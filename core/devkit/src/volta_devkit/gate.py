@@ -22,20 +22,23 @@ import contextlib
 import importlib
 import inspect
 import io
+import itertools
 import os
 import re
 import subprocess
 import tempfile
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from volta_core import KernelConfig
+from volta_devkit import measure_cache
 from volta_devkit.disassembler import (
     DisassemblerUnavailable,
     disassemble,
+    disassembler_for,
     nvidia_tool,
     sass_histogram,
 )
@@ -113,6 +116,7 @@ def compile_for(
     capability: int = 70,
     name: str | None = None,
     divisible_by_16: Iterable[str] = (),
+    measure: bool = True,
 ) -> GateReport:
     """Compile one launch configuration of ``kernel`` for ``sm_<capability>`` and judge it.
 
@@ -127,6 +131,10 @@ def compile_for(
         specializes a launch whose values are (strides, sizes of real models). That
         specialization changes vectorization and software pipelining, so a kernel can compile
         without it and fail with it (Triton 3.6's SM90 pipeliner did, on the H100).
+    :param measure: run ``ptxas -v`` and the disassembler for the registers, spills and SASS
+        histogram the gate judges (kept in :mod:`volta_devkit.measure_cache`). False only
+        compiles and reads the shared memory, for a target whose limits are not judged here:
+        the report's figures are then None and :func:`compiled` is its verdict.
     """
     constexprs = dict(constexprs or {})
     divisible = tuple(divisible_by_16)
@@ -147,6 +155,7 @@ def compile_for(
                 capability,
                 name or _kernel_name(kernel),
                 divisible,
+                measure,
             )
         )
     report = GateReport(
@@ -172,8 +181,9 @@ def compile_for(
                 f"uses fp8e4nv (e4m3), which sm_{capability} cannot convert "
                 f"(found in {', '.join(stages)}); use e5m2 (fp8e5) on this path"
             )
-    _measure_registers(report, asm["ptx"], capability)
-    _measure_sass(report, asm["cubin"], capability)
+    if not measure:
+        return report
+    _measure(report, asm["ptx"], asm["cubin"], capability)
 
     if report.shared_bytes > MAX_SHARED_BYTES:
         report.problems.append(
@@ -189,8 +199,11 @@ def compile_for(
     return report
 
 
-def check_kernel_config(cfg: KernelConfig, capability: int = 70) -> GateReport:
-    """Import ``cfg.kernel`` (``"package.module:function"``) and run :func:`compile_for` on it."""
+def check_kernel_config(
+    cfg: KernelConfig, capability: int = 70, *, measure: bool = True
+) -> GateReport:
+    """Import ``cfg.kernel`` (``"package.module:function"``) and run :func:`compile_for` on it
+    (``measure`` as there)."""
     try:
         kernel = import_kernel(cfg.kernel)
     except Exception as exc:
@@ -206,6 +219,7 @@ def check_kernel_config(cfg: KernelConfig, capability: int = 70) -> GateReport:
         capability=capability,
         name=cfg.name,
         divisible_by_16=cfg.divisible_by_16,
+        measure=measure,
     )
 
 
@@ -221,6 +235,36 @@ def gate_variants(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
         if cfg.divisible_by_16 and not cfg.divisibility_enforced:
             variants.append(replace(cfg, name=f"{cfg.name}[any-size]", divisible_by_16=()))
     return variants
+
+
+def pairwise_cover(configs: Sequence[KernelConfig]) -> list[KernelConfig]:
+    """A subset of ``configs`` in which, for each kernel and each build (specialized for
+    ``divisible_by_16`` or not), every pair of launch-parameter values that occurs together in
+    ``configs`` occurs together at least once: all-pairs coverage, as combinatorial testing
+    uses it (NIST SP 800-142). The parameters are ``num_warps``, ``num_stages``, each
+    constexpr and each argument type. Chosen greedily (the configuration covering the most
+    uncovered pairs first, ties in the order given), so the result is deterministic and keeps
+    the given order; it holds every configuration when each is needed for some pair.
+    """
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for i, cfg in enumerate(configs):
+        groups.setdefault((cfg.kernel, bool(cfg.divisible_by_16)), []).append(i)
+    chosen: list[int] = []
+    for members in groups.values():
+        pairs = {i: _value_pairs(configs[i]) for i in members}
+        uncovered = set().union(*pairs.values())
+        while uncovered:
+            best = max(members, key=lambda i: (len(pairs[i] & uncovered), -i))
+            chosen.append(best)
+            uncovered -= pairs[best]
+    return [configs[i] for i in sorted(chosen)]
+
+
+def _value_pairs(cfg: KernelConfig) -> frozenset[tuple[tuple[str, str], tuple[str, str]]]:
+    values = [("num_warps", repr(cfg.num_warps)), ("num_stages", repr(cfg.num_stages))]
+    values += [(f"constexpr {k}", repr(v)) for k, v in cfg.constexprs.items()]
+    values += [(f"argument {k}", t) for k, t in cfg.signature.items()]
+    return frozenset(itertools.combinations(sorted(values), 2))
 
 
 def compiled(report: GateReport) -> bool:
@@ -436,6 +480,7 @@ class _CompileRequest:
     capability: int
     name: str
     divisible_by_16: tuple[str, ...]
+    measure: bool = True
 
 
 def _compile_elsewhere(request: _CompileRequest) -> GateReport:
@@ -534,6 +579,7 @@ def _compile_in_worker(request: _CompileRequest) -> GateReport:
         capability=request.capability,
         name=request.name,
         divisible_by_16=request.divisible_by_16,
+        measure=request.measure,
     )
 
 
@@ -565,10 +611,60 @@ def _describe_compile_error(exc: BaseException, capability: int) -> str:
 # -- measuring ----------------------------------------------------------------------------
 
 
+def _measure(report: GateReport, ptx: str, cubin: bytes, capability: int) -> None:
+    """Registers, spills and the SASS histogram: from the cache when this PTX and cubin were
+    measured with the same tools, else measured (and kept when nothing went wrong)."""
+    name = _measurement_key(ptx, cubin, capability)
+    found = measure_cache.load(name) if name else None
+    if found is not None:
+        report.n_regs, report.stack_bytes = found.n_regs, found.stack_bytes
+        report.n_spills, report.n_spill_loads = found.n_spills, found.n_spill_loads
+        report.sass_histogram = dict(found.sass_histogram)
+        return
+    problems = len(report.problems)
+    _measure_registers(report, ptx, capability)
+    _measure_sass(report, cubin, capability)
+    regs, stack, spills, loads = (
+        report.n_regs,
+        report.stack_bytes,
+        report.n_spills,
+        report.n_spill_loads,
+    )
+    if name is None or len(report.problems) != problems:
+        return
+    if regs is None or stack is None or spills is None or loads is None:
+        return
+    histogram = dict(report.sass_histogram)
+    measure_cache.store(name, measure_cache.Measurement(regs, stack, spills, loads, histogram))
+
+
+def _measurement_key(ptx: str, cubin: bytes, capability: int) -> str | None:
+    """The cache entry for this measurement, or None when the cache is off or a tool is
+    missing or unnamed (the measurement then runs, and reports what is missing)."""
+    if measure_cache.cache_dir() is None:
+        return None
+    ptxas = nvidia_tool(_ptxas_name(capability))
+    if ptxas is None:
+        return None
+    try:
+        disassembler = disassembler_for(f"sm_{capability}").tool
+    except DisassemblerUnavailable:
+        return None
+    ptxas_id = measure_cache.tool_identity(ptxas)
+    disassembler_id = measure_cache.tool_identity(disassembler)
+    if ptxas_id is None or disassembler_id is None:
+        return None
+    return measure_cache.key(ptx, cubin, capability, [ptxas_id, disassembler_id])
+
+
+def _ptxas_name(capability: int) -> str:
+    return "ptxas-blackwell" if capability >= 100 else "ptxas"
+
+
 def _measure_registers(report: GateReport, ptx: str, capability: int) -> None:
     match = _PTX_TARGET.search(ptx)
     arch = match.group(1) if match else f"sm_{capability}"
-    ptxas = nvidia_tool("ptxas-blackwell" if capability >= 100 else "ptxas")
+    ptxas = nvidia_tool(_ptxas_name(capability))
     if ptxas is None:
         report.problems.append("ptxas not found: registers and spills could not be measured")
         return

@@ -11,6 +11,11 @@ Opt-in, never auto-loaded (it changes how a suite runs): a project loads it with
 * :func:`poison_`, :func:`rel_error`, :func:`assert_rel_close`: fill outputs before a launch so
   unwritten elements show, and compare against a float64 reference.
 * The ``kernel_device`` fixture: ``"cuda"`` with a GPU, ``"cpu"`` under the interpreter.
+* Under pytest-xdist with ``--dist loadgroup``, a test that uses a module-, package- or
+  session-scoped fixture joins its module's group, so what such a fixture builds (an engine, a
+  server, a checkpoint) is built once, on one worker; every other test goes to whichever worker
+  is free (compile-gate and interpreter cases are one core's work each). Without xdist the
+  marks do nothing.
 
 Loading this module is cheap: torch is imported only on a machine that shows an NVIDIA driver (to
 ask whether CUDA really works there) and inside the helpers.
@@ -31,6 +36,7 @@ if TYPE_CHECKING:
 
 GPU_MARKER = "gpu"
 INTERPRET_ENV = "TRITON_INTERPRET"
+SHARED_SCOPES = {"module", "package", "session"}
 
 #: The byte integer outputs are filled with by :func:`poison_` (0xA5: odd, neither 0 nor -1).
 POISON_BYTE = 0xA5
@@ -88,6 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f"{GPU_MARKER}: needs a CUDA device (skipped without one; select with -m {GPU_MARKER})",
     )
+    config.addinivalue_line("markers", "xdist_group(name): run on one pytest-xdist worker")
     _use_interpreter_without_cuda()
 
 
@@ -100,13 +107,28 @@ def pytest_report_header() -> str:
     )
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the marks into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _shares_a_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     if cuda_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device; none here (kernels ran interpreted)")
     for item in items:
         if item.get_closest_marker(GPU_MARKER) is not None:
             item.add_marker(skip)
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in SHARED_SCOPES
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ as the JIT specializes them and unspecialized: no GPU is needed to learn that a 
 compile there (Triton 3.6's SM90 pipeliner once rejected a prefill kernel that passed the sm_70
 gate, and only the device told). One test id per plugin and configuration.
 
-The H100 list is the product of every launch parameter (1,687 builds, 40 minutes of two CPU
-cores from a cold Triton cache), so by default this compiles its all-pairs cover
+The H100 list is the product of every launch parameter (1,687 builds, over half an hour of
+two CPU cores from a cold Triton cache), so by default this compiles its all-pairs cover
 (:func:`~volta_devkit.gate.pairwise_cover`: every two parameter values that occur together in
 one build of a kernel occur together in a compiled one); ``VOLTA_TEST_SM90_GATE=all`` compiles
 every build, as before a session on the H100.

@@ -52,7 +52,7 @@ case "$cmd" in
     "$venv/bin/lint-imports"
     # Strict on the host, the kernel toolkit less so (core/pyproject.toml [tool.mypy]).
     "$venv/bin/mypy" --config-file core/pyproject.toml
-    # Two workers (CI has two cores); the root conftest.py keeps shared fixtures on one.
+    # Two workers (CI has two cores); volta_devkit.testing keeps shared fixtures on one.
     "$py" -m pytest -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;
   *)

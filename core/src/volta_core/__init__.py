@@ -9,7 +9,7 @@ Importing this package imports neither torch, triton nor vllm: the command-line 
 a V100 on any machine, and vLLM loads the host in every process at start-up.
 """
 
-from volta_core.device import V100, Device, parse_device
+from volta_core.device import FP8_E4M3_MIN_CAPABILITY, V100, Device, parse_device
 from volta_core.errors import (
     KVCacheDtypeRejected,
     PluginError,
@@ -62,6 +62,7 @@ __version__ = "0.6.0"
 
 __all__ = [
     "ACTIVATION_DTYPES",
+    "FP8_E4M3_MIN_CAPABILITY",
     "ENTRY_POINT_GROUP",
     "FP8_KV_CACHE_DTYPES",
     "HOST_API_VERSION",

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from volta_core.dispatch import KernelCost, LaunchCost, StageCost
 from volta_core.errors import PluginError
 from volta_core.types import (
     AttentionBackendSpec,
@@ -55,6 +56,7 @@ ONE_HOOKS: dict[str, tuple[type, ...]] = {
     "volta_quant_method": (QuantClaim, QuantDecline),
     "volta_kv_cache_verdict": (KVVerdict,),
     "volta_reasoning_postprocess": (ReasoningSplit,),
+    "volta_kernel_cost": (StageCost,),
 }
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -128,6 +130,8 @@ def _check_fields(hook: str, declaration: object) -> None:
             f"{hook} returned backend {declaration.name!r} whose min_capability "
             f"{declaration.min_capability} is above its max_capability {declaration.max_capability}"
         )
+    if isinstance(declaration, StageCost):
+        _check_stage_cost(hook, declaration)
     if isinstance(declaration, KernelPath):
         if not declaration.stage or not declaration.kernel:
             raise InvalidAnswer(f"{hook} returned a KernelPath with an empty stage or kernel")
@@ -135,6 +139,29 @@ def _check_fields(hook: str, declaration: object) -> None:
             raise InvalidAnswer(
                 f"{hook} returned stage {declaration.stage!r} needing NVRTC without a fallback"
             )
+
+
+def _check_stage_cost(hook: str, answer: StageCost) -> None:
+    """A stage's costs: a named stage, and each launch's counts whole and not negative."""
+    if not answer.stage:
+        raise InvalidAnswer(f"{hook} returned a StageCost with an empty stage")
+    for cost in (answer.cost, answer.fallback):
+        if cost is None:
+            continue
+        if not isinstance(cost, KernelCost) or not cost.kernel:
+            raise InvalidAnswer(f"{hook} returned stage {answer.stage!r} with a malformed cost")
+        for launch in cost.launches:
+            if not isinstance(launch, LaunchCost):
+                raise InvalidAnswer(
+                    f"{hook} returned stage {answer.stage!r} whose {cost.kernel!r} has a launch "
+                    f"that is not a LaunchCost: {_short(launch)}"
+                )
+            _check_fields(hook, launch)
+            if min(launch.bytes_read, launch.bytes_written, launch.flops) < 0:
+                raise InvalidAnswer(
+                    f"{hook} returned stage {answer.stage!r} whose {cost.kernel!r} has a "
+                    f"negative count: {_short(launch)}"
+                )
 
 
 @functools.cache

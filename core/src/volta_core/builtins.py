@@ -10,6 +10,7 @@ would fail.
 
 from __future__ import annotations
 
+from volta_core.device import BF16_MIN_CAPABILITY, FP8_E4M3_MIN_CAPABILITY
 from volta_core.types import AttentionBackendSpec, AttentionFeature
 
 TRITON_ATTN = AttentionBackendSpec(
@@ -21,7 +22,12 @@ TRITON_ATTN = AttentionBackendSpec(
     dtypes=frozenset({"float16", "bfloat16", "float32"}),
     kv_cache_dtypes=frozenset({"float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"}),
     min_head_size=32,
-    kv_dtype_min_capability={"fp8_e4m3": (8, 9), "fp8_e5m2": (8, 9), "bfloat16": (8, 0)},
+    # Its impl converts fp8 of either kind in hardware only, from SM89.
+    kv_dtype_min_capability={
+        "fp8_e4m3": FP8_E4M3_MIN_CAPABILITY,
+        "fp8_e5m2": FP8_E4M3_MIN_CAPABILITY,
+        "bfloat16": BF16_MIN_CAPABILITY,
+    },
     block_size_multiple=16,
     features=frozenset(AttentionFeature),
     vllm_name="TRITON_ATTN",

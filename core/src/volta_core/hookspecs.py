@@ -31,6 +31,7 @@ from collections.abc import Iterable
 import pluggy
 
 from volta_core.device import Device
+from volta_core.dispatch import StageCost, Workload
 from volta_core.types import (
     AttentionBackendSpec,
     AttentionLayer,
@@ -177,5 +178,26 @@ def volta_kernel_paths(
     checkpoint's quantization config (None for a checkpoint without one). The answer must come
     from the rules the plugin's launcher applies at run time, so the plan shows what the
     engine will run (for example which stages use Volta's tensor cores). Stages must be
-    distinct; a kernel that needs NVRTC names its ``fallback``.
+    distinct; a kernel that needs NVRTC names its ``fallback``; ``unit`` and ``fallback_unit``
+    say where each one's products run.
+    """
+
+
+@hookspec
+def volta_kernel_cost(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> StageCost | None:
+    """Say what ``work`` costs on ``layer`` on ``device``, by the kernel that would run it.
+
+    Asked, like :func:`volta_kernel_paths`, only of the plugin whose backend or quant method
+    (``served_by``) serves the layer, when ``vllm-volta plan`` estimates a decode step. The
+    answer names the stage of the layer's kernel paths the work falls in, and the cost (bytes,
+    FLOPs and the unit they run on, launch by launch) of the kernel chosen there and of its
+    fallback where it needs NVRTC: both from the plugin's dispatch module, the one the
+    launcher and :func:`volta_kernel_paths` read, so the estimate prices what the plan prints.
+    None: the plugin does not price this layer, and the host's own model serves.
     """

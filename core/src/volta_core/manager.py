@@ -31,6 +31,7 @@ from volta_core import builtins, hookspecs
 from volta_core.answers import InvalidAnswer, check_answer
 from volta_core.declarations import FAMILIES, NameRegistry, check_own
 from volta_core.device import Device
+from volta_core.dispatch import StageCost, Workload
 from volta_core.errors import (
     DuplicateDeclarationError,
     IncompatiblePluginError,
@@ -599,6 +600,34 @@ class VoltaPluginManager:
                 except _HookFailed as exc:
                     self._disable(plugin, exc.hook, exc.error)
         return ()
+
+    def kernel_cost(
+        self,
+        plugin: str,
+        layer: AttentionLayer | QuantLayer,
+        served_by: str,
+        device: Device,
+        quant: QuantConfig | None,
+        work: Workload,
+    ) -> StageCost | None:
+        """What ``plugin`` says ``work`` costs on ``layer`` (:func:`volta_kernel_cost`): None
+        when it does not say, or when it fails in the hook (it is then disabled)."""
+        hook = "volta_kernel_cost"
+        kwargs = {
+            "layer": layer,
+            "served_by": served_by,
+            "device": device,
+            "quant": quant,
+            "work": work,
+        }
+        for impl in self._impls(hook):
+            if impl.plugin_name == plugin:
+                try:
+                    answer: StageCost | None = self._call_impl(impl, hook, kwargs)
+                    return answer
+                except _HookFailed as exc:
+                    self._disable(plugin, exc.hook, exc.error)
+        return None
 
     # -- resolutions (the one source of truth for plan and adapter) -------------------
 

@@ -181,12 +181,19 @@ class QuantConfig:
 
 @dataclass(frozen=True)
 class QuantLayer:
-    """One quantizable module: its kind, its dotted prefix, and its full (unsharded) shape."""
+    """One quantizable module: its kind, its dotted prefix, and its full (unsharded) shape.
+
+    Fused experts (``LayerKind.FUSED_MOE``): ``input_size`` is the hidden size, ``output_size``
+    one expert's intermediate size, ``experts`` the routed experts and ``top_k`` how many each
+    token takes (0 where not known).
+    """
 
     kind: LayerKind
     prefix: str
     input_size: int = 0
     output_size: int = 0
+    experts: int = 0
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LayerKind(self.kind))
@@ -457,10 +464,14 @@ class KernelPath:
     ``stage`` names the part (``"prefill"``, ``"decode"``, ``"8-64 tokens"``) and ``kernel``
     what runs it (``"tensor cores (CUDA, mma.m8n8k4)"``, ``"Triton"``). ``needs_nvrtc``: the
     kernel is compiled at first use by NVRTC (:mod:`volta_core.kernel_api`), and where no CUDA
-    12 NVRTC is installed ``fallback`` serves instead.
+    12 NVRTC is installed ``fallback`` serves instead. ``unit`` and ``fallback_unit`` say where
+    each one's products run (``"tensor cores"`` or ``"FMA"``,
+    :class:`volta_core.kernel_api.Unit`): the speed estimate prices the stage at that rate.
     """
 
     stage: str
     kernel: str
     needs_nvrtc: bool = False
     fallback: str = ""
+    unit: str = ""
+    fallback_unit: str = ""

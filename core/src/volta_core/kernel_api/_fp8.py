@@ -25,6 +25,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from volta_core.kernel_api._fp8_codes import FP8_FORMAT_CODES
+
+#: The e5m2 format's code (:data:`volta_core.kernel_api.FP8_FORMAT_CODES`); any other is e4m3.
+E5M2: tl.constexpr = tl.constexpr(FP8_FORMAT_CODES["fp8_e5m2"])
+
 
 @triton.jit
 def encode_fp8(
@@ -92,7 +97,7 @@ def decode_fp8(
 def quantize_tile(x, inv_scale, FMT: tl.constexpr):
     """Scale a float32 tile by the reciprocal scale (one rounding) and encode it to codes."""
     y = x * inv_scale
-    if FMT == 1:
+    if FMT == E5M2:
         return encode_fp8(y, 15, 2, 0x7B, 128.0)
     else:
         return encode_fp8(y, 7, 3, 0x7E, 16384.0)
@@ -101,7 +106,7 @@ def quantize_tile(x, inv_scale, FMT: tl.constexpr):
 @triton.jit
 def dequantize_tile(code, scale, FMT: tl.constexpr):
     """Decode codes and multiply by the scale in float32 (one rounding, as in torch)."""
-    if FMT == 1:
+    if FMT == E5M2:
         # e5m2 is the high byte of an fp16: shift, reinterpret, widen (exact).
         as_fp16 = (code.to(tl.int32) << 8).to(tl.int16).to(tl.float16, bitcast=True)
         return as_fp16.to(tl.float32) * scale

@@ -62,8 +62,8 @@ __version__ = "0.6.0"
 
 __all__ = [
     "ACTIVATION_DTYPES",
-    "FP8_E4M3_MIN_CAPABILITY",
     "ENTRY_POINT_GROUP",
+    "FP8_E4M3_MIN_CAPABILITY",
     "FP8_KV_CACHE_DTYPES",
     "HOST_API_VERSION",
     "KV_CACHE_DTYPES",

@@ -91,7 +91,8 @@ def assess(
     if plan.options.device.capability[0] == 7:
         estimate = estimate_decode(
             fit,
-            model.layers,
+            plan,
+            manager,
             text,
             speed.batch,
             context,

@@ -22,6 +22,7 @@ launcher runs are one answer. Torch- and triton-free: the ``vllm-volta`` command
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import Enum
@@ -201,7 +202,7 @@ def stage_ranges(
     values = list(counts)
     first = values[0]
     chosen = choose(first)
-    for previous, count in zip(values, values[1:], strict=False):
+    for previous, count in itertools.pairwise(values):
         nxt = choose(count)
         if not nxt.same_kernels(chosen):
             runs.append((first, previous, chosen))

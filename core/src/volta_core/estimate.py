@@ -1,66 +1,86 @@
-"""Estimated decode step time and tokens/s on a V100: an SM70 roofline, kernel by kernel.
+"""Estimated decode step time and tokens/s on a V100: a roofline sum, kernel by kernel.
 
-One decode step of ``batch`` sequences at ``context`` tokens, on one of ``tp`` ranks (they run
-in parallel), is the sum of these terms, each summed over the layers that have it::
+One decode step of ``batch`` sequences at ``context`` tokens (``q = 1 + draft tokens`` new
+tokens each), on one of ``tp`` ranks (they run in parallel), is the sum of these terms, each
+summed over the layers that have it:
 
-    linear layer  max(weight bytes / HBM, 2 x batch x params / rate)
+* **a layer a plugin serves** (an attention layer its backend runs, a linear module or the
+  experts its quant method claims): what the plugin's dispatch says the work costs
+  (``volta_kernel_cost``), the bytes and FLOPs of the kernel the plan prints for that stage
+  (its fallback where that kernel needs NVRTC and the plan found none), each launch
+  ``max(bytes / HBM, FLOPs / rate of its unit)``. So the estimate prices tensor cores exactly
+  where the plan prints tensor-core kernels;
+* **what vLLM runs itself** (the host's own model)::
+
+    linear layer  max(weight bytes / HBM, 2 x tokens x params / tensor rate)    (cuBLAS)
     attention     max(batch x held x KV bytes per token / HBM,
-                      4 x batch x heads x head_size x held / FMA)       held = min(context, window)
+                      4 x batch x q x heads x head_size x held / FMA)
+                  held = min(context, window) (TRITON_ATTN: tl.dot on the FMA units on SM70)
+    norms         max(bytes / HBM, 2 x tokens x params / FMA)
+    MoE experts   weight bytes x (1 - (1 - top_k / experts) ** tokens)  at the tensor rate
     linear-attn   max(2 x batch x state bytes / HBM, 4 x batch x state elements / FMA)
                   (the recurrent and conv state read and written once per token)
-    MoE experts   weight bytes x (1 - (1 - top_k / experts) ** batch)   (experts some token uses)
-    all-reduce    latency + 2 (tp - 1) / tp x batch x hidden x 2 bytes / PCIe
-                  (after attention and after the MLP in each layer, after the embedding)
-    logits gather latency + (tp - 1) / tp x batch x vocab x 2 bytes / PCIe
-    launches      (layers x KERNELS_PER_LAYER + 4) x launch gap      (inside a CUDA graph)
 
-Rates (V100 datasheet): HBM2 900 GB/s; fp16 tensor cores 125 TFLOP/s (cuBLAS, for fp16
-weights and the dequantized W4A16 path); fp32 FMA 15.7 TFLOP/s (Triton's ``tl.dot`` on SM70
-has no tensor-core path: this project's attention and W4A16 kernels). W4A16/W8A16 weights are
-read as their packed bytes up to 32 tokens (the ct_wna16 plugin's SM70 GEMV/GEMM); from 33
-tokens the plugin dequantizes to fp16 first (packed bytes + 2 bytes written and read per weight,
-tensor-core rate). FP8 weights are read as 1 byte each at the tensor-core rate (an assumption
-about the SM70 FP8 path of 1Cat-vLLM, which runs those checkpoints; vLLM 0.19 refuses them
-below SM75). The PCIe bandwidth, all-reduce latency and launch gap are named, overridable
+  a plugin-served module's part of a layer's weights is taken out of that layer's own-model
+  term (what remains: norms, the router, modules the plan does not list);
+* all-reduce: latency + 2 (tp - 1) / tp x tokens x hidden x 2 bytes / PCIe, after attention
+  and after the MLP in each layer and after the embedding; logits gather: latency +
+  (tp - 1) / tp x tokens x vocab x 2 bytes / PCIe;
+* launches: (layers x KERNELS_PER_LAYER + 4) x launch gap (inside a CUDA graph).
+
+Rates are :data:`volta_core.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
+choose their kernels by), overridable; PCIe, all-reduce latency and launch gap are named
 assumptions. A roofline: real kernels reach a fraction of 900 GB/s, so it is optimistic.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from volta_core.dispatch import V100_RATES, DeviceRates, KernelCost, LaunchCost, Unit, Workload
 from volta_core.fit import Fit
-from volta_core.model import ModelLayer
-from volta_core.weights import WeightPart
+from volta_core.manager import VoltaPluginManager
+from volta_core.plan import LayerPlan, Plan, QuantPlan
+from volta_core.types import QuantLayer
+from volta_core.weights import WeightPart, linear_format, tensor_kind
 
 #: Kernels a decoder layer launches in a decode step, as counted for the launch term (norm,
 #: projections, rotary or convolution, cache write, attention or recurrence, gate, activation,
 #: residual adds, all-reduces).
 KERNELS_PER_LAYER = 12
-#: Above this many tokens the W4A16 plugin dequantizes to fp16 and calls cuBLAS on SM70.
-WNA16_FMA_MAX_TOKENS = 32
+
+#: Who runs a layer the plugins do not serve.
+VLLM = "vLLM"
 
 
 @dataclass(frozen=True)
 class SpeedAssumptions:
-    """The named figures every estimate states (``--pcie-gbps`` and friends override them)."""
+    """The named figures every estimate states (``--hbm-gbps`` and friends override them)."""
 
-    hbm_gbps: float = 900.0
-    tensor_tflops: float = 125.0
-    fma_tflops: float = 15.7
+    hbm_gbps: float = V100_RATES.bandwidth / 1e9
+    tensor_tflops: float = V100_RATES.tensor_flops / 1e12
+    fma_tflops: float = V100_RATES.fma_flops / 1e12
     pcie_gbps: float = 12.0
     allreduce_us: float = 30.0
     launch_us: float = 2.0
 
+    def rates(self) -> DeviceRates:
+        return DeviceRates(
+            V100_RATES.name, self.hbm_gbps * 1e9, self.tensor_tflops * 1e12, self.fma_tflops * 1e12
+        )
+
     def lines(self) -> list[str]:
         return [
-            f"HBM2 {self.hbm_gbps:g} GB/s (V100 datasheet) for weight, KV and state reads",
-            f"fp16 tensor cores {self.tensor_tflops:g} TFLOP/s (cuBLAS: fp16 and FP8 weights, "
-            "W4A16 above 32 tokens)",
-            f"fp32 FMA {self.fma_tflops:g} TFLOP/s (Triton on SM70: attention, W4A16 up to 32 "
-            "tokens, linear-attention state)",
+            f"HBM2 {self.hbm_gbps:g} GB/s (V100 whitepaper) for weight, KV and state reads",
+            f"fp16 tensor cores {self.tensor_tflops:g} TFLOP/s (cuBLAS; the plugins' CUDA "
+            "mma.m8n8k4 kernels)",
+            f"fp32 FMA {self.fma_tflops:g} TFLOP/s (Triton's tl.dot and the GEMVs on SM70; "
+            "vLLM's TRITON_ATTN; linear-attention state)",
+            "each stage a plugin serves: the cost its dispatch gives for the kernel the plan "
+            "prints; vLLM's own layers: the host's model",
             f"PCIe {self.pcie_gbps:g} GB/s effective for all-reduce and logits gather "
             "(--pcie-gbps), "
             f"{self.allreduce_us:g} us latency each (--allreduce-us; NCCL between PCIe cards "
@@ -72,8 +92,8 @@ class SpeedAssumptions:
 
 @dataclass
 class Term:
-    """One kernel's time, summed over the layers (or calls) that run it; ``count`` is how
-    many distinct layers or calls contributed."""
+    """One kind of work's time, summed over the layers (or calls) that run it; ``count`` is
+    how many distinct layers or calls contributed, ``kernels`` what runs it and on which unit."""
 
     kernel: str
     count: int = 0
@@ -81,9 +101,12 @@ class Term:
     flops: int = 0
     seconds: float = 0.0
     bound: str = ""
+    kernels: list[str] = field(default_factory=list)
     _seen: set[object] = field(default_factory=set, repr=False)
 
-    def add(self, key: object, nbytes: float, flops: float, seconds: float, bound: str) -> None:
+    def add(
+        self, key: object, nbytes: float, flops: float, seconds: float, bound: str, kernel: str = ""
+    ) -> None:
         if key not in self._seen:
             self._seen.add(key)
             self.count += 1
@@ -91,6 +114,41 @@ class Term:
         self.flops += int(flops)
         self.seconds += seconds
         self.bound = bound if not self.bound or self.bound == bound else "mixed"
+        if kernel and kernel not in self.kernels:
+            self.kernels.append(kernel)
+
+
+@dataclass
+class KernelLine:
+    """One module's or attention shape's work in the step and the kernel that runs it, summed
+    over ``layers`` (the decoder layers that run it; -1 and below are MTP draft layers)."""
+
+    term: str
+    module: str
+    stage: str
+    kernel: str
+    unit: str
+    served_by: str
+    layers: list[int] = field(default_factory=list)
+    bytes: int = 0
+    flops: int = 0
+    seconds: float = 0.0
+    bound: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "term": self.term,
+            "module": self.module,
+            "layers": self.layers,
+            "stage": self.stage,
+            "kernel": self.kernel,
+            "unit": self.unit,
+            "served_by": self.served_by,
+            "bytes": self.bytes,
+            "flops": self.flops,
+            "ms": round(self.seconds * 1e3, 4),
+            "bound": self.bound,
+        }
 
 
 @dataclass
@@ -106,6 +164,10 @@ class SpeedEstimate:
     """Tokens each sequence gains per step: 1, or ``1 + N x acceptance`` with MTP."""
     speculative_tokens: int = 0
     acceptance: float = 0.0
+    kernels: list[KernelLine] = field(default_factory=list)
+    """Per module and attention shape: the stage, kernel, unit and cost terms."""
+    nvrtc: bool = True
+    """Whether kernels that need NVRTC were priced as themselves (else as their fallbacks)."""
 
     @property
     def step_seconds(self) -> float:
@@ -132,6 +194,7 @@ class SpeedEstimate:
             "tokens_per_step": round(self.tokens_per_step, 3),
             "tokens_per_second": round(self.tokens_per_second, 2),
             "tokens_per_second_per_sequence": round(self.per_sequence_tokens_per_second, 2),
+            "nvrtc": self.nvrtc,
             "terms": [
                 {
                     "kernel": t.kernel,
@@ -140,44 +203,140 @@ class SpeedEstimate:
                     "flops": t.flops,
                     "ms": round(t.seconds * 1e3, 4),
                     "bound": t.bound,
+                    "kernels": t.kernels,
                 }
                 for t in self.terms
             ],
-            "assumptions": asdict(self.assumptions)
-            | {
-                "kernels_per_layer": KERNELS_PER_LAYER,
-                "wna16_fma_max_tokens": WNA16_FMA_MAX_TOKENS,
-            },
+            "kernels": [line.as_dict() for line in self.kernels],
+            "assumptions": asdict(self.assumptions) | {"kernels_per_layer": KERNELS_PER_LAYER},
             "assumption_notes": self.assumptions.lines(),
         }
 
 
-class _Roofline:
-    def __init__(self, a: SpeedAssumptions) -> None:
-        self.hbm = a.hbm_gbps * 1e9
-        self.rates = {"tensor cores": a.tensor_tflops * 1e12, "FMA": a.fma_tflops * 1e12}
-
-    def time(self, nbytes: float, flops: float, unit: str) -> tuple[float, str]:
-        memory, compute = nbytes / self.hbm, flops / self.rates[unit]
-        return (memory, "HBM") if memory >= compute else (compute, unit)
+def _own_linear(nbytes: float, params: float, tokens: int) -> KernelCost:
+    """A linear part vLLM runs itself: its bytes, its product on the tensor cores (cuBLAS)."""
+    return KernelCost(
+        "cuBLAS", (LaunchCost(int(nbytes), 0, int(2 * tokens * params), Unit.TENSOR_CORES),)
+    )
 
 
-def _linear_cost(part: WeightPart, batch: int, roof: _Roofline) -> tuple[float, float, float, str]:
-    """Bytes, FLOPs, seconds and bound of one linear part at ``batch`` tokens (module doc)."""
-    flops = 2 * batch * part.params
-    nbytes = float(part.nbytes)
-    if part.fmt.startswith("int"):
-        if batch <= WNA16_FMA_MAX_TOKENS:
-            seconds, bound = roof.time(nbytes, flops, "FMA")
-            return nbytes, flops, seconds, bound
-        nbytes += 4 * part.params  # fp16 written by the dequantization, then read by cuBLAS
-    seconds, bound = roof.time(nbytes, flops, "tensor cores")
-    return nbytes, flops, seconds, bound
+@dataclass(frozen=True)
+class _Served:
+    """A linear module or experts a plugin serves, with the rank's shape and weights."""
+
+    plan: QuantPlan
+    module: QuantLayer
+    kind: str
+    layer_type: str | None
+    weight_bytes: int
+    params: int
+
+
+_ROW_PARALLEL = ("o_proj", "down_proj", "out_proj")
+
+
+def _rank_module(
+    q: QuantPlan, module: QuantLayer, plan: Plan, tp: int
+) -> tuple[QuantLayer, int, int] | None:
+    """The module as one of ``tp`` ranks holds it (vLLM's column- and row-parallel layers, KV
+    heads replicated when fewer than the ranks, the router replicated, experts' intermediate
+    split), with its weight bytes and parameters on the rank; None without a shape."""
+    n, k = module.output_size, module.input_size
+    if not (n and k):
+        return None
+    fmt = linear_format(plan.model.quant, q.prefix)
+    name = q.prefix.rsplit(".", 1)[-1]
+    if module.experts:
+        inter = math.ceil(n / tp)
+        expert = linear_format(plan.model.quant, f"{q.prefix}.0.gate_proj")
+        per_expert = 2 * expert.nbytes(inter, k) + expert.nbytes(k, inter)
+        rank = replace(module, output_size=inter)
+        return rank, module.experts * per_expert, module.experts * 3 * k * inter
+    if name in _ROW_PARALLEL:
+        k = math.ceil(k / tp)
+    elif name in ("k_proj", "v_proj"):
+        layer = _layer_of(q.prefix, plan)
+        kv = layer.layer.num_kv_heads if layer is not None else 0
+        n = math.ceil(n * max(1, kv // tp) / kv) if kv else math.ceil(n / tp)
+    elif name != "gate":
+        n = math.ceil(n / tp)
+    return replace(module, output_size=n, input_size=k), fmt.nbytes(n, k), n * k
+
+
+def _layer_of(prefix: str, plan: Plan) -> LayerPlan | None:
+    _, index = tensor_kind(f"{prefix}.weight")
+    return next((lp for lp in plan.layers if lp.layer.index == index), None)
+
+
+def _served_modules(plan: Plan, tp: int) -> list[_Served]:
+    served = []
+    for q in plan.quant:
+        if q.plugin is None or q.method is None or q.module is None:
+            continue
+        rank = _rank_module(q, q.module, plan, tp)
+        if rank is None:
+            continue
+        kind, _ = tensor_kind(f"{q.prefix}.weight")
+        owner = _layer_of(q.prefix, plan)
+        layer_type = owner.layer.layer_type if owner is not None else None
+        served.append(_Served(q, rank[0], kind, layer_type, rank[1], rank[2]))
+    return served
+
+
+class _Step:
+    """Accumulates one decode step's terms and per-kernel lines."""
+
+    def __init__(
+        self, plan: Plan, manager: VoltaPluginManager, a: SpeedAssumptions, nvrtc: bool
+    ) -> None:
+        self.plan, self.manager, self.nvrtc = plan, manager, nvrtc
+        self.rates = a.rates()
+        self.terms: dict[str, Term] = {}
+        self.lines: dict[tuple[str, str, str, str], KernelLine] = {}
+
+    def term(self, name: str) -> Term:
+        return self.terms.setdefault(name, Term(name))
+
+    def add(
+        self,
+        name: str,
+        key: object,
+        cost: KernelCost,
+        module: str,
+        layer: int,
+        stage: str = "",
+        served_by: str = VLLM,
+        runs: float = 1.0,
+    ) -> None:
+        """Add ``runs`` times ``cost`` to term ``name`` and to its kernel line."""
+        seconds = cost.seconds(self.rates) * runs
+        bound = cost.bound(self.rates)
+        label = f"{cost.kernel} ({cost.unit.value})"
+        self.term(name).add(key, cost.bytes * runs, cost.flops * runs, seconds, bound, label)
+        line = self.lines.setdefault(
+            (name, module, stage, cost.kernel),
+            KernelLine(name, module, stage, cost.kernel, cost.unit.value, served_by),
+        )
+        if layer not in line.layers:
+            line.layers.append(layer)
+        line.bytes += int(cost.bytes * runs)
+        line.flops += int(cost.flops * runs)
+        line.seconds += seconds
+        line.bound = bound if not line.bound or line.bound == bound else "mixed"
+
+    def plugin_cost(
+        self, plugin: str, layer: Any, served_by: str, work: Workload
+    ) -> tuple[str, KernelCost] | None:
+        """The stage and the serving kernel's cost by ``plugin``, or None where it gives none."""
+        device, quant = self.plan.options.device, self.plan.model.quant
+        answer = self.manager.kernel_cost(plugin, layer, served_by, device, quant, work)
+        return None if answer is None else (answer.stage, answer.serving(self.nvrtc))
 
 
 def estimate_decode(
     fit: Fit,
-    layers: Sequence[ModelLayer],
+    plan: Plan,
+    manager: VoltaPluginManager,
     text: Any,
     batch: int,
     context: int,
@@ -193,85 +352,172 @@ def estimate_decode(
     ``1 + N x acceptance`` tokens per sequence (``acceptance``: accepted / drafted tokens,
     as vLLM's ``spec_decode_num_accepted_tokens`` over ``num_draft_tokens``).
     """
-    roof = _Roofline(assumptions)
+    nvrtc = not any(p.needs_nvrtc for p in _printed_paths(plan)) or plan.nvrtc is not None
+    step = _Step(plan, manager, assumptions, nvrtc)
     tp, q = fit.tp, speculative_tokens + 1
     tokens = batch * q
     hidden, vocab = int(text.hidden_size), int(text.vocab_size)
-    experts = int(getattr(text, "num_experts", None) or getattr(text, "n_routed_experts", 0) or 0)
-    top_k = int(getattr(text, "num_experts_per_tok", 0) or 0)
-    touched = 1 - (1 - top_k / experts) ** tokens if experts and top_k else 1.0
-    terms: dict[str, Term] = {}
-
-    def term(name: str) -> Term:
-        return terms.setdefault(name, Term(name))
-
-    def linear(name: str, part: WeightPart, n: int, scale: float = 1.0) -> None:
-        nbytes, flops, seconds, bound = _linear_cost(part, n, roof)
-        term(name).add(part.layer, nbytes * scale, flops * scale, seconds * scale, bound)
-
-    parts = fit.weights.parts
+    served = _served_modules(plan, tp)
+    parts = _by_layer(fit.weights.parts)
     for part in parts:
         if part.kind in _KIND_NAMES:
-            linear(_KIND_NAMES[part.kind], part, tokens)
-        elif part.kind == "experts":
-            linear("MoE experts (routed)", part, tokens, touched)
+            _linear_part(step, _KIND_NAMES[part.kind], part, tokens, served, text)
     lm_parts = [p for p in parts if p.kind == "lm_head"] or [
-        p for p in parts if p.kind == "embedding"
+        replace(p, kind="lm_head") for p in parts if p.kind == "embedding"
     ]
     for part in lm_parts:
-        linear("lm_head", replace(part, kind="lm_head"), tokens)
-    heads = {la.index: la for la in layers}
-    first = next((la for la in layers if la.is_attention), None)
-    for need in fit.layers:
-        la = heads.get(need.index, first)
-        name = "paged attention (KV reads)" if need.index >= 0 else "MTP draft"
-        if need.bytes_per_token and la is not None:
-            held = min(context, need.window) if need.window else context
-            nbytes: float = batch * held * need.bytes_per_token
-            flops: float = 4 * batch * (q if need.index >= 0 else 1) * la.num_heads // tp
-            flops *= la.head_size * held
-            seconds, bound = roof.time(nbytes, flops, "FMA")
-            runs = 1 if need.index >= 0 else speculative_tokens
-            term(name).add(need.index, nbytes * runs, flops * runs, seconds * runs, bound)
-        if need.state_bytes:
-            per_sequence = need.state_bytes / q  # the fit holds q state slots per sequence
-            nbytes = batch * per_sequence * (1 + q)
-            flops = 2 * tokens * per_sequence
-            seconds, bound = roof.time(nbytes, flops, "FMA")
-            term("linear-attention state (read + write)").add(
-                need.index, nbytes, flops, seconds, bound
-            )
-    n_layers = len(layers)
-    _communication(term, assumptions, tp, tokens, hidden, vocab, 2 * n_layers + 1, "")
-    launches = term("kernel launches")
+        _linear_part(step, "lm_head", part, tokens, served, text)
+    _attention(step, fit, plan, batch, context, q, speculative_tokens)
+    n_layers = len(plan.model.layers)
+    _communication(step.term, assumptions, tp, tokens, hidden, vocab, 2 * n_layers + 1, "")
+    launches = step.term("kernel launches")
     kernels = n_layers * KERNELS_PER_LAYER + 4
     launches.add(None, 0, 0, kernels * assumptions.launch_us * 1e-6, "launch")
     launches.count = kernels
     if speculative_tokens:
-        _draft(term, parts, lm_parts, roof, assumptions, fit.tp, batch, speculative_tokens, text)
+        _draft(step, parts, lm_parts, served, assumptions, tp, batch, speculative_tokens, text)
     per_step = 1 + speculative_tokens * acceptance
     return SpeedEstimate(
         batch,
         context,
         tp,
         assumptions,
-        list(terms.values()),
+        list(step.terms.values()),
         per_step,
         speculative_tokens,
         acceptance,
+        sorted(step.lines.values(), key=lambda line: (line.term, line.module, line.stage)),
+        nvrtc,
     )
+
+
+def _by_layer(parts: Sequence[WeightPart]) -> list[WeightPart]:
+    """The weights summed per kind and layer (a report lists modules or tensors one by one),
+    in the order each first appears."""
+    groups: dict[tuple[str, int | None], WeightPart] = {}
+    for p in parts:
+        key = (p.kind, p.layer)
+        seen = groups.get(key)
+        groups[key] = (
+            p
+            if seen is None
+            else replace(seen, params=seen.params + p.params, nbytes=seen.nbytes + p.nbytes)
+        )
+    return list(groups.values())
+
+
+def _printed_paths(plan: Plan) -> list[Any]:
+    return [p for lp in plan.layers for p in lp.kernel_paths] + [
+        p for q in plan.quant for p in q.kernel_paths
+    ]
 
 
 _KIND_NAMES = {
     "attention": "attention projections (q/k/v/o)",
     "linear_attention": "linear-attention projections",
     "mlp": "MLP",
+    "experts": "MoE experts (routed)",
     "norm": "norms",
 }
 
 
+def _applies(module: _Served, part: WeightPart, plan: Plan) -> bool:
+    """Whether the plan's representative ``module`` stands for a module of ``part``'s layer."""
+    if module.kind != part.kind:
+        return False
+    if part.kind == "lm_head":
+        return True
+    if part.layer is None or part.layer < 0:
+        return False
+    if part.kind in ("mlp", "experts"):
+        return True
+    owner = next((lp for lp in plan.layers if lp.layer.index == part.layer), None)
+    return owner is not None and owner.layer.layer_type == module.layer_type
+
+
+def _linear_part(
+    step: _Step,
+    name: str,
+    part: WeightPart,
+    tokens: int,
+    served: Sequence[_Served],
+    text: Any,
+    runs: float = 1.0,
+) -> None:
+    """A part's served modules priced by their plugins, the rest by the host's model."""
+    rest_bytes, rest_params = part.nbytes, part.params
+    layer = part.layer if part.layer is not None else 0
+    for module in served:
+        if not _applies(module, part, step.plan):
+            continue
+        q = module.plan
+        assert q.plugin is not None
+        assert q.method is not None
+        priced = step.plugin_cost(q.plugin, module.module, q.method, Workload(tokens))
+        if priced is None:
+            continue
+        stage, cost = priced
+        step.add(name, part.layer, cost, q.prefix, layer, stage, q.plugin, runs)
+        rest_bytes -= module.weight_bytes
+        rest_params -= module.params
+    if rest_params <= 0 and rest_bytes <= 0:
+        return
+    rest_bytes, rest_params = max(0, rest_bytes), max(0, rest_params)
+    if part.kind == "experts":
+        experts = int(
+            getattr(text, "num_experts", None) or getattr(text, "n_routed_experts", None) or 0
+        )
+        top_k = int(getattr(text, "num_experts_per_tok", 0) or 0)
+        touched = 1 - (1 - top_k / experts) ** tokens if experts and top_k else 1.0
+        rest_bytes = int(rest_bytes * touched)
+        rest_params = int(rest_params * top_k / experts) if experts and top_k else rest_params
+    cost = _own_linear(rest_bytes, rest_params, tokens)
+    if part.kind == "norm":
+        norm = LaunchCost(rest_bytes, 0, 2 * tokens * rest_params, Unit.FMA)
+        cost = KernelCost("norm", (norm,))
+    step.add(name, part.layer, cost, part.kind, layer, runs=runs)
+
+
+def _attention(
+    step: _Step, fit: Fit, plan: Plan, batch: int, context: int, q: int, drafts: int
+) -> None:
+    """Each attention layer's KV reads by the plugin whose backend runs it (else TRITON_ATTN's
+    model), and the linear-attention state reads and writes."""
+    plans = {lp.layer.index: lp for lp in plan.layers}
+    first = next((lp for lp in plan.layers if lp.layer.is_attention), None)
+    tp = fit.tp
+    for need in fit.layers:
+        lp = plans.get(need.index, first)
+        name = "paged attention (KV reads)" if need.index >= 0 else "MTP draft"
+        if need.bytes_per_token and lp is not None:
+            held = min(context, need.window) if need.window else context
+            query = q if need.index >= 0 else 1
+            runs = 1 if need.index >= 0 else drafts
+            module = f"attention, head size {lp.layer.head_size}"
+            plugin, priced = lp.plugin, None
+            if plugin is not None and lp.spec is not None and lp.backend is not None:
+                work = Workload(batch, query, held)
+                priced = step.plugin_cost(plugin, lp.spec, lp.backend, work)
+            if plugin is not None and priced is not None:
+                stage, cost = priced
+                step.add(name, need.index, cost, module, need.index, stage, plugin, runs)
+            else:
+                nbytes = batch * held * need.bytes_per_token
+                flops = 4 * batch * query * lp.layer.num_heads // tp * lp.layer.head_size * held
+                own = KernelCost("TRITON_ATTN", (LaunchCost(nbytes, 0, flops, Unit.FMA),))
+                step.add(name, need.index, own, module, need.index, runs=runs)
+        if need.state_bytes:
+            per_sequence = need.state_bytes / q  # the fit holds q state slots per sequence
+            nbytes = int(batch * per_sequence * (1 + q))
+            flops = int(2 * batch * q * per_sequence)
+            launch = LaunchCost(nbytes, 0, flops, Unit.FMA)
+            state = KernelCost("linear-attention recurrence", (launch,))
+            name = "linear-attention state (read + write)"
+            step.add(name, need.index, state, "state", need.index)
+
+
 def _communication(
-    term: Any,
+    term: Callable[[str], Term],
     a: SpeedAssumptions,
     tp: int,
     tokens: int,
@@ -295,24 +541,24 @@ def _communication(
 
 
 def _draft(
-    term: Any,
+    step: _Step,
     parts: Sequence[WeightPart],
     lm_parts: Sequence[WeightPart],
-    roof: _Roofline,
+    served: Sequence[_Served],
     a: SpeedAssumptions,
     tp: int,
     batch: int,
     n: int,
     text: Any,
 ) -> None:
-    """``n`` sequential passes of the MTP draft layer(s) and the lm_head at ``batch`` tokens."""
+    """``n`` sequential passes of the MTP draft layer(s) and the lm_head at ``batch`` tokens.
+    The draft's own modules are not in the plan's module list, so vLLM's model prices them."""
     draft = [p for p in parts if p.kind == "mtp"]
     for part in [*draft, *lm_parts]:
-        nbytes, flops, seconds, bound = _linear_cost(part, batch, roof)
-        term("MTP draft").add(part.layer, nbytes * n, flops * n, seconds * n, bound)
+        _linear_part(step, "MTP draft", part, batch, served, text, runs=n)
     layers = len({p.layer for p in draft}) or 1
     _communication(
-        term,
+        step.term,
         a,
         tp,
         batch,
@@ -323,7 +569,7 @@ def _draft(
         n,
     )
     kernels = (layers * KERNELS_PER_LAYER + 4) * n
-    term("MTP draft").add(None, 0, 0, kernels * a.launch_us * 1e-6, "launch")
+    step.term("MTP draft").add(None, 0, 0, kernels * a.launch_us * 1e-6, "launch")
 
 
 def render_speed(estimate: SpeedEstimate) -> list[str]:
@@ -341,7 +587,10 @@ def render_speed(estimate: SpeedEstimate) -> list[str]:
             f"acceptance: {e.tokens_per_step:.2f} tokens per sequence per step"
         )
     for t in sorted(e.terms, key=lambda t: -t.seconds):
-        lines.append(f"  {t.seconds * 1e3:8.2f} ms  {t.kernel} (x{t.count}, {t.bound})")
+        on = f"; {', '.join(t.kernels)}" if t.kernels else ""
+        lines.append(f"  {t.seconds * 1e3:8.2f} ms  {t.kernel} (x{t.count}, {t.bound}{on})")
     lines.append("  assumptions:")
     lines += [f"    {line}" for line in e.assumptions.lines()]
+    if not e.nvrtc:
+        lines.append("    no NVRTC here: stages that need it are priced as their fallbacks")
     return lines

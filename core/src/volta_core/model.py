@@ -346,7 +346,10 @@ def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[Qua
     if experts:
         moe = int(getattr(text, "moe_intermediate_size", None) or text.intermediate_size)
         modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate", hidden, int(experts)))
-        modules.append(QuantLayer(LayerKind.FUSED_MOE, f"{first}.experts", hidden, moe))
+        top_k = int(getattr(text, "num_experts_per_tok", 0) or 0)
+        modules.append(
+            QuantLayer(LayerKind.FUSED_MOE, f"{first}.experts", hidden, moe, int(experts), top_k)
+        )
     else:
         inter = int(text.intermediate_size)
         modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate_proj", hidden, inter))

@@ -29,6 +29,7 @@ from volta_core.types import (
     KVRequest,
     LayerKind,
     QuantConfig,
+    QuantLayer,
     QuantResolution,
     canonical_kv_dtype,
 )
@@ -72,6 +73,10 @@ class LayerPlan:
     """Who writes the layer's KV cache: ``plugin NAME`` or ``vLLM``."""
     kernel_paths: tuple[KernelPath, ...] = ()
     """Which kernels the backend's plugin runs per stage on the device (``volta_kernel_paths``)."""
+    spec: AttentionLayer | None = None
+    """The layer as the backend sees it on one rank (heads divided by TP)."""
+    plugin: str | None = None
+    """The plugin whose backend serves the layer (None: one of vLLM's own)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,10 @@ class QuantPlan:
     decision: str
     declines: tuple[str, ...] = ()
     kernel_paths: tuple[KernelPath, ...] = ()
+    module: QuantLayer | None = None
+    plugin: str | None = None
+    """The plugin whose quant method serves the module (None: vLLM's own lookup)."""
+    method: str | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +302,15 @@ def _plan_layer(
         if plugin
         else ()
     )
-    return LayerPlan(layer, choice.backend.name, reasons, cache_writer=writer, kernel_paths=paths)
+    return LayerPlan(
+        layer,
+        choice.backend.name,
+        reasons,
+        cache_writer=writer,
+        kernel_paths=paths,
+        spec=spec,
+        plugin=plugin,
+    )
 
 
 def _quant_entry(
@@ -318,6 +335,7 @@ def _quant_entry(
     else:
         method = model.quant.method if model.quant else "none"
         decision = f"engine's own lookup ({method})"
+    won = resolution.claim
     return QuantPlan(
         layer.prefix,
         layer.kind.value,
@@ -325,6 +343,9 @@ def _quant_entry(
         decision,
         declines,
         paths,
+        module=layer,
+        plugin=resolution.source if won is not None else None,
+        method=won.method if won is not None else None,
     )
 
 

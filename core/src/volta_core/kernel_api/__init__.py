@@ -24,15 +24,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable, nvrtc_version
-from volta_core.kernel_api._builds import CudaBuilds
-from volta_core.kernel_api._counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
-from volta_core.kernel_api._fp8_codes import FP8_FORMAT_CODES
-from volta_core.kernel_api._device_facts import (
-    INTERPRETER_FACTS,
-    DeviceFacts,
-    device_facts,
-    interpreting,
-)
 from volta_core.dispatch import (
     V100_RATES,
     Choice,
@@ -47,6 +38,15 @@ from volta_core.dispatch import (
     stage_ranges,
     token_stage,
 )
+from volta_core.kernel_api._builds import CudaBuilds
+from volta_core.kernel_api._counters import MIN_COUNTERS, arrival_counters, zeroed_accumulators
+from volta_core.kernel_api._device_facts import (
+    INTERPRETER_FACTS,
+    DeviceFacts,
+    device_facts,
+    interpreting,
+)
+from volta_core.kernel_api._fp8_codes import FP8_FORMAT_CODES
 from volta_core.kernel_api._nvrtc import (
     CudaCompileError,
     CudaKernel,
@@ -67,7 +67,9 @@ if TYPE_CHECKING:
     )
 
 #: Names whose module imports triton, loaded when first asked for.
-_TRITON_NAMES = {name: "_fp8" for name in ("decode_fp8", "dequantize_tile", "encode_fp8", "quantize_tile")}
+_TRITON_NAMES = dict.fromkeys(
+    ("decode_fp8", "dequantize_tile", "encode_fp8", "quantize_tile"), "_fp8"
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,7 @@ def test_the_spec_has_the_declaration_families_the_resolutions_and_the_gate_hook
         "volta_attention_backends",
         "volta_cuda_kernel_configs",
         "volta_kernel_configs",
+        "volta_kernel_cost",
         "volta_kernel_paths",
         "volta_kv_cache_ops",
         "volta_kv_cache_verdict",

@@ -110,9 +110,10 @@ def test_the_plan_names_each_stage_and_the_nvrtc_that_builds_it(
     assert "      decode: Triton" in text
     data = json.loads(json.dumps(plan_as_dict(plan)))
     assert data["nvrtc"] == "12.9"
+    common = {"unit": "", "fallback_unit": ""}
     assert data["attention"][0]["kernel_paths"] == [
-        {"stage": "prefill", "kernel": TENSOR, "needs_nvrtc": True, "fallback": "Triton"},
-        {"stage": "decode", "kernel": "Triton", "needs_nvrtc": False, "fallback": ""},
+        {"stage": "prefill", "kernel": TENSOR, "needs_nvrtc": True, "fallback": "Triton"} | common,
+        {"stage": "decode", "kernel": "Triton", "needs_nvrtc": False, "fallback": ""} | common,
     ]
 
 

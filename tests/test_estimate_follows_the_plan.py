@@ -1,0 +1,74 @@
+"""The speed estimate prices exactly the kernels the plan prints, with the installed plugins.
+
+For every bundled example on a V100, at one token, at a tensor-core batch and with MTP, with
+and without NVRTC: every stage a plugin prices names the stage the plan printed for that layer
+or module, the same kernel (or its fallback without NVRTC) and the same unit. A second home for
+"which kernel runs" (a threshold in the host's estimate, a roofline in a plugin that its
+dispatch does not read) makes this fail.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from volta_core import plan as plan_module
+from volta_core.cli import main
+from volta_core.manager import get_plugin_manager
+from volta_core.model import example_names
+
+WORKLOADS = {
+    "one token": ["--batch", "1"],
+    "tensor-core batch": ["--batch", "16"],
+    "MTP": ["--batch", "4", "--speculative-tokens", "2"],
+}
+
+
+def _plan(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    get_plugin_manager.cache_clear()
+    main(["plan", *argv, "--json"])
+    out, _ = capsys.readouterr()
+    return json.loads(out)
+
+
+def _printed(path: dict[str, Any], nvrtc: bool) -> tuple[str, str]:
+    if path["needs_nvrtc"] and not nvrtc:
+        return path["fallback"], path["fallback_unit"]
+    return path["kernel"], path["unit"]
+
+
+@pytest.mark.parametrize("nvrtc", [True, False], ids=["nvrtc", "no-nvrtc"])
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+@pytest.mark.parametrize("example", example_names())
+def test_every_priced_stage_runs_where_the_plan_says(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    example: str,
+    workload: str,
+    nvrtc: bool,
+) -> None:
+    found = ("12.9", "") if nvrtc else (None, "cuda-bindings is missing")
+    monkeypatch.setattr(plan_module, "nvrtc_found", lambda: found)
+    argv = [example, "--max-model-len", "8192", "--context", "4096", "--gpus", "4"]
+    data = _plan(capsys, *argv, *WORKLOADS[workload])
+    speed = data["speed"]
+    assert speed["nvrtc"] is (nvrtc or data["nvrtc"] is not None)
+    attention = {a["layer"]: a for a in data["attention"]}
+    first = next(a for a in data["attention"] if a["kernel_paths"])
+    modules = {q["module"]: q["kernel_paths"] for q in data["quant"]}
+    priced = [line for line in speed["kernels"] if line["served_by"] != "vLLM"]
+    assert priced, "no stage of the example was priced by the plugin serving it"
+    for line in priced:
+        if line["module"].startswith("attention"):
+            layers = [attention[i] if i >= 0 else first for i in line["layers"]]
+            path_lists = [layer["kernel_paths"] for layer in layers]
+        else:
+            path_lists = [modules[line["module"]]]
+        for paths in path_lists:
+            (path,) = [p for p in paths if p["stage"] == line["stage"]]
+            assert (line["kernel"], line["unit"]) == _printed(path, speed["nvrtc"]), line
+    units = {line["unit"] for line in priced}
+    if workload == "tensor-core batch" and nvrtc:
+        assert "tensor cores" in units

@@ -58,7 +58,7 @@ from volta_core.types import (
     canonical_kv_dtype,
 )
 
-__version__ = "0.6.0"
+__version__ = "0.7.0"
 
 __all__ = [
     "ACTIVATION_DTYPES",

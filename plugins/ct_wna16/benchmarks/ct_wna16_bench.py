@@ -13,12 +13,13 @@ For each shape (N, K), int4 group 128, symmetric and asymmetric, and M tokens, o
 
 Timing: the core harness's :func:`volta_devkit.bench.time_cuda_graph` (calls back to back
 inside one captured CUDA graph, as vLLM runs decode), rotating weight copies (more bytes than
-the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate
-(:mod:`volta_ct_wna16.sm70_model`) of the path a V100 with NVRTC takes: the tensor-core GEMM at
-8-256 tokens (bytes at 900 GB/s, or its padded products at 125 TFLOP/s); else the larger of
-bytes over 900 GB/s and FMA work over 15.7 TFLOP/s for the Triton paths (``tl.dot`` has no
-tensor cores there), or, on the dequantize-then-cuBLAS path above 256 tokens, the
-dequantization's bytes plus cuBLAS at the V100's 125 TFLOP/s.
+the L2 holds), CUDA events, median of several replays. Beside each figure an SM70 estimate of the
+path a V100 with NVRTC takes: dispatch's cost of it (:func:`volta_ct_wna16.dispatch.linear_cost`
+at :data:`volta_core.kernel_api.V100_RATES`): the tensor-core GEMM at 8-256 tokens (bytes at
+900 GB/s, or its padded products at 125 TFLOP/s); else the larger of bytes over 900 GB/s and
+FMA work over 15.7 TFLOP/s for the Triton paths (``tl.dot`` has no tensor cores there), or, on
+the dequantize-then-cuBLAS path above 256 tokens, the dequantization's bytes plus cuBLAS at the
+V100's 125 TFLOP/s.
 
 ``--sweep`` also times candidate launches per (shape, M, symmetry) for choosing the SM90 table
 (``--sweep-only``: nothing else, into ``DIR/ct_wna16_sweep.json``); the table itself is what the
@@ -46,13 +47,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from ct_wna16_checkpoints import fresh_checkpoint
 
-from volta_ct_wna16 import __version__, sm70_model
-from volta_ct_wna16.launch import DEQUANT_MATMUL, GEMM, SPLITK, Launch
+from volta_core.kernel_api import V100_RATES
+from volta_ct_wna16 import __version__
+from volta_ct_wna16.dispatch import linear_choice, linear_cost, table_launch
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.sm70_model import V100_BANDWIDTH, V100_FMA_FLOPS, V100_TENSOR_FLOPS
-from volta_ct_wna16.tables import SM90, choose, choose_mma
+from volta_ct_wna16.tables import DEQUANT_MATMUL, GEMM, MMA, SM90, SPLITK, Launch
 from volta_devkit.bench import measure_copy_bandwidth, time_cuda_graph
 from volta_devkit.read_floor import read_floor
 
@@ -92,21 +93,18 @@ def weights(n: int, k: int, symmetric: bool, copies: int) -> list[PackedWeights]
 
 
 def sm70_estimate(m: int, n: int, k: int, pw: PackedWeights) -> tuple[float, str]:
-    """Seconds a V100 with NVRTC would need at best for the path it takes at ``m`` tokens, and
-    what bounds it (:mod:`volta_ct_wna16.sm70_model`): the tensor-core GEMM at 8-256 tokens,
-    else the table's Triton launch."""
-    mma = choose_mma(m, n, k, (7, 0), pw.bits, pw.nbytes())
-    if mma is not None:
-        flops = sm70_model.mma_flops(m, n, k, mma, pw.bits) / V100_TENSOR_FLOPS
-        seconds = sm70_model.mma_seconds(m, n, k, mma, pw.bits, pw.nbytes())
-        return seconds, "tensor cores" if seconds == flops else "memory (tensor cores)"
-    launch = choose(m, n, (7, 0), pw.bits, k=k)
+    """Seconds a V100 with NVRTC would need at best for the path it takes at ``m`` tokens
+    (:func:`volta_ct_wna16.dispatch.linear_choice`), by dispatch's cost of it at
+    :data:`~volta_core.kernel_api.V100_RATES`, and what bounds it: the tensor-core GEMM at
+    8-256 tokens, else the table's Triton launch."""
+    launch = linear_choice(m, n, k, pw.bits, pw.nbytes(), (7, 0)).launch
+    cost = linear_cost(m, n, k, launch, pw.bits, pw.nbytes(launch.byte_zeros), (7, 0))
+    seconds, bound = cost.seconds(V100_RATES), cost.bound(V100_RATES)
+    if launch.path == MMA:
+        return seconds, "memory (tensor cores)" if bound == "HBM" else "tensor cores"
     if launch.path == DEQUANT_MATMUL:
-        return sm70_model.dequant_cublas_seconds(m, n, k, pw.nbytes()), "dequant+cuBLAS"
-    io = sm70_model.io_bytes(m, n, k)
-    memory = (pw.nbytes(launch.byte_zeros) + io) / V100_BANDWIDTH
-    compute = 2 * m * n * k / V100_FMA_FLOPS
-    return max(memory, compute), "memory" if memory >= compute else "FMA"
+        return seconds, "dequant+cuBLAS"
+    return seconds, "memory" if bound == "HBM" else "FMA"
 
 
 def measure(
@@ -139,7 +137,7 @@ def measure(
             * 1e-3
         )
         est, bound = sm70_estimate(m, n, k, pws[0])
-        launch = choose(m, n, torch.cuda.get_device_capability(), 4, k=k)
+        launch = table_launch(m, n, k, 4, torch.cuda.get_device_capability())
         wbytes = pws[0].nbytes(launch.byte_zeros)
         rows.append(
             {
@@ -279,15 +277,15 @@ def sweep(
             ).median_ms
             * 1e-3
         )
-        table_launch = choose(m, n, capability, 4, k=k)
-        launches = [table_launch] + [c for c in sweep_candidates(m) if c != table_launch]
+        table_pick = table_launch(m, n, k, 4, capability)
+        launches = [table_pick] + [c for c in sweep_candidates(m) if c != table_pick]
         for launch in launches:
             row: dict[str, Any] = {
                 "n": n,
                 "k": k,
                 "m": m,
                 "symmetric": symmetric,
-                "table": launch == table_launch,
+                "table": launch == table_pick,
                 "launch": asdict(launch),
                 "fp16_us": fp16 * 1e6,
             }

@@ -11,7 +11,7 @@ For each layer of the main benchmark (int4, group 128; symmetric, and asymmetric
 * the Triton path this GPU's table takes for M;
 * fp16 ``torch.matmul`` (cuBLAS) on the dequantized weight.
 
-Beside them the SM70 model's estimates (:mod:`volta_ct_wna16.sm70_model`, no V100 here): the
+Beside them the SM70 estimates (:func:`volta_ct_wna16.dispatch.linear_cost`, no V100 here): the
 tensor-core GEMM (its padded products at 125 TFLOP/s, or its bytes at 900 GB/s), the Triton dot
 path (the product at the FMA units' 15.7 TFLOP/s, or the bytes), and what a V100 without NVRTC
 runs (the SM70 table's Triton launch: dequantize-then-cuBLAS above 32 tokens). Each CUDA launch
@@ -32,9 +32,9 @@ import ct_wna16_bench as bench
 import torch
 
 from volta_core.kernel_api import CudaCompileError, CudaToolkitUnavailable
-from volta_ct_wna16 import sm70_model
+from volta_ct_wna16.dispatch import linear_cost, table_launch
 from volta_ct_wna16.ops import dequantize_dense, wna16_linear
-from volta_ct_wna16.tables import SM70_MMA, choose
+from volta_ct_wna16.tables import SM70, SM70_MMA, Launch
 from volta_devkit.bench import time_cuda_graph
 
 MS = (8, 16, 32, 64, 128, 256)
@@ -49,13 +49,18 @@ def mma_launch(m: int):
 
 
 def estimates(m: int, n: int, k: int, weight_bytes: int) -> dict[str, float]:
-    """The SM70 model's microseconds: tensor cores, the Triton dot path, the SM70 table's
-    Triton launch (what a V100 without NVRTC runs)."""
-    triton = choose(m, n, (7, 0), 4, k=k)
+    """The SM70 estimates in microseconds (dispatch's costs at the V100's rates): tensor
+    cores, the Triton dot path (on the FMA units), the SM70 table's Triton launch (what a V100
+    without NVRTC runs)."""
+    triton = table_launch(m, n, k, 4, (7, 0))
+
+    def us(launch: Launch) -> float:
+        return linear_cost(m, n, k, launch, 4, weight_bytes, (7, 0)).seconds() * 1e6
+
     return {
-        "sm70_mma_us": sm70_model.mma_seconds(m, n, k, mma_launch(m), 4, weight_bytes) * 1e6,
-        "sm70_dot_us": sm70_model.fma_seconds(m, n, k, weight_bytes) * 1e6,
-        "sm70_table_us": sm70_model.seconds(m, n, k, triton, 4, weight_bytes) * 1e6,
+        "sm70_mma_us": us(mma_launch(m)),
+        "sm70_dot_us": us(SM70.decode),
+        "sm70_table_us": us(triton),
         "sm70_table_path": triton.path,
     }
 
@@ -94,7 +99,7 @@ def measure(n: int, k: int, symmetric: bool) -> list[dict[str, Any]]:
             "mma_us": mma_us,
             "mma_max_rel_error": error,
             "triton_us": triton_us,
-            "triton_path": choose(m, n, torch.cuda.get_device_capability(), 4, k=k).path,
+            "triton_path": table_launch(m, n, k, 4, torch.cuda.get_device_capability()).path,
             "fp16_us": fp16_us,
             **estimates(m, n, k, pws[0].nbytes()),
         }

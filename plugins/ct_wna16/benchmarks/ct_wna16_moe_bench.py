@@ -54,16 +54,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from ct_wna16_bench import V100_BANDWIDTH, V100_FMA_FLOPS, matmul_flops, start, versions
+from ct_wna16_bench import matmul_flops, start, versions
 from ct_wna16_checkpoints import fresh_checkpoint
 
+from volta_core.kernel_api import V100_RATES
 from volta_ct_wna16 import ops
+from volta_ct_wna16.dispatch import moe_blocks_choice, moe_decode_choice
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
-from volta_ct_wna16.launch import MOE, Launch, MoEFused
 from volta_ct_wna16.layout import dequantize
 from volta_ct_wna16.routing import route, select_experts
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
+from volta_ct_wna16.tables import MOE, Launch, MoEDecode, MoEFused
 from volta_devkit.bench import rotation_count, time_cuda_graph
 from volta_devkit.read_floor import read_floor
 
@@ -322,8 +323,10 @@ def time_one(
     count = max(2, min(MAX_ROUTINGS, int(ROTATE_BYTES // per_call)))
     sets = routings(m, experts, top_k, count, gen)
     distinct = sum(int(ids.unique().numel()) for *_, ids in sets) / len(sets)
-    decode = choose_moe_decode(m, torch.cuda.get_device_capability())
-    launch = choose_moe(m * top_k, experts, torch.cuda.get_device_capability())
+    capability = torch.cuda.get_device_capability()
+    decode_choice = moe_decode_choice(m, capability)
+    decode = None if decode_choice is None else decode_choice.launch
+    launch = moe_blocks_choice(m * top_k, experts, capability).launch
 
     def step(logits: torch.Tensor, *_: Any) -> torch.Tensor:
         w, ids = select_experts(logits, top_k)
@@ -364,7 +367,9 @@ def time_one(
         row.update(floor2_us=floors[gate_up] + floors[down], floor1_us=floors[gate_up + down])
     routed_bytes = distinct * expert_bytes
     routed_flops = 2 * m * top_k * 3 * hidden * inter
-    sm70 = max(routed_bytes / V100_BANDWIDTH, routed_flops / V100_FMA_FLOPS)
+    sm70_bytes = routed_bytes / V100_RATES.bandwidth
+    sm70_flops = routed_flops / V100_RATES.fma_flops
+    sm70 = max(sm70_bytes, sm70_flops)
     row.update(
         routed_bytes=routed_bytes,
         copy_fraction=routed_bytes / (kern_ms * 1e-3) / copy_bw,
@@ -372,9 +377,7 @@ def time_one(
         tflops=routed_flops / (kern_ms * 1e-3) / 1e12,
         cublas_fraction=routed_flops / (kern_ms * 1e-3) / flops,
         sm70_estimate_us=sm70 * 1e6,
-        sm70_bound="bytes"
-        if routed_bytes / V100_BANDWIDTH >= routed_flops / V100_FMA_FLOPS
-        else "FMA",
+        sm70_bound="bytes" if sm70_bytes >= sm70_flops else "FMA",
     )
     return row
 

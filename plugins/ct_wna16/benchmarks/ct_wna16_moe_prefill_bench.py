@@ -62,11 +62,12 @@ from ct_wna16_bench import matmul_flops, start, versions
 from ct_wna16_moe_bench import MODELS, dense_experts, routings, stack
 
 from volta_ct_wna16 import ops
+from volta_ct_wna16.dispatch import moe_blocks_choice
 from volta_ct_wna16.experts import ExpertWeights
-from volta_ct_wna16.launch import MOE, Launch, group_tile, moe_constexprs, moe_splits, slot_dots
+from volta_ct_wna16.launch import group_tile, moe_constexprs, moe_splits, slot_dots
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import Blocks, route
-from volta_ct_wna16.tables import choose_moe, table_for
+from volta_ct_wna16.tables import MOE, Launch, table_for
 from volta_devkit.bench import time_cuda_graph
 
 MS = (256, 2048)
@@ -356,7 +357,9 @@ def make_case(
     sets = routings(m, weights.num_experts, top_k, ROUTINGS, gen)
     ref = dense_output(x, sets[0][1], sets[0][2], *dense)
     act = torch.randn(m * top_k, weights.inter, device=device, dtype=torch.float16)
-    launch = choose_moe(m * top_k, weights.num_experts, torch.cuda.get_device_capability())
+    launch = moe_blocks_choice(
+        m * top_k, weights.num_experts, torch.cuda.get_device_capability()
+    ).launch
     return Case(model, m, weights, top_k, x, sets, ref, act, Candidate(launch, library=True))
 
 

@@ -10,9 +10,10 @@ import pytest
 import torch
 from ct_wna16_checkpoints import fresh_checkpoint
 
-from volta_ct_wna16.launch import DEQUANT_MATMUL, Launch
+from volta_core.kernel_api import V100_RATES
+from volta_ct_wna16.dispatch import table_launch
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import choose
+from volta_ct_wna16.tables import DEQUANT_MATMUL, Launch
 
 
 def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
@@ -20,14 +21,14 @@ def test_sm70_estimate_follows_the_path_sm70_takes() -> None:
     pw = fresh_checkpoint(n, k, WeightScheme(4, True, 128)).packed("b")
     seconds, bound = bench.sm70_estimate(1, n, k, pw)
     assert bound == "memory"
-    assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / bench.V100_BANDWIDTH)
+    assert seconds == pytest.approx((pw.nbytes() + 2 * k + 2 * n) / V100_RATES.bandwidth)
     assert bench.sm70_estimate(4, n, k, pw)[1] == "memory"
     # 8-256 tokens: the tensor cores (a V100 with NVRTC), bound by bytes, then by products.
     assert bench.sm70_estimate(8, n, k, pw)[1] == "memory (tensor cores)"
     seconds, bound = bench.sm70_estimate(256, n, k, pw)
     assert bound == "tensor cores"
-    assert seconds == pytest.approx(2 * 256 * n * k / bench.V100_TENSOR_FLOPS)
-    assert choose(2048, 256, (7, 0), 4).path == DEQUANT_MATMUL
+    assert seconds == pytest.approx(2 * 256 * n * k / V100_RATES.tensor_flops)
+    assert table_launch(2048, 256, None, 4, (7, 0)).path == DEQUANT_MATMUL
     assert bench.sm70_estimate(2048, n, k, pw)[1] == "dequant+cuBLAS"
 
 

@@ -10,35 +10,36 @@ import pytest
 
 from volta_core import CudaKernelConfig
 from volta_core.device import V100, Device
-from volta_ct_wna16.gate_configs import (
+from volta_ct_wna16.dispatch import (
     MOE_OUTPUTS,
-    cuda_builds,
-    moe_config,
-    splitk_config,
+    MoEBuild,
+    SplitKBuild,
+    linear_choice,
+    moe_blocks_choice,
+    table_launch,
 )
+from volta_ct_wna16.gate_configs import cuda_builds, moe_config, splitk_config
 from volta_ct_wna16.launch import (
-    DEQUANT_MATMUL,
-    SPLITK,
-    Launch,
     balanced_splits,
     group_tile,
     mma_k_tile,
     mma_options,
     mma_words,
     moe_splits,
+    route_place_tile,
     split_count,
     whole_tiles,
 )
 from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, SUPPORTED_BITS
 from volta_ct_wna16.plugin import volta_kernel_configs
 from volta_ct_wna16.tables import (
+    DEQUANT_MATMUL,
+    MMA,
     SM70,
     SM70_MMA,
     SM90,
-    choose,
-    choose_mma,
-    choose_moe,
-    route_place_tile,
+    SPLITK,
+    Launch,
     table_for,
 )
 from volta_devkit.cuda_gate import (
@@ -84,7 +85,7 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
         for n in (256, 5120, 8192, 27648):
             for k in (256, 5120, 27648):
                 for bits in (4, 8):
-                    launch = choose(m, n, device.capability, bits, k=k)
+                    launch = table_launch(m, n, k, bits, device.capability)
                     assert _config_for(launch, bits, names), (m, n, k, launch)
                     if whole_tiles(n, k, launch, bits):
                         # The unmasked build the launcher takes, split or not, both symmetries.
@@ -93,18 +94,20 @@ def test_the_list_covers_every_launch_choose_makes(device: Device) -> None:
                             atomic = use_ws and launch.atomic
                             zp8 = zp and launch.byte_zeros
                             cfg = splitk_config(
-                                launch, bits, zp, False, use_ws, gt, zp8, atomic, whole=True
+                                SplitKBuild(
+                                    launch, bits, zp, False, use_ws, gt, zp8, atomic, whole=True
+                                )
                             )
                             assert cfg.name in names, cfg.name
     for pairs in range(1, 4096, 7):
         for experts in (8, 64, 128, 256):
-            launch = choose_moe(pairs, experts, device.capability)
+            launch = moe_blocks_choice(pairs, experts, device.capability).launch
             split = moe_splits(launch)
             assert split == (launch.block_m == 16)
             tiles = {group_tile(launch, group) for group in (32, 64, 128, 256)}
             for bits, zp, gt in itertools.product((4, 8), (False, True), tiles):
                 for rw, atomic in MOE_OUTPUTS:
-                    cfg = moe_config(launch, bits, zp, rw, gt, atomic)
+                    cfg = moe_config(MoEBuild(launch, bits, zp, rw, gt, atomic))
                     assert cfg.name in names, cfg.name
     table = table_for(device.capability)
     for experts in range(1, MAX_ROUTED_EXPERTS + 1):
@@ -117,19 +120,19 @@ def test_sm90_gemv_tile_follows_the_output_and_input_counts() -> None:
     sm90 = (9, 0)
     narrow, (wide_from, wide) = SM90.gemv, SM90.wide_gemv or (0, None)
     short_to, short = SM90.short_gemv or (0, None)
-    assert choose(1, 5120, sm90, 4) == narrow
-    assert choose(1, wide_from - 1, sm90, 4) == narrow
-    assert choose(1, wide_from, sm90, 4) == wide
-    assert choose(1, 27648, sm90, 8) == wide
-    assert choose(1, 27648, (7, 0), 4) == SM70.gemv
+    assert table_launch(1, 5120, None, 4, sm90) == narrow
+    assert table_launch(1, wide_from - 1, None, 4, sm90) == narrow
+    assert table_launch(1, wide_from, None, 4, sm90) == wide
+    assert table_launch(1, 27648, None, 8, sm90) == wide
+    assert table_launch(1, 27648, None, 4, (7, 0)) == SM70.gemv
     # The short tile: narrow layers of at most short_to inputs (5120x5120, 7168x5120).
-    assert choose(1, 5120, sm90, 4, k=5120) == short
-    assert choose(1, 7168, sm90, 4, k=short_to) == short
-    assert choose(1, 5120, sm90, 4, k=short_to + 1) == narrow
-    assert choose(1, 5120, sm90, 4, k=27648) == narrow
-    assert choose(1, wide_from, sm90, 4, k=5120) == wide
-    assert choose(2, 5120, sm90, 4, k=5120) == SM90.small
-    assert choose(1, 5120, (7, 0), 4, k=5120) == SM70.gemv
+    assert table_launch(1, 5120, 5120, 4, sm90) == short
+    assert table_launch(1, 7168, short_to, 4, sm90) == short
+    assert table_launch(1, 5120, short_to + 1, 4, sm90) == narrow
+    assert table_launch(1, 5120, 27648, 4, sm90) == narrow
+    assert table_launch(1, wide_from, 5120, 4, sm90) == wide
+    assert table_launch(2, 5120, 5120, 4, sm90) == SM90.small
+    assert table_launch(1, 5120, 5120, 4, (7, 0)) == SM70.gemv
 
 
 def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
@@ -138,12 +141,12 @@ def test_a_long_input_is_cut_into_more_splits_not_given_another_tile() -> None:
     through the split count: the same tile, more and longer splits."""
     sm90 = (9, 0)
     narrow = SM90.gemv
-    assert choose(1, 5120, sm90, 4) == narrow
+    assert table_launch(1, 5120, None, 4, sm90) == narrow
     short = split_count(5120, 5120, narrow, 132)
     long = split_count(5120, 27648, narrow, 132)
     assert long[0] >= short[0]
     assert long[1] > short[1]
-    assert choose(16, 5120, sm90, 4) == SM90.decode
+    assert table_launch(16, 5120, None, 4, sm90) == SM90.decode
 
 
 @pytest.mark.parametrize(
@@ -157,7 +160,7 @@ def test_the_dot_tiles_take_the_split_counts_run_16_found_fastest(n, k, decode, 
     chose 14, 3, 14 and 10, and 4, 1, 4 and 3."""
     sm90 = (9, 0)
     for m, splits in ((2, decode), (4, decode), (16, decode), (64, gemm)):
-        launch = choose(m, n, sm90, 4)
+        launch = table_launch(m, n, None, 4, sm90)
         assert launch.split_cost is not None
         assert split_count(n, k, launch, 132, m)[0] == splits
 
@@ -213,7 +216,7 @@ def _sweep_configs() -> list:
             seen.add(key)
             for zp in (False, True) if launch.use_dot else (False,):
                 gt = group_tile(launch, bench.GROUP)
-                out.append(splitk_config(launch, 4, zp, False, True, gt))
+                out.append(splitk_config(SplitKBuild(launch, 4, zp, False, True, gt)))
     return out
 
 
@@ -329,15 +332,15 @@ def test_sm70_gate_tensor_core_gemm(mma_reports, launch: Launch, bits: int, zp: 
 
 
 def test_the_cuda_builds_cover_every_tensor_core_launch() -> None:
-    """Every launch :func:`choose_mma` makes on a V100 has its builds in the gate's list, and
-    no other device gets any."""
+    """Every tensor-core launch :func:`~volta_ct_wna16.dispatch.linear_choice` makes on a V100
+    has its builds in the gate's list, and no other device gets any."""
     options = {b.options for b in cuda_builds(V100)}
     assert len(options) == len(cuda_builds(V100)) == len(_MMA_CASES)
     for m in range(1, 300):
         for n, k in ((8, 8192), (5120, 5120), (27648, 5120), (5120, 27648)):
             for bits, zp in itertools.product(SUPPORTED_BITS, (False, True)):
-                launch = choose_mma(m, n, k, (7, 0), bits, n * k // 2)
-                if launch is not None:
+                launch = linear_choice(m, n, k, bits, n * k // 2, (7, 0)).launch
+                if launch.path == MMA:
                     assert mma_options(launch, bits, zp) in options, (m, n, k, launch)
     for device in (Device((7, 5)), Device((9, 0))):
         assert cuda_builds(device) == []

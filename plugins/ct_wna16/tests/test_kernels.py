@@ -21,12 +21,13 @@ from ct_wna16_checkpoints import (
 )
 
 from volta_core.kernel_api import MIN_COUNTERS, arrival_counters, device_facts, zeroed_accumulators
+from volta_ct_wna16.dispatch import table_launch
 from volta_ct_wna16.kernels.dequant import slot_q16
-from volta_ct_wna16.launch import SPLITK, Launch, slot_dots, split_count, whole_tiles
+from volta_ct_wna16.launch import slot_dots, split_count, whole_tiles
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import SM70, SM90, choose
+from volta_ct_wna16.tables import SM70, SM90, SPLITK, Launch
 from volta_devkit.testing import assert_rel_close, poison_, rel_error
 
 SCHEMES = [
@@ -335,7 +336,7 @@ def splits_of(pw: PackedWeights, m: int) -> int:
     """How many input splits the table's launch for ``m`` tokens makes on this device."""
     probe = torch.empty(0, device=pw.qweight.device)
     capability, sm_count = device_facts(probe.device)
-    launch = choose(m, pw.n, capability, pw.bits)
+    launch = table_launch(m, pw.n, None, pw.bits, capability)
     return split_count(pw.n, pw.k, launch, sm_count, m)[0]
 
 
@@ -445,7 +446,7 @@ def test_gpu_fused_split_k_in_a_cuda_graph(n: int, k: int) -> None:
                 wna16_linear(x, pw, b, out=out)
             eager = out.clone()
             capability, sm_count = device_facts(x.device)
-            launch = choose(m, n, capability, pw.bits)
+            launch = table_launch(m, n, None, pw.bits, capability)
             atomic = launch.atomic and split_count(n, k, launch, sm_count, m)[0] > 1
             for replay in range(3):
                 poison_(out)

@@ -1,7 +1,7 @@
 """The tensor-core GEMM (CUDA, ``mma.m8n8k4``): when it is chosen, what happens without NVRTC,
 and, on a GPU, its results against float64.
 
-On CPU (CI): the selection rule on a V100 (:func:`volta_ct_wna16.tables.choose_mma`), the
+On CPU (CI): the selection rule on a V100 (:func:`volta_ct_wna16.dispatch.linear_choice`), the
 launcher's choice through the plugin's own loading seam (``volta_ct_wna16.cuda.mma.BUILDS.loader``,
 replaced to succeed or to raise as a machine without NVRTC or with a
 broken compile does), the fallback, strict mode and the refusals before any launch. The
@@ -28,13 +28,14 @@ from volta_core.kernel_api import (
     device_facts,
     zeroed_accumulators,
 )
-from volta_ct_wna16 import ops, sm70_model
+from volta_ct_wna16 import ops
 from volta_ct_wna16.cuda import KERNEL, SOURCE, mma
-from volta_ct_wna16.launch import MMA, Launch, mma_options, split_count
+from volta_ct_wna16.dispatch import linear_choice, linear_cost, mma_flops, table_launch
+from volta_ct_wna16.launch import mma_options, split_count
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.ops import wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import MMA_MAX_M, MMA_MIN_M, SM70_MMA, choose, choose_mma
+from volta_ct_wna16.tables import MMA, MMA_MAX_M, MMA_MIN_M, SM70, SM70_MMA, Launch
 from volta_devkit.testing import assert_rel_close, poison_
 
 V100 = DeviceFacts((7, 0), 80)
@@ -67,13 +68,19 @@ def test_v100_takes_tensor_cores_for_8_to_256_tokens(bits: int, n: int, k: int) 
     device (m8n8k4 is Volta's shape: Turing and Hopper keep their tables)."""
     wb = weight_bytes(n, k, bits, 128, True)
     for m in range(1, 300):
-        launch = choose_mma(m, n, k, (7, 0), bits, wb)
+        choice = linear_choice(m, n, k, bits, wb, (7, 0))
+        triton = table_launch(m, n, k, bits, (7, 0))
         if MMA_MIN_M <= m <= MMA_MAX_M:
-            assert launch == row_for(m), m
+            assert choice.launch == row_for(m), m
+            assert choice.fallback is not None, m
+            assert choice.fallback.launch == triton, m
         else:
-            assert launch is None, m
+            assert choice.launch == triton, m
+            assert choice.fallback is None, m
         for other in ((7, 5), (8, 0), (9, 0)):
-            assert choose_mma(m, n, k, other, bits, wb) is None
+            chosen = linear_choice(m, n, k, bits, wb, other)
+            assert chosen.launch == table_launch(m, n, k, bits, other), (m, other)
+            assert chosen.fallback is None
 
 
 def test_the_triton_launch_stays_where_the_model_favours_it() -> None:
@@ -82,9 +89,10 @@ def test_the_triton_launch_stays_where_the_model_favours_it() -> None:
     n, k = 8, 8192
     wb = weight_bytes(n, k, 4, 128, True)
     launch = row_for(16)
-    triton = choose(16, n, (7, 0), 4, k=k)
-    assert sm70_model.seconds(16, n, k, launch, 4, wb) > sm70_model.seconds(16, n, k, triton, 4, wb)
-    assert choose_mma(16, n, k, (7, 0), 4, wb) is None
+    triton = table_launch(16, n, k, 4, (7, 0))
+    tensor_cores = linear_cost(16, n, k, launch, 4, wb, (7, 0)).seconds()
+    assert tensor_cores > linear_cost(16, n, k, triton, 4, wb, (7, 0)).seconds()
+    assert linear_choice(16, n, k, 4, wb, (7, 0)).launch == triton
 
 
 def test_the_sm70_estimate_meets_the_target_at_16_and_64_tokens() -> None:
@@ -92,10 +100,10 @@ def test_the_sm70_estimate_meets_the_target_at_16_and_64_tokens() -> None:
     estimate at most 0.5x of the Triton dot path's (the FMA units)."""
     n, k = 27648, 5120
     wb = weight_bytes(n, k, 4, 128, True)
+    dot = SM70.decode  # the Triton dot tile, on the FMA units of a V100
     for m in (16, 64):
-        ratio = sm70_model.mma_seconds(m, n, k, row_for(m), 4, wb) / sm70_model.fma_seconds(
-            m, n, k, wb
-        )
+        mma_seconds = linear_cost(m, n, k, row_for(m), 4, wb, (7, 0)).seconds()
+        ratio = mma_seconds / linear_cost(m, n, k, dot, 4, wb, (7, 0)).seconds()
         assert ratio <= 0.5, (m, ratio)
 
 
@@ -104,9 +112,9 @@ def test_padding_counts_in_the_tensor_core_estimate() -> None:
     outputs are not whole blocks its padded columns."""
     launch = row_for(33)
     assert launch.block_m == 64
-    assert sm70_model.mma_flops(33, 256, 1024, launch, 4) == 2 * 64 * 256 * 1024
-    assert sm70_model.mma_flops(64, 300, 1000, launch, 4) == 2 * 64 * 512 * 1024
-    assert sm70_model.mma_flops(64, 256, 1000, launch, 8) == 2 * 64 * 256 * 1008
+    assert mma_flops(33, 256, 1024, launch, 4) == 2 * 64 * 256 * 1024
+    assert mma_flops(64, 300, 1000, launch, 4) == 2 * 64 * 512 * 1024
+    assert mma_flops(64, 256, 1000, launch, 8) == 2 * 64 * 256 * 1008
 
 
 def test_tensor_core_launches_are_checked() -> None:
@@ -160,7 +168,7 @@ def test_a_v100_with_nvrtc_takes_the_tensor_cores(v100, monkeypatch) -> None:
     assert len(v100) == 3
     # Outside 8-256 tokens the table's Triton launches, and nothing is loaded for them.
     for m in (1, 4, 7, 257, 2048):
-        assert ops.select_launch(m, pw, CUDA0) == choose(m, pw.n, (7, 0), 4, k=pw.k)
+        assert ops.select_launch(m, pw, CUDA0) == table_launch(m, pw.n, pw.k, 4, (7, 0))
     assert len(v100) == 3
 
 
@@ -179,7 +187,7 @@ def test_without_a_build_the_triton_kernels_serve_logged_once(
     pw = _layer(8, symmetric=True)
     with caplog.at_level(logging.WARNING, logger="volta_core.kernel_api"):
         for m in (16, 16, 40, 100):
-            assert ops.select_launch(m, pw, CUDA0) == choose(m, pw.n, (7, 0), 8, k=pw.k)
+            assert ops.select_launch(m, pw, CUDA0) == table_launch(m, pw.n, pw.k, 8, (7, 0))
     assert len(v100) == 2  # one try per build, not per call
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
@@ -208,7 +216,7 @@ def test_nothing_compiles_during_capture(v100, monkeypatch) -> None:
     monkeypatch.setattr(mma.BUILDS, "loader", _loads(v100))
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     pw = _layer()
-    assert ops.select_launch(16, pw, CUDA0) == choose(16, pw.n, (7, 0), 4, k=pw.k)
+    assert ops.select_launch(16, pw, CUDA0) == table_launch(16, pw.n, pw.k, 4, (7, 0))
     assert v100 == []
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     with pytest.raises(RuntimeError, match="during CUDA-graph capture"):
@@ -243,8 +251,9 @@ def test_the_same_bad_input_errors_before_any_launch(v100, monkeypatch) -> None:
         wna16_linear(torch.randn(16, pw.k).half(), pw, launch=launch, out=out[:8])
     with pytest.raises(ValueError, match="runs on CUDA devices"):
         wna16_linear(torch.randn(16, pw.k).half(), pw, launch=launch, out=out)
+    triton = table_launch(16, pw.n, None, 4, (7, 0))
     with pytest.raises(ValueError, match="not a tensor-core launch"):
-        mma.mma_linear(torch.randn(16, pw.k).half(), pw, None, choose(16, pw.n, (7, 0), 4), out)
+        mma.mma_linear(torch.randn(16, pw.k).half(), pw, None, triton, out)
     assert out.isnan().all()
     assert v100 == []
 

@@ -21,11 +21,12 @@ from test_moe_gpu import SCHEMES, TOLERANCE, make_experts, reference
 from volta_core import Device
 from volta_ct_wna16 import experts as experts_module
 from volta_ct_wna16 import ops
+from volta_ct_wna16.dispatch import decode_builds, moe_decode_choice
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
-from volta_ct_wna16.gate_configs import decode_configs, kernel_configs
-from volta_ct_wna16.launch import MoEFused, fused_whole
+from volta_ct_wna16.gate_configs import kernel_config, kernel_configs
+from volta_ct_wna16.launch import fused_whole, pow2_at_least
 from volta_ct_wna16.routing import select_experts
-from volta_ct_wna16.tables import SM70, SM90, MoEDecode, choose_moe_decode, pow2_at_least
+from volta_ct_wna16.tables import SM70, SM90, MoEDecode, MoEFused
 from volta_devkit.testing import assert_rel_close, poison_
 
 #: Every decode launch pair of both tables: (label, launches).
@@ -128,28 +129,34 @@ def test_the_cpu_cases_run_the_one_launch_whole_and_masked() -> None:
     assert fused_whole(SM90.moe_decode[0][1], 2048, 768)  # Qwen3-30B-A3B
 
 
+def decode_launches(tokens: int, capability: tuple[int, int]) -> MoEDecode | MoEFused | None:
+    """The decode step's launches dispatch chooses for ``tokens`` (None: the routed blocks)."""
+    choice = moe_decode_choice(tokens, capability)
+    return None if choice is None else choice.launch
+
+
 def test_experts_forward_takes_the_decode_kernels_up_to_16_tokens() -> None:
     one_launch = SM90.moe_decode[0][1]
     assert isinstance(one_launch, MoEFused)
-    assert choose_moe_decode(1, (9, 0)) == choose_moe_decode(4, (9, 0)) == one_launch
-    assert choose_moe_decode(5, (9, 0)) == choose_moe_decode(16, (9, 0)) == SM90.moe_decode[1][1]
-    assert choose_moe_decode(1, (7, 0)) == choose_moe_decode(16, (7, 0)) == SM70.moe_decode[0][1]
-    assert choose_moe_decode(17, (9, 0)) is None
-    assert choose_moe_decode(17, (7, 0)) is None
-    assert choose_moe_decode(0, (9, 0)) is None
+    assert decode_launches(1, (9, 0)) == decode_launches(4, (9, 0)) == one_launch
+    assert decode_launches(5, (9, 0)) == decode_launches(16, (9, 0)) == SM90.moe_decode[1][1]
+    assert decode_launches(1, (7, 0)) == decode_launches(16, (7, 0)) == SM70.moe_decode[0][1]
+    assert decode_launches(17, (9, 0)) is None
+    assert decode_launches(17, (7, 0)) is None
+    assert decode_launches(0, (9, 0)) is None
 
 
 @pytest.mark.parametrize("capability", [(7, 0), (9, 0)], ids=["sm70", "sm90"])
 def test_the_gate_list_covers_every_decode_launch(capability) -> None:
     names = {c.name for c in kernel_configs(Device(capability))}
     for tokens in range(1, 17):
-        launches = choose_moe_decode(tokens, capability)
+        launches = decode_launches(tokens, capability)
         assert launches is not None
         for bits, zp, has_map, mul in itertools.product(
             (4, 8), (False, True), (False, True), (False, True)
         ):
-            for cfg in decode_configs(launches, bits, zp, has_map, mul):
-                assert cfg.name in names, cfg.name
+            for build in decode_builds(launches, bits, zp, has_map, mul):
+                assert kernel_config(build).name in names, build
     for experts, dtype in itertools.product((1, 16, 17, 256, 300, 1024), ("fp16", "bf16", "fp32")):
         assert f"topk_softmax_e{pow2_at_least(experts, 16)}_{dtype}" in names
 

@@ -18,11 +18,12 @@ import torch
 from ct_wna16_checkpoints import Checkpoint, fresh_checkpoint
 
 from volta_ct_wna16 import ops
+from volta_ct_wna16.dispatch import moe_blocks_choice
 from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import PackedWeights, dequantize
 from volta_ct_wna16.routing import route
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM90, choose_moe
+from volta_ct_wna16.tables import SILU_BLOCK, SM70, SM90
 from volta_devkit.testing import assert_rel_close, poison_
 
 TOP_K = 2
@@ -234,7 +235,7 @@ def test_gpu_swapped_tile(poisoned_empty, scheme) -> None:
 
 def test_moe_linear_refuses_bad_arguments() -> None:
     experts, _ = make_experts(SCHEMES[0], experts=2, hidden=128, inter=128, device="cpu")
-    launch = choose_moe(4, 2, (7, 0))
+    launch = moe_blocks_choice(4, 2, (7, 0)).launch
     x = torch.randn(2, 128).half()
     blocks = route(torch.tensor([0, 1, 1, 0]), 2, launch.block_m)
     with pytest.raises(ValueError, match="blocks of 16 rows for a 32-row tile"):

@@ -11,6 +11,7 @@ import pytest
 from ct_wna16_checkpoints import fresh_checkpoint, quantization_config
 
 from volta_core.device import Device
+from volta_core.kernel_api import StageCost, Unit, Workload
 from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
 from volta_core.types import (
     KernelPath,
@@ -21,23 +22,26 @@ from volta_core.types import (
     QuantLayer,
 )
 from volta_ct_wna16 import plugin
-from volta_ct_wna16.gate_configs import cuda_builds
-from volta_ct_wna16.launch import MMA, MoEFused
-from volta_ct_wna16.paths import (
+from volta_ct_wna16.dispatch import (
     KERNEL_NAMES,
     MOE_BLOCKS,
     MOE_DECODE,
     MOE_DECODE_ONE,
+    linear_choice,
+    moe_decode_choice,
     packed_bytes,
+    table_launch,
 )
+from volta_ct_wna16.gate_configs import cuda_builds
 from volta_ct_wna16.plugin import METHOD
 from volta_ct_wna16.scheme import WeightScheme
-from volta_ct_wna16.tables import choose, choose_mma, choose_moe_decode
+from volta_ct_wna16.tables import MMA, MoEFused
 
 V100 = Device((7, 0))
 T4 = Device((7, 5))
 H100 = Device((9, 0))
 A100 = Device((8, 0))
+FMA, TENSOR_CORES = Unit.FMA.value, Unit.TENSOR_CORES.value
 
 
 @pytest.fixture(scope="module")
@@ -137,15 +141,20 @@ def test_claims_fused_moe_experts_and_names_their_kernels(
     assert resolution.claim.detail == f"{scheme.label} fused MoE experts"
     paths = manager.kernel_paths("ct_wna16", experts(), METHOD, device, config(scheme))
     decode = (
-        (KernelPath("1-4 tokens", MOE_DECODE_ONE), KernelPath("5-16 tokens", MOE_DECODE))
+        (
+            KernelPath("1-4 tokens", MOE_DECODE_ONE, unit=FMA),
+            KernelPath("5-16 tokens", MOE_DECODE, unit=FMA),
+        )
         if device == H100
-        else (KernelPath("1-16 tokens", MOE_DECODE),)
+        else (KernelPath("1-16 tokens", MOE_DECODE, unit=FMA),)
     )
-    assert paths == (*decode, KernelPath("17+ tokens", MOE_BLOCKS))
+    blocks = TENSOR_CORES if device == H100 else FMA  # tl.dot: tensor cores from SM80 only
+    assert paths == (*decode, KernelPath("17+ tokens", MOE_BLOCKS, unit=blocks))
     for tokens in (1, 4, 5, 16):
-        one = isinstance(choose_moe_decode(tokens, device.capability), MoEFused)
-        assert one == (device == H100 and tokens <= 4)
-    assert choose_moe_decode(17, device.capability) is None
+        choice = moe_decode_choice(tokens, device.capability)
+        assert choice is not None
+        assert isinstance(choice.launch, MoEFused) == (device == H100 and tokens <= 4)
+    assert moe_decode_choice(17, device.capability) is None
 
 
 @pytest.mark.parametrize(
@@ -264,11 +273,13 @@ def test_the_plan_shows_the_launchers_kernel_at_every_token_count(manager, devic
         last = int(hi or lo) if not bound.endswith("+") else 400
         for m in range(int(lo), last + 1):
             covered.append(m)
-            triton = KERNEL_NAMES[choose(m, n, device.capability, 4, k=k).path]
-            mma = choose_mma(m, n, k, device.capability, 4, packed_bytes(n, k, scheme))
-            assert path.needs_nvrtc == (mma is not None), (m, path)
+            triton = KERNEL_NAMES[table_launch(m, n, k, 4, device.capability).path]
+            choice = linear_choice(m, n, k, 4, packed_bytes(n, k, scheme), device.capability)
+            mma = choice.launch.path == MMA
+            assert path.needs_nvrtc == mma, (m, path)
             assert path.kernel == (KERNEL_NAMES[MMA] if mma else triton), (m, path)
             assert path.fallback == (triton if mma else ""), (m, path)
+            assert path.unit == choice.unit.value, (m, path)
     assert covered == list(range(1, 401))
     assert any(p.needs_nvrtc for p in paths) == (device == V100)
 
@@ -279,6 +290,43 @@ def test_no_paths_for_what_it_does_not_serve(manager) -> None:
     assert manager.kernel_paths("ct_wna16", linear(), METHOD, V100, None) == ()
     attention = QuantLayer(LayerKind.ATTENTION, "model.layers.0.self_attn.attn")
     assert manager.kernel_paths("ct_wna16", attention, METHOD, V100, quant) == ()
+
+
+@pytest.mark.parametrize("device", [V100, H100])
+def test_the_estimate_prices_the_stage_the_plan_prints(manager, device) -> None:
+    """``volta_kernel_cost`` answers, through the host's checks, with the stage of
+    ``volta_kernel_paths`` the workload falls in, and a fallback's cost exactly where that
+    stage needs NVRTC; fused experts with their sizes get their stage too."""
+    quant = config()
+    layer = linear()
+    paths = {p.stage: p for p in manager.kernel_paths("ct_wna16", layer, METHOD, device, quant)}
+    for tokens in (1, 3, 8, 16, 40, 256, 257, 4096):
+        work = Workload(tokens)
+        cost = manager.kernel_cost("ct_wna16", layer, METHOD, device, quant, work)
+        assert isinstance(cost, StageCost)
+        path = paths[cost.stage]
+        assert cost.cost.kernel == path.kernel
+        assert cost.cost.unit.value == path.unit
+        assert (cost.fallback is not None) == path.needs_nvrtc
+        if cost.fallback is not None:
+            assert cost.fallback.kernel == path.fallback
+    moe = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768, 128, 8)
+    expert_stages = [p.stage for p in manager.kernel_paths("ct_wna16", moe, METHOD, device, quant)]
+    for tokens in (1, 5, 17):
+        cost = manager.kernel_cost("ct_wna16", moe, METHOD, device, quant, Workload(tokens))
+        assert isinstance(cost, StageCost)
+        assert cost.stage in expert_stages
+
+
+def test_no_cost_for_what_it_does_not_serve(manager) -> None:
+    quant, work = config(), Workload(4)
+    assert manager.kernel_cost("ct_wna16", linear(), "other", V100, quant, work) is None
+    assert manager.kernel_cost("ct_wna16", linear(), METHOD, V100, None, work) is None
+    attention = QuantLayer(LayerKind.ATTENTION, "model.layers.0.self_attn.attn")
+    assert manager.kernel_cost("ct_wna16", attention, METHOD, V100, quant, work) is None
+    # Experts whose count or top-k the host does not know: the host's own model serves.
+    experts_unknown = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768)
+    assert manager.kernel_cost("ct_wna16", experts_unknown, METHOD, V100, quant, work) is None
 
 
 def test_the_cuda_builds_are_declared_through_the_host(manager) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from volta_ct_wna16.launch import route_place_tile
 from volta_ct_wna16.routing import max_blocks, route
-from volta_ct_wna16.tables import route_place_tile
 from volta_devkit.testing import poison_
 
 

@@ -20,10 +20,10 @@ import torch
 
 from volta_core.kernel_api import device_facts, interpreting
 from volta_ct_wna16 import ops
-from volta_ct_wna16.launch import Launch, MoEFused
+from volta_ct_wna16.dispatch import moe_blocks_choice, moe_decode_choice
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import route
-from volta_ct_wna16.tables import MoEDecode, choose_moe, choose_moe_decode
+from volta_ct_wna16.tables import Launch, MoEDecode, MoEFused
 
 
 @dataclass
@@ -153,7 +153,8 @@ def experts_forward(
     if x.is_cuda or interpreting():
         capability = device_facts(x.device).capability
         if launch is None and decode is None:
-            decode = choose_moe_decode(topk_ids.shape[0], capability)
+            choice = moe_decode_choice(topk_ids.shape[0], capability)
+            decode = None if choice is None else choice.launch
         if decode is not None:
             ids = topk_ids if topk_ids.dtype == torch.int32 else topk_ids.to(torch.int32)
             return ops.moe_decode(
@@ -247,7 +248,7 @@ def _fused(
     pairs = m * top_k
     experts = weights.num_experts
     if launch is None:
-        launch = choose_moe(pairs, experts, device_facts(x.device).capability)
+        launch = moe_blocks_choice(pairs, experts, device_facts(x.device).capability).launch
     blocks = route(topk_ids, experts, launch.block_m, expert_map)
     router = topk_weights.reshape(-1).float()
     if weight_on_input:

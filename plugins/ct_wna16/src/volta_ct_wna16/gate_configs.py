@@ -1,45 +1,41 @@
-"""The kernel configurations the SM70 compile gate checks: every build the launcher can make
-on a device, from that device family's table: the Triton ones (the plugin's
-``volta_kernel_configs`` hook) and the CUDA tensor-core GEMM's (:func:`cuda_builds`).
+"""The kernel configurations the compile gates check, one for each build the plugin ships on
+a device (:func:`volta_ct_wna16.dispatch.triton_builds` and
+:func:`~volta_ct_wna16.dispatch.tensor_core_builds`): each build's kernel by import path, its
+signature, and its constexprs (NVRTC options) from :mod:`volta_ct_wna16.launch`, as the
+launcher takes them, so the gate compiles exactly the builds that run. Which builds ship is
+:mod:`volta_ct_wna16.dispatch`'s; this module only maps one to its configuration.
 
-Torch- and triton-free: each configuration names its kernel by import path and takes its
-constexprs (NVRTC options) from :mod:`volta_ct_wna16.launch`, as the launcher does, so the gate
-compiles exactly the builds that run.
+Torch- and triton-free: the plugin's ``volta_kernel_configs`` and
+``volta_cuda_kernel_configs`` hooks return :func:`kernel_configs` and :func:`cuda_builds`.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from dataclasses import replace
-
 from volta_core import CudaKernelConfig, Device, KernelConfig
+from volta_ct_wna16.dispatch import (
+    Build,
+    DecodeBuild,
+    DequantBuild,
+    FusedBuild,
+    GemmBuild,
+    MmaBuild,
+    MoEBuild,
+    RouteCountBuild,
+    RoutePlaceBuild,
+    SiluBuild,
+    SplitKBuild,
+    TopKBuild,
+    tensor_core_builds,
+    triton_builds,
+)
 from volta_ct_wna16.launch import (
-    DEQUANT_MATMUL,
-    GEMM,
-    SPLITK,
-    Launch,
-    MoEFused,
     dequant_constexprs,
     gemm_constexprs,
-    group_tile,
     mma_options,
     moe_constexprs,
     moe_decode_constexprs,
     moe_fused_constexprs,
     splitk_constexprs,
-    unmasked_build,
-)
-from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY, SUPPORTED_BITS
-from volta_ct_wna16.tables import (
-    MAX_SELECT_TOP_K,
-    ROUTE_COUNT_BLOCK,
-    SILU_BLOCK,
-    SM70_MMA,
-    MoEDecode,
-    Table,
-    route_place_tile,
-    table_for,
 )
 
 #: The kernels' import paths, one module per kernel family.
@@ -185,170 +181,118 @@ _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
 _MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se", "K_PER_SPLIT")
 
 
-def splitk_config(
-    launch: Launch,
-    bits: int,
-    zp: bool,
-    bias: bool,
-    use_ws: bool,
-    group_tile: bool,
-    zp8: bool = False,
-    atomic: bool = False,
-    whole: bool = False,
-) -> KernelConfig:
-    """The gate's configuration of one split-K launch (named by tile, warps, stages, unroll);
-    ``zp8``: zero points as uint8 (``Launch.byte_zeros``); ``atomic``: the splits added
-    atomically (``Launch.atomic``); ``whole``: every tile inside the layer
-    (:func:`volta_ct_wna16.launch.whole_tiles`)."""
+def splitk_config(build: SplitKBuild) -> KernelConfig:
+    """A split-K build's configuration, named by tile, warps, stages, unroll and its flags."""
+    launch, bits, zp = build.launch, build.bits, build.zp
     tile = (
         f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
         f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
     )
     return KernelConfig(
         name=f"splitk_{'dot' if launch.use_dot else 'fma'}_{tile}_w{bits}{'a' if zp else 's'}"
-        f"{'_ws' if use_ws else ''}{'_bias' if bias else ''}{'_gt' if group_tile else ''}"
-        f"{'_z8' if zp8 else ''}{'_at' if atomic else ''}{'_wh' if whole else ''}",
+        f"{'_ws' if build.use_ws else ''}{'_bias' if build.bias else ''}"
+        f"{'_gt' if build.group_tile else ''}{'_z8' if build.zp8 else ''}"
+        f"{'_at' if build.atomic else ''}{'_wh' if build.whole else ''}",
         kernel=SPLITK_KERNEL,
-        signature={**_SPLITK_SIG, "z_ptr": "*u8"} if zp8 else _SPLITK_SIG,
-        constexprs=splitk_constexprs(launch, bits, zp, bias, use_ws, group_tile, atomic, whole),
+        signature={**_SPLITK_SIG, "z_ptr": "*u8"} if build.zp8 else _SPLITK_SIG,
+        constexprs=splitk_constexprs(
+            launch, bits, zp, build.bias, build.use_ws, build.group_tile, build.atomic, build.whole
+        ),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=_SPLITK_DIVISIBLE,
     )
 
 
-def moe_config(
-    launch: Launch, bits: int, zp: bool, mul_router: bool, group_tile: bool, atomic: bool
-) -> KernelConfig:
-    """The gate's configuration of one fused-MoE launch: fp16 rows stored, or (``atomic``)
-    fp32 tiles added into zeroed rows, times the router weights with ``mul_router``; a
-    swapped tile's (``Launch.swap``) name ends in ``_swap``."""
+def gemm_config(build: GemmBuild) -> KernelConfig:
+    """A GEMM build's configuration."""
+    launch = build.launch
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
+    return KernelConfig(
+        name=f"gemm_{tile}_w{build.bits}{'a' if build.zp else 's'}{'_bias' if build.bias else ''}",
+        kernel=GEMM_KERNEL,
+        signature=_GEMM_SIG,
+        constexprs=gemm_constexprs(launch, build.bits, build.zp, build.bias),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_MODEL_DIVISIBLE,
+    )
+
+
+def dequant_config(build: DequantBuild) -> KernelConfig:
+    """A dequantize build's configuration."""
+    launch = build.launch
+    return KernelConfig(
+        name=f"dequant_n{launch.block_n}k{launch.block_k}_w{build.bits}{'a' if build.zp else 's'}",
+        kernel=DEQUANT_KERNEL,
+        signature=_DEQUANT_SIG,
+        constexprs=dequant_constexprs(launch, build.bits, build.zp),
+        num_warps=launch.num_warps,
+        num_stages=launch.num_stages,
+        divisible_by_16=_DEQUANT_DIVISIBLE,
+    )
+
+
+def moe_config(build: MoEBuild) -> KernelConfig:
+    """A routed blocks' build's configuration; a swapped tile's (``Launch.swap``) name ends in
+    ``_swap``."""
+    launch = build.launch
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
     tile += f"w{launch.num_warps}s{launch.num_stages}"
     return KernelConfig(
-        name=f"moe_{tile}_w{bits}{'a' if zp else 's'}{'_rw' if mul_router else ''}"
-        f"{'_atomic' if atomic else ''}{'_gt' if group_tile else ''}"
-        f"{'_swap' if launch.swap else ''}",
+        name=f"moe_{tile}_w{build.bits}{'a' if build.zp else 's'}"
+        f"{'_rw' if build.mul_router else ''}{'_atomic' if build.atomic else ''}"
+        f"{'_gt' if build.group_tile else ''}{'_swap' if launch.swap else ''}",
         kernel=MOE_KERNEL,
-        signature={**_MOE_SIG, "out_ptr": "*fp32" if atomic else "*fp16"},
-        constexprs=moe_constexprs(launch, bits, zp, mul_router, group_tile, atomic),
+        signature={**_MOE_SIG, "out_ptr": "*fp32" if build.atomic else "*fp16"},
+        constexprs=moe_constexprs(
+            launch, build.bits, build.zp, build.mul_router, build.group_tile, build.atomic
+        ),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=_MOE_DIVISIBLE,
     )
 
 
-#: ``(mul_router, atomic)`` of every launch a fused-MoE step makes with any tile: gate/up
-#: stores fp16 rows, or adds fp32 partials when split; down adds each pair's fp32 tile into
-#: its token's row, times the router weight or not (vLLM's ``apply_router_weight_on_input``
-#: applies it to the input instead).
-MOE_OUTPUTS = ((False, False), (False, True), (True, True))
-
-
-def _routing_variants(table: Table) -> Iterator[KernelConfig]:
-    """The routing's two launches and the SiLU product between the expert kernels."""
-    for ids, has_map in itertools.product(("*i32", "*i64"), (False, True)):
-        yield KernelConfig(
-            name=f"moe_count_{ids[1:]}{'_map' if has_map else ''}",
-            kernel=ROUTE_COUNT_KERNEL,
-            signature={
-                "ids_ptr": ids,
-                "map_ptr": "*i32" if has_map else ids,
-                "count_ptr": "*i32",
-                "rank_ptr": "*i32",
-                "local_ptr": "*i32",
-                "PAIRS": "i32",
-                "EXPERTS": "i32",
-            },
-            constexprs={"HAS_MAP": has_map, "BLOCK": ROUTE_COUNT_BLOCK},
-        )
-    experts = 1
-    while experts <= MAX_ROUTED_EXPERTS:
-        e_pow2, block = route_place_tile(experts)
-        for block_m in sorted({table.moe.block_m, table.moe_large.block_m}):
-            yield KernelConfig(
-                name=f"moe_place_e{e_pow2}_m{block_m}",
-                kernel=ROUTE_PLACE_KERNEL,
-                signature={
-                    "count_ptr": "*i32",
-                    "rank_ptr": "*i32",
-                    "local_ptr": "*i32",
-                    "pair_ptr": "*i32",
-                    "expert_ptr": "*i32",
-                    "PAIRS": "i32",
-                    "EXPERTS": "i32",
-                    "BLOCKS": "i32",
-                },
-                constexprs={"BLOCK_M": block_m, "E_POW2": e_pow2, "BLOCK": block},
-            )
-        experts = e_pow2 + 1
-    for h in ("*fp16", "*fp32"):
-        yield KernelConfig(
-            name=f"silu_mul_{h[1:]}",
-            kernel=SILU_KERNEL,
-            signature={
-                "h_ptr": h,
-                "out_ptr": "*fp16",
-                "INTER": "i32",
-                "stride_h": "i32",
-                "stride_o": "i32",
-            },
-            constexprs={"BLOCK": SILU_BLOCK},
-            divisible_by_16=("INTER", "stride_h", "stride_o"),
-        )
-
-
-def _moe_variants(table: Table) -> Iterator[KernelConfig]:
-    """4 and 8 bits, both symmetries, scales per word row and (where the tile can take them,
-    :func:`~volta_ct_wna16.launch.group_tile`) per tile, every output kind."""
-    for launch in (table.moe, table.moe_large):
-        tiles = (False, True) if group_tile(launch, launch.block_k) else (False,)
-        for bits, zp, gt in itertools.product(SUPPORTED_BITS, (False, True), tiles):
-            for mul_router, atomic in MOE_OUTPUTS:
-                yield moe_config(launch, bits, zp, mul_router, gt, atomic)
-
-
-def _renamed(signature: dict[str, str], names: dict[str, str]) -> dict[str, str]:
-    return {names.get(name, name): kind for name, kind in signature.items()}
-
-
-def decode_config(
-    launch: Launch, bits: int, zp: bool, has_map: bool, mul: bool, down: bool
-) -> KernelConfig:
-    """The gate's configuration of one fused-MoE decode launch (gate/up, or ``down``): with or
-    without an expert map, the router weight on the input (gate/up) or output (down)."""
+def decode_config(build: DecodeBuild) -> KernelConfig:
+    """A decode GEMV build's configuration (gate/up, or down with its ``SLOT_SPLITS``)."""
+    launch = build.launch
     signature = dict(_DECODE_SIG)
-    if down:
+    if build.down:
         signature = {_DECODE_DOWN_NAMES.get(name, name): kind for name, kind in signature.items()}
         signature["SLOT_SPLITS"] = "i32"
     tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
     tile += f"w{launch.num_warps}s{launch.num_stages}r{launch.reduce_unroll}"
     return KernelConfig(
-        name=f"moe_decode_{'down' if down else 'gate_up'}_{tile}_w{bits}{'a' if zp else 's'}"
-        f"{'_map' if has_map else ''}{'_rw' if mul else ''}",
-        kernel=DECODE_DOWN_KERNEL if down else DECODE_GATE_UP_KERNEL,
+        name=f"moe_decode_{'down' if build.down else 'gate_up'}_{tile}_w{build.bits}"
+        f"{'a' if build.zp else 's'}{'_map' if build.has_map else ''}"
+        f"{'_rw' if build.mul else ''}",
+        kernel=DECODE_DOWN_KERNEL if build.down else DECODE_GATE_UP_KERNEL,
         signature=signature,
-        constexprs=moe_decode_constexprs(launch, bits, zp, has_map, mul, down),
+        constexprs=moe_decode_constexprs(
+            launch, build.bits, build.zp, build.has_map, build.mul, build.down
+        ),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
         divisible_by_16=("N", "K", "KW", "GROUP", "stride_we", "K_PER_SPLIT"),
     )
 
 
-def fused_config(
-    fused: MoEFused, bits: int, zp: bool, has_map: bool, mul: bool, whole: bool
-) -> KernelConfig:
-    """The gate's configuration of the one-launch decode step: with or without an expert map,
-    the router weight on the input (``mul``) or the output, every tile inside the layer
-    (``whole``) or masked; groups of 128 (the group sizes are ``tl.constexpr``)."""
+def fused_config(build: FusedBuild) -> KernelConfig:
+    """A one-launch decode build's configuration, for groups of 128 (the group sizes are
+    ``tl.constexpr``)."""
+    fused = build.fused
     tile = f"j{fused.block_j}k{fused.block_k}n{fused.block_n}"
     tile += f"w{fused.num_warps}s{fused.num_stages}"
     return KernelConfig(
-        name=f"moe_decode_fused_{tile}_w{bits}{'a' if zp else 's'}"
-        f"{'_map' if has_map else ''}{'_rw' if mul else ''}{'' if whole else '_masked'}",
+        name=f"moe_decode_fused_{tile}_w{build.bits}{'a' if build.zp else 's'}"
+        f"{'_map' if build.has_map else ''}{'_rw' if build.mul else ''}"
+        f"{'' if build.whole else '_masked'}",
         kernel=DECODE_FUSED_KERNEL,
         signature=_FUSED_SIG,
-        constexprs=moe_fused_constexprs(fused, bits, zp, has_map, mul, (128, 128), whole),
+        constexprs=moe_fused_constexprs(
+            fused, build.bits, build.zp, build.has_map, build.mul, (128, 128), build.whole
+        ),
         num_warps=fused.num_warps,
         num_stages=fused.num_stages,
         divisible_by_16=(
@@ -358,159 +302,123 @@ def fused_config(
     )  # fmt: skip
 
 
-def decode_configs(
-    launches: MoEDecode | MoEFused, bits: int, zp: bool, has_map: bool, mul: bool
-) -> list[KernelConfig]:
-    """The gate's configurations of one decode row: its one launch (every tile inside the
-    layer, and masked), or gate/up and down."""
-    if isinstance(launches, MoEFused):
-        return [fused_config(launches, bits, zp, has_map, mul, whole) for whole in (True, False)]
-    return [
-        decode_config(launches.gate_up, bits, zp, has_map, mul, down=False),
-        decode_config(launches.down, bits, zp, has_map, mul, down=True),
-    ]
+def route_count_config(build: RouteCountBuild) -> KernelConfig:
+    """The routing's first launch's configuration."""
+    ids = f"*{build.ids}"
+    return KernelConfig(
+        name=f"moe_count_{build.ids}{'_map' if build.has_map else ''}",
+        kernel=ROUTE_COUNT_KERNEL,
+        signature={
+            "ids_ptr": ids,
+            "map_ptr": "*i32" if build.has_map else ids,
+            "count_ptr": "*i32",
+            "rank_ptr": "*i32",
+            "local_ptr": "*i32",
+            "PAIRS": "i32",
+            "EXPERTS": "i32",
+        },
+        constexprs={"HAS_MAP": build.has_map, "BLOCK": build.block},
+    )
 
 
-def _decode_variants(table: Table) -> Iterator[KernelConfig]:
-    """Each decode row's kernels for 4 and 8 bits, both symmetries, with and without an
-    expert map and router weights (each kernel's variants together); the router's top-k for
-    every expert count's vector and logit dtype."""
-    seen: set[str] = set()
-    for _, launches in table.moe_decode:
-        per_variant = [
-            decode_configs(launches, *variant)
-            for variant in itertools.product(
-                SUPPORTED_BITS, (False, True), (False, True), (False, True)
-            )
-        ]
-        for config in itertools.chain.from_iterable(zip(*per_variant, strict=True)):
-            if config.name not in seen:
-                seen.add(config.name)
-                yield config
-    e_pow2 = 16
-    while e_pow2 <= MAX_ROUTED_EXPERTS:
-        for logits in ("*fp16", "*bf16", "*fp32"):
-            yield KernelConfig(
-                name=f"topk_softmax_e{e_pow2}_{logits[1:]}",
-                kernel=TOPK_KERNEL,
-                signature={
-                    "logits_ptr": logits,
-                    "w_ptr": "*fp32",
-                    "ids_ptr": "*i32",
-                    "EXPERTS": "i32",
-                    "TOP_K": "i32",
-                    "stride_l": "i32",
-                    "RENORMALIZE": "i32",
-                },
-                constexprs={"TOPK_POW2": MAX_SELECT_TOP_K, "E_POW2": e_pow2},
-            )
-        e_pow2 *= 2
+def route_place_config(build: RoutePlaceBuild) -> KernelConfig:
+    """The routing's second launch's configuration."""
+    return KernelConfig(
+        name=f"moe_place_e{build.e_pow2}_m{build.block_m}",
+        kernel=ROUTE_PLACE_KERNEL,
+        signature={
+            "count_ptr": "*i32",
+            "rank_ptr": "*i32",
+            "local_ptr": "*i32",
+            "pair_ptr": "*i32",
+            "expert_ptr": "*i32",
+            "PAIRS": "i32",
+            "EXPERTS": "i32",
+            "BLOCKS": "i32",
+        },
+        constexprs={"BLOCK_M": build.block_m, "E_POW2": build.e_pow2, "BLOCK": build.block},
+    )
 
 
-def _launches(table: Table) -> list[Launch]:
-    """The table's compile-distinct launches (``programs_per_sm`` sizes the grid only, so two
-    launches that differ in it alone are one kernel build)."""
-    seen: list[Launch] = []
-    for launch in (
-        table.gemv,
-        table.wide_gemv[1] if table.wide_gemv else None,
-        table.short_gemv[1] if table.short_gemv else None,
-        table.small,
-        table.decode,
-        table.gemm,
-        table.dequant,
-    ):
-        if launch is None:
-            continue
-        if launch.path == GEMM and table.dequant_from is not None and table.dequant_from <= 17:
-            continue
-        if launch.path == DEQUANT_MATMUL and table.dequant_from is None:
-            continue
-        build = replace(launch, programs_per_sm=1)
-        if build not in seen:
-            seen.append(build)
-    return seen
+def silu_config(build: SiluBuild) -> KernelConfig:
+    """The SiLU product's configuration."""
+    return KernelConfig(
+        name=f"silu_mul_{build.gate_up}",
+        kernel=SILU_KERNEL,
+        signature={
+            "h_ptr": f"*{build.gate_up}",
+            "out_ptr": "*fp16",
+            "INTER": "i32",
+            "stride_h": "i32",
+            "stride_o": "i32",
+        },
+        constexprs={"BLOCK": build.block},
+        divisible_by_16=("INTER", "stride_h", "stride_o"),
+    )
 
 
-def _variants(table: Table) -> Iterator[KernelConfig]:
-    for base in _launches(table):
-        for bits in SUPPORTED_BITS:
-            launch = base.scaled_for_bits(bits)
-            for zp in (False, True):
-                tag = f"w{bits}{'a' if zp else 's'}"
-                tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}"
-                if launch.path == SPLITK:
-                    # Split (fused reduction) or unsplit, each with and without bias; the dot
-                    # tiles also with scales per tile (a layer whose groups hold whole tiles).
-                    group_tiles = (False, True) if launch.use_dot else (False,)
-                    # Zero points as uint8 where the launch takes them from a layer's
-                    # ``zeros8``, and as fp16 where it has none (a bare ``PackedWeights``).
-                    zp8s = (False, True) if zp and launch.byte_zeros else (False,)
-                    # Masked, and unmasked where the launch has that build (whole tiles).
-                    wholes = (False, True) if unmasked_build(launch, bits) else (False,)
-                    for use_ws, bias, in_group, zp8, whole in itertools.product(
-                        (True, False), (True, False), group_tiles, zp8s, wholes
-                    ):
-                        yield splitk_config(
-                            launch, bits, zp, bias, use_ws, in_group, zp8, whole=whole
-                        )
-                        if use_ws and launch.atomic:
-                            yield splitk_config(
-                                launch, bits, zp, bias, use_ws, in_group, zp8, True, whole
-                            )
-                elif launch.path == GEMM:
-                    for bias in (False, True):
-                        yield KernelConfig(
-                            name=f"gemm_{tile}_{tag}{'_bias' if bias else ''}",
-                            kernel=GEMM_KERNEL,
-                            signature=_GEMM_SIG,
-                            constexprs=gemm_constexprs(launch, bits, zp, bias),
-                            num_warps=launch.num_warps,
-                            num_stages=launch.num_stages,
-                            divisible_by_16=_MODEL_DIVISIBLE,
-                        )
-                else:
-                    yield KernelConfig(
-                        name=f"dequant_n{launch.block_n}k{launch.block_k}_{tag}",
-                        kernel=DEQUANT_KERNEL,
-                        signature=_DEQUANT_SIG,
-                        constexprs=dequant_constexprs(launch, bits, zp),
-                        num_warps=launch.num_warps,
-                        num_stages=launch.num_stages,
-                        divisible_by_16=_DEQUANT_DIVISIBLE,
-                    )
+def topk_config(build: TopKBuild) -> KernelConfig:
+    """The router's top-k configuration."""
+    return KernelConfig(
+        name=f"topk_softmax_e{build.e_pow2}_{build.logits}",
+        kernel=TOPK_KERNEL,
+        signature={
+            "logits_ptr": f"*{build.logits}",
+            "w_ptr": "*fp32",
+            "ids_ptr": "*i32",
+            "EXPERTS": "i32",
+            "TOP_K": "i32",
+            "stride_l": "i32",
+            "RENORMALIZE": "i32",
+        },
+        constexprs={"TOPK_POW2": build.top_k_pow2, "E_POW2": build.e_pow2},
+    )
+
+
+def kernel_config(build: Build) -> KernelConfig:
+    """The gate's configuration of one Triton build."""
+    if isinstance(build, SplitKBuild):
+        return splitk_config(build)
+    if isinstance(build, GemmBuild):
+        return gemm_config(build)
+    if isinstance(build, DequantBuild):
+        return dequant_config(build)
+    if isinstance(build, MoEBuild):
+        return moe_config(build)
+    if isinstance(build, DecodeBuild):
+        return decode_config(build)
+    if isinstance(build, FusedBuild):
+        return fused_config(build)
+    if isinstance(build, RouteCountBuild):
+        return route_count_config(build)
+    if isinstance(build, RoutePlaceBuild):
+        return route_place_config(build)
+    if isinstance(build, SiluBuild):
+        return silu_config(build)
+    return topk_config(build)
 
 
 def kernel_configs(device: Device) -> list[KernelConfig]:
-    """Every kernel configuration :func:`volta_ct_wna16.tables.choose` can launch on ``device``."""
-    table = table_for(device.capability)
-    return [
-        *_variants(table),
-        *_moe_variants(table),
-        *_routing_variants(table),
-        *_decode_variants(table),
-    ]
+    """The configuration of every Triton build the plugin ships for ``device``."""
+    return [kernel_config(build) for build in triton_builds(device.capability)]
+
+
+def cuda_config(build: MmaBuild) -> CudaKernelConfig:
+    """The CUDA gate's configuration of one tensor-core GEMM build."""
+    from volta_ct_wna16.cuda import KERNEL, SOURCE
+
+    launch = build.launch
+    return CudaKernelConfig(
+        name=f"mma_m{launch.block_m}n{launch.block_n}w{launch.num_warps}_w{build.bits}"
+        f"{'a' if build.zp else 's'}",
+        source=SOURCE,
+        kernel=KERNEL,
+        block_threads=launch.num_warps * 32,
+        options=mma_options(launch, build.bits, build.zp),
+        claims_tensor_cores=True,
+    )
 
 
 def cuda_builds(device: Device) -> list[CudaKernelConfig]:
-    """Every build of the tensor-core GEMM the launcher can run on ``device``: on a V100 each
-    row of :data:`volta_ct_wna16.tables.SM70_MMA` for 4 and 8 bits, symmetric and asymmetric
-    (bias and splits are launch arguments, not builds); none elsewhere."""
-    from volta_ct_wna16.cuda import KERNEL, SOURCE
-
-    if device.capability != MMA_CAPABILITY:
-        return []
-    return [
-        CudaKernelConfig(
-            name=f"mma_m{launch.block_m}n{launch.block_n}w{launch.num_warps}_w{bits}"
-            f"{'a' if zp else 's'}",
-            source=SOURCE,
-            kernel=KERNEL,
-            block_threads=launch.num_warps * 32,
-            options=mma_options(launch, bits, zp),
-            claims_tensor_cores=True,
-        )
-        for _, launch in SM70_MMA
-        for bits in SUPPORTED_BITS
-        for zp in (False, True)
-    ]
+    """The configuration of every tensor-core GEMM build the plugin ships for ``device``."""
+    return [cuda_config(build) for build in tensor_core_builds(device.capability)]

@@ -1,151 +1,29 @@
-"""One launch choice (:class:`Launch`) and what follows from it for a layer: the split count,
-which builds it runs (unmasked, scales per tile, one dot per word slot) and the constexprs (or,
-for the CUDA tensor-core GEMM, the NVRTC options) it compiles with.
+"""What follows from a launch (:class:`volta_ct_wna16.tables.Launch`) for a layer: the split
+count, which builds it runs (unmasked, scales per tile, one dot per word slot), the constexprs
+(or, for the CUDA tensor-core GEMM, the NVRTC options) it compiles with, and the routing's tile
+for a count of experts.
 
 Torch- and triton-free: the launcher (:mod:`volta_ct_wna16.ops`) and the gate configurations
 (:mod:`volta_ct_wna16.gate_configs`) both derive a launch's kernel arguments here, so the SM70
-gate compiles exactly what runs. Which launch a call gets is :mod:`volta_ct_wna16.tables`'.
+gate compiles exactly what runs. Reads :mod:`volta_ct_wna16.tables`, never the reverse; which
+launch a call gets is :mod:`volta_ct_wna16.dispatch`'s.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
 
-#: The launch paths: the split-K kernel, the GEMM kernel, dequantize then cuBLAS, fused MoE, and
-#: the CUDA GEMM on Volta's tensor cores (:mod:`volta_ct_wna16.cuda`).
-SPLITK = "splitk"
-GEMM = "gemm"
-DEQUANT_MATMUL = "dequant_matmul"
-MOE = "moe"
-MMA = "mma"
-
-#: Word rows of one k-tile of the tensor-core GEMM (32 inputs of 4 bits, 16 of 8,
-#: ``wna16_mma.cu``), and the input step its splits are counted in: a multiple of both tiles,
-#: so every split starts at a tile, and a divisor of every group size, so a tile never crosses
-#: a group.
-MMA_WORD_ROWS = 4
-MMA_BLOCK_K = 32
-
-#: Rows of one ``mma.m8n8k4`` product and outputs one warp covers per word it loads (four quad
-#: pairs of 8, PTX ISA "Matrix Fragments for mma.m8n8k4").
-MMA_ROWS = 8
-MMA_WARP_OUTPUTS = 32
-
-#: Fused-MoE tiles of at most this many rows (decode's) may split the input.
-MOE_SPLIT_MAX_ROWS = 16
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One launch choice: the path, its tile, and how many programs split-K aims for per SM.
-
-    ``block_k`` counts input elements (packed words times the pack factor). ``num_stages`` is
-    the software pipeline depth of the input loop (Triton pipelines on SM80+ only, so the SM70
-    tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
-    does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
-    partials the fused split-K reduction loads per round trip to L2. ``byte_zeros``: a 1-token
-    GEMV that reads asymmetric layers' zero points as uint8 (``PackedWeights.zeros8``) where
-    the layer has them: the GEMV loads them where it uses them, one per output and group, so
-    their bytes count as the weights' do; the dot tiles copy fp16 rows ahead instead (a 1-byte
-    row is below what ``cp.async`` copies).
-    ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
-    (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels.epilogue.accumulate_splits`)
-    instead of summing them through the reduction tree.
-    ``unmasked``: the launch also has a build without input and output masks, which it runs
-    where every tile lies inside the layer (:func:`whole_tiles`).
-    ``split_cost``: where set, the split count is the one the SMs finish soonest by
-    :func:`balanced_splits`, which counts a program's fixed cost as this many input steps and
-    takes ``programs_per_sm`` as the programs an SM runs at once; where None,
-    :func:`split_count` aims at ``programs_per_sm`` programs per SM.
-    ``swap``: a fused-MoE dot tile of more than :data:`MOE_SPLIT_MAX_ROWS` rows (one that
-    never splits the input) computed transposed, the dequantized weights as the dot's first
-    operand (the kernel's ``SWAP``, :func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel`); it
-    dequantizes into input order for one dot (no :func:`slot_dots`) and loads scales per word
-    row (no :func:`group_tile`).
-
-    The tensor-core GEMM (``MMA``): ``block_m`` tokens (a multiple of 8) by ``block_n``
-    outputs (``num_warps`` warps of 32 outputs per word a lane loads, :func:`mma_words`) per
-    block, splits of ``block_k`` (:data:`MMA_BLOCK_K`) input steps, balanced by
-    ``split_cost``.
-    """
-
-    path: str
-    block_m: int = 1
-    block_n: int = 32
-    block_k: int = 256
-    use_dot: bool = False
-    num_warps: int = 4
-    programs_per_sm: int = 4
-    group_m: int = 8
-    num_stages: int = 1
-    reduce_unroll: int = 2
-    byte_zeros: bool = False
-    atomic: bool = False
-    unmasked: bool = False
-    split_cost: float | None = None
-    swap: bool = False
-
-    def __post_init__(self) -> None:
-        if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
-            raise ValueError(f"only a 1-token GEMV reads uint8 zero points: {self}")
-        if self.atomic and self.path != SPLITK:
-            raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
-        if self.unmasked and self.path != SPLITK:
-            raise ValueError(f"only a split-K launch has an unmasked build: {self}")
-        if self.swap and not (
-            self.path == MOE and self.use_dot and self.block_m > MOE_SPLIT_MAX_ROWS
-        ):
-            raise ValueError(
-                f"only a fused-MoE dot tile of more than {MOE_SPLIT_MAX_ROWS} rows swaps: {self}"
-            )
-        if self.split_cost is not None and (self.path not in (SPLITK, MMA) or self.split_cost < 0):
-            raise ValueError(
-                f"split_cost is a split-K or tensor-core launch's cost in steps, >= 0: {self}"
-            )
-        if self.path == MMA and (
-            self.block_m % MMA_ROWS
-            or self.block_k != MMA_BLOCK_K
-            or self.block_n % (MMA_WARP_OUTPUTS * self.num_warps)
-            or self.split_cost is None
-        ):
-            raise ValueError(
-                f"a tensor-core launch has rows a multiple of {MMA_ROWS}, {MMA_BLOCK_K} input "
-                f"steps, {MMA_WARP_OUTPUTS} outputs per warp and word, and a split cost: {self}"
-            )
-
-    def scaled_for_bits(self, bits: int) -> Launch:
-        """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
-
-        The 1-token GEMV works in 32-element sub-tiles whatever the width, and dequantized-tile
-        paths (``tl.dot``, GEMM, dequantize) keep their element tile.
-        """
-        if bits == 4 or self.path != SPLITK or self.use_dot or self.block_m == 1:
-            return self
-        return replace(self, block_k=self.block_k // 2)
-
-
-@dataclass(frozen=True)
-class MoEFused:
-    """The fused-MoE decode step in one launch
-    (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_fused_kernel`): a program per (pair,
-    ``block_j`` intermediate rows), gate/up over the whole input in ``block_k``-input steps
-    pipelined ``num_stages`` deep, down ``block_n`` outputs at a time (pipelined a tile ahead),
-    on ``num_warps`` warps; the programs' partial outputs added atomically in fp32."""
-
-    block_j: int = 32
-    block_k: int = 256
-    block_n: int = 1024
-    num_warps: int = 4
-    num_stages: int = 3
-
-    def __post_init__(self) -> None:
-        sizes = (self.block_j, self.block_k, self.block_n)
-        if any(size < 32 or size & (size - 1) for size in sizes) or self.num_stages < 1:
-            raise ValueError(
-                f"a one-launch decode's rows, input step and outputs are powers of two of at "
-                f"least 32 (whole GEMV sub-tiles), and it has a pipeline stage: {self}"
-            )
+from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
+from volta_ct_wna16.tables import (
+    MMA_WARP_OUTPUTS,
+    MMA_WORD_ROWS,
+    MOE,
+    MOE_SPLIT_MAX_ROWS,
+    ROUTE_PLACE_ELEMENTS,
+    SPLITK,
+    Launch,
+    MoEFused,
+)
 
 
 def slot_dots(launch: Launch, bits: int) -> bool:
@@ -246,10 +124,8 @@ def group_tile(launch: Launch, group: int) -> bool:
     tile (``[BLOCK_N]`` fp16, 2 bytes a thread, below the 4 that ``cp.async`` copies) is a
     plain load waited for in every input step, while the ``[BLOCK_K / pack, BLOCK_N]`` tile of
     rows is copied ahead with the words by the software pipeline (Triton 3.6's sm_90 TTGIR).
-    On the H100 the swapped 64x128x64 tile took 597 us with scales per word row against 623 per tile
-    on the Qwen3.5 layer at 2048 tokens, 725 against 751 on Qwen3-30B's; the unswapped tile
-    took 1032 us with them against 688 per tile on the first, so only a swapped tile takes
-    them (docs/perf/ct_wna16/moe_prefill/call1).
+    Only a swapped tile gains from them
+    (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#swap_scales).
     """
     return (
         launch.path in (SPLITK, MOE)
@@ -318,7 +194,8 @@ def mma_words(launch: Launch) -> int:
 
 
 def mma_k_tile(bits: int) -> int:
-    """Inputs of one k-tile of the tensor-core GEMM: :data:`MMA_WORD_ROWS` words."""
+    """Inputs of one k-tile of the tensor-core GEMM:
+    :data:`~volta_ct_wna16.tables.MMA_WORD_ROWS` words."""
     return MMA_WORD_ROWS * (32 // bits)
 
 
@@ -403,3 +280,21 @@ def moe_fused_constexprs(
         "BLOCK_N": fused.block_n,
         "NUM_STAGES": fused.num_stages,
     }
+
+
+def pow2_at_least(n: int, least: int) -> int:
+    """The smallest power of two that is at least ``n`` and ``least`` (a vector length)."""
+    return max(least, 1 << (n - 1).bit_length())
+
+
+def route_place_tile(experts: int) -> tuple[int, int]:
+    """``(E_POW2, BLOCK)`` of the routing's second launch for ``experts`` local experts: the
+    counts padded to a power of two (at least 16), and as many pairs per program as keep the
+    pairs-by-experts comparisons at :data:`~volta_ct_wna16.tables.ROUTE_PLACE_ELEMENTS`
+    (16 to 128)."""
+    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
+        raise ValueError(
+            f"{experts} local experts: the fused routing takes 1 to {MAX_ROUTED_EXPERTS}"
+        )
+    e_pow2 = max(16, 1 << (experts - 1).bit_length())
+    return e_pow2, max(16, min(128, ROUTE_PLACE_ELEMENTS // e_pow2))

@@ -41,11 +41,10 @@ class PackedWeights:
 
     ``zeros8``: the same zero points as uint8 ``[groups, n]`` (None when symmetric, and where
     no 1-token GEMV reads them: stacked MoE experts). The 1-token GEMV loads zero points where
-    it uses them, one per output and group, and is bandwidth-bound on them as on the weights:
-    1 byte instead of 2 took an asymmetric 5120x27648 layer from 34.0 to 33.1 us on the H100
-    (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15). Kept beside ``zeros`` (one more byte
-    per group and output, 0.8% of a group-128 int4 layer) because the dot tiles need the
-    2-byte rows.
+    it uses them, one per output and group, and is bandwidth-bound on them as on the weights,
+    so 1 byte instead of 2 is faster (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#zeros8_gemv).
+    Kept beside ``zeros`` (one more byte per group and output, 0.8% of a group-128 int4 layer)
+    because the dot tiles need the 2-byte rows.
     """
 
     qweight: torch.Tensor

@@ -43,7 +43,13 @@ from volta_ct_wna16.layout import (
     prepare,
     require_whole_groups,
 )
-from volta_ct_wna16.scheme import DEFAULT_FUSED, Unsupported, WeightScheme, ignored, layer_scheme
+from volta_ct_wna16.scheme import (
+    DEFAULT_FUSED,
+    Unsupported,
+    WeightScheme,
+    ignored,
+    quant_layer_scheme,
+)
 
 
 def make_linear_method(
@@ -61,7 +67,7 @@ def make_linear_method(
     engine_ignore = getattr(engine_config, "ignore", None)
     if engine_ignore and ignored(layer.prefix, engine_ignore, fused):
         return UnquantizedLinearMethod()
-    scheme = layer_scheme(volta_config.raw, layer.prefix, fused=fused)
+    scheme = quant_layer_scheme(volta_config.raw, layer, fused=fused)
     if scheme is None:
         return UnquantizedLinearMethod()
     if isinstance(scheme, Unsupported):

@@ -44,8 +44,14 @@ from volta_ct_wna16.layout import (
     require_whole_groups,
 )
 from volta_ct_wna16.linear import kernels_run_here
-from volta_ct_wna16.plugin import EXPERT_PROJECTIONS, expert_scheme
-from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
+from volta_ct_wna16.scheme import (
+    EXPERT_PROJECTIONS,
+    Unsupported,
+    WeightScheme,
+    expert_scheme,
+    layer_scheme,
+    quant_layer_scheme,
+)
 
 #: The checkpoint tensors of one projection, as compressed-tensors names them.
 TENSORS = ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape")
@@ -62,7 +68,7 @@ def make_moe_method(
     ``FusedMoEConfig``, which the factory does not get).
     """
     engine_ignore = getattr(engine_config, "ignore", None)
-    scheme = expert_scheme(volta_config.raw, layer.prefix, ignore=engine_ignore or None)
+    scheme = quant_layer_scheme(volta_config.raw, layer, ignore=engine_ignore or None)
     if scheme is None:
         return None
     if isinstance(scheme, Unsupported):

@@ -1,10 +1,11 @@
 """Launching the kernels: ``wna16_linear(x, weights, bias)`` on CUDA (or the Triton interpreter).
 
-Checks run before any launch; the launch itself is picked by :func:`select_launch` for the
-device's facts (:func:`volta_core.kernel_api.device_facts`): on a V100 the tensor-core GEMM
-(:func:`volta_ct_wna16.tables.choose_mma`) where NVRTC builds it, else the table's Triton launch
-(:func:`volta_ct_wna16.tables.choose`). Kernel arguments come from :mod:`volta_ct_wna16.launch`,
-as the gate's do, so the SM70 gate has seen every configuration that runs on a V100.
+Checks run before any launch; the launch itself is :mod:`volta_ct_wna16.dispatch`'s choice for
+the device's facts (:func:`volta_core.kernel_api.device_facts`), and :func:`select_launch` only
+decides whether a choice that needs NVRTC runs (its build loads,
+:func:`volta_ct_wna16.cuda.mma.ready`) or its fallback does. Kernel arguments come from
+:mod:`volta_ct_wna16.launch`, as the gate's do, so the SM70 gate has seen every configuration
+that runs on a V100.
 """
 
 from __future__ import annotations
@@ -17,12 +18,8 @@ from volta_core.kernel_api import (
     interpreting,
     zeroed_accumulators,
 )
+from volta_ct_wna16.dispatch import linear_choice, mma_launches
 from volta_ct_wna16.launch import (
-    GEMM,
-    MMA,
-    SPLITK,
-    Launch,
-    MoEFused,
     dequant_constexprs,
     fused_whole,
     gemm_constexprs,
@@ -37,15 +34,16 @@ from volta_ct_wna16.launch import (
     whole_tiles,
 )
 from volta_ct_wna16.layout import PackedWeights
-from volta_ct_wna16.limits import MMA_CAPABILITY
 from volta_ct_wna16.routing import Blocks
 from volta_ct_wna16.tables import (
+    GEMM,
+    MMA,
     SILU_BLOCK,
     SM70,
-    SM70_MMA,
+    SPLITK,
+    Launch,
     MoEDecode,
-    choose,
-    choose_mma,
+    MoEFused,
 )
 
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
@@ -93,18 +91,19 @@ def _pair_aligned(x2: torch.Tensor) -> torch.Tensor:
 
 
 def select_launch(m: int, pw: PackedWeights, device: torch.device) -> Launch:
-    """The launch for ``m`` tokens of ``pw`` on ``device``: the tensor-core GEMM where the
-    table takes it and its build runs on the device (:func:`volta_ct_wna16.cuda.mma.ready`:
-    NVRTC present, loaded outside CUDA-graph capture), else the table's Triton launch."""
-    capability = device_facts(device).capability
+    """The launch for ``m`` tokens of ``pw`` on ``device``: dispatch's choice
+    (:func:`volta_ct_wna16.dispatch.linear_choice`), whose build, where it needs NVRTC, runs
+    only if it loads on the device (:func:`volta_ct_wna16.cuda.mma.ready`: a CUDA device,
+    NVRTC present, loaded outside CUDA-graph capture); else the choice's fallback."""
+    choice = linear_choice(m, pw.n, pw.k, pw.bits, pw.nbytes(), device_facts(device).capability)
+    if choice.fallback is None:
+        return choice.launch
     if device.type == "cuda":
-        mma = choose_mma(m, pw.n, pw.k, capability, pw.bits, pw.nbytes())
-        if mma is not None:
-            from volta_ct_wna16.cuda import mma as tensor_cores
+        from volta_ct_wna16.cuda import mma as tensor_cores
 
-            if tensor_cores.ready(device, mma, pw.bits, pw.zeros is not None):
-                return mma
-    return choose(m, pw.n, capability, pw.bits, k=pw.k)
+        if tensor_cores.ready(device, choice.launch, pw.bits, pw.zeros is not None):
+            return choice.launch
+    return choice.fallback.launch
 
 
 def warm_up(pw: PackedWeights) -> None:
@@ -112,11 +111,13 @@ def warm_up(pw: PackedWeights) -> None:
     call compiles during CUDA-graph capture: on a V100, with NVRTC (without it, the Triton
     kernels serve, logged once; ``VLLM_VOLTA_STRICT=1`` raises). Elsewhere it does nothing."""
     device = pw.qweight.device
-    if device.type != "cuda" or device_facts(device).capability != MMA_CAPABILITY:
+    if device.type != "cuda":
+        return
+    launches = list(mma_launches(device_facts(device).capability))
+    if not launches:
         return
     from volta_ct_wna16.cuda import mma as tensor_cores
 
-    launches = [launch for _, launch in SM70_MMA]
     tensor_cores.warm_up(device, launches, pw.bits, pw.zeros is not None)
 
 
@@ -344,7 +345,7 @@ def moe_decode(
     (:mod:`volta_ct_wna16.kernels.moe_decode`), with no memset and no host read. Two launches
     (:class:`~volta_ct_wna16.tables.MoEDecode`): gate/up per pair into fp16 rows, down per
     token over its slots, each launch's splits summed by the split-K tree in the same launch
-    (deterministic). One launch (:class:`~volta_ct_wna16.launch.MoEFused`): each program
+    (deterministic). One launch (:class:`~volta_ct_wna16.tables.MoEFused`): each program
     takes a block of one pair's intermediate rows through gate/up and down and adds its
     partial output atomically into the token's fp32 row.
 

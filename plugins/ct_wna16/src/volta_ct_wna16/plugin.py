@@ -10,8 +10,7 @@ why.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 from volta_core import (
     AttentionLayer,
@@ -27,8 +26,9 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
+from volta_core.kernel_api import StageCost, Workload
 from volta_ct_wna16.limits import supports_device
-from volta_ct_wna16.scheme import Unsupported, WeightScheme, layer_scheme
+from volta_ct_wna16.scheme import Unsupported, WeightScheme, quant_layer_scheme
 
 VOLTA_HOST_API = "1.1"
 
@@ -40,9 +40,6 @@ FACTORY = "volta_ct_wna16.linear:make_linear_method"
 
 #: The factory for claimed fused MoE experts.
 MOE_FACTORY = "volta_ct_wna16.moe:make_moe_method"
-
-#: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
-EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
@@ -72,14 +69,7 @@ def volta_quant_method(
 ) -> QuantClaim | QuantDecline | None:
     if config.method != COMPRESSED_TENSORS:
         return None
-    if layer.kind in (LayerKind.ATTENTION, LayerKind.EMBEDDING):
-        return None
-    moe = layer.kind is LayerKind.FUSED_MOE
-    scheme = (
-        expert_scheme(config.raw, layer.prefix)
-        if moe
-        else layer_scheme(config.raw, layer.prefix, is_linear=True)
-    )
+    scheme = quant_layer_scheme(config.raw, layer)
     if scheme is None:
         return None
     if isinstance(scheme, Unsupported):
@@ -90,7 +80,7 @@ def volta_quant_method(
             f"{device.sm} is neither Volta/Turing nor a tested device; "
             "vLLM's own kernels run there",
         )
-    if moe:
+    if layer.kind is LayerKind.FUSED_MOE:
         return QuantClaim(
             method=METHOD,
             impl=MOE_FACTORY,
@@ -99,38 +89,6 @@ def volta_quant_method(
         )
     # The kernels at each token count are the plan's kernel paths (volta_kernel_paths).
     return QuantClaim(method=METHOD, impl=FACTORY, priority=PRIORITY, detail=scheme.label)
-
-
-def expert_scheme(
-    raw: Mapping[str, Any],
-    prefix: str,
-    projections: Sequence[str] = EXPERT_PROJECTIONS,
-    ignore: Iterable[str] | None = None,
-) -> WeightScheme | Unsupported | None:
-    """The scheme of a fused-experts module, read from expert 0's projections as vLLM does.
-
-    The checkpoint quantizes each expert's projections as linear layers (a ``Linear`` target
-    covers them); vLLM fuses them into one module and requires one scheme for all three.
-    ``ignore`` replaces the checkpoint's list (the factory passes vLLM's, mapped to its module
-    names). None: the experts stay unquantized.
-    """
-    if ignore is not None:
-        raw = {**raw, "ignore": list(ignore)}
-    names = [f"{prefix}.0.{projection}" for projection in projections]
-    schemes = [layer_scheme(raw, name, is_linear=True) for name in names]
-    if any(s != schemes[0] for s in schemes):
-        found = ", ".join(
-            f"{name.rsplit('.', 1)[-1]}: {_describe(s)}"
-            for name, s in zip(names, schemes, strict=True)
-        )
-        return Unsupported(f"the experts' projections are quantized differently ({found})")
-    return schemes[0]
-
-
-def _describe(scheme: WeightScheme | Unsupported | None) -> str:
-    if isinstance(scheme, WeightScheme):
-        return scheme.label
-    return scheme.reason if scheme is not None else "unquantized"
 
 
 @hookimpl
@@ -147,21 +105,52 @@ def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
     return cuda_builds(device)
 
 
+def _served_scheme(
+    layer: AttentionLayer | QuantLayer, served_by: str, quant: QuantConfig | None
+) -> WeightScheme | None:
+    """The scheme of a layer this plugin's method serves, with its shape known (fused experts:
+    their sizes; a linear layer: its rank's shape), else None."""
+    if served_by != METHOD or quant is None or not isinstance(layer, QuantLayer):
+        return None
+    if layer.kind not in (LayerKind.LINEAR, LayerKind.FUSED_MOE):
+        return None
+    if layer.kind is LayerKind.LINEAR and not (layer.input_size and layer.output_size):
+        return None
+    scheme = quant_layer_scheme(quant.raw, layer)
+    return scheme if isinstance(scheme, WeightScheme) else None
+
+
 @hookimpl
 def volta_kernel_paths(
     layer: AttentionLayer | QuantLayer, served_by: str, device: Device, quant: QuantConfig | None
 ) -> Iterable[KernelPath]:
-    """For a claimed linear layer or fused experts, the kernel at each range of token counts
-    (from the launcher's rules, :mod:`volta_ct_wna16.paths`)."""
-    from volta_ct_wna16.paths import expert_paths, linear_paths
+    """For a claimed linear layer or fused experts, the kernel at each range of token counts,
+    from the launcher's choices (:func:`volta_ct_wna16.dispatch.linear_paths`,
+    :func:`~volta_ct_wna16.dispatch.expert_paths`)."""
+    from volta_ct_wna16.dispatch import expert_paths, linear_paths
 
-    if served_by != METHOD or quant is None or not isinstance(layer, QuantLayer):
+    scheme = _served_scheme(layer, served_by, quant)
+    if scheme is None or not isinstance(layer, QuantLayer):
         return []
     if layer.kind is LayerKind.FUSED_MOE:
         return expert_paths(device.capability)
-    if layer.kind is not LayerKind.LINEAR or not (layer.input_size and layer.output_size):
-        return []
-    scheme = layer_scheme(quant.raw, layer.prefix, is_linear=True)
-    if not isinstance(scheme, WeightScheme):
-        return []
     return linear_paths(layer.output_size, layer.input_size, scheme, device.capability)
+
+
+@hookimpl
+def volta_kernel_cost(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> StageCost | None:
+    """What ``work`` costs on a claimed linear layer or fused experts, on the stage of
+    :func:`volta_kernel_paths` it falls in (:func:`volta_ct_wna16.dispatch.stage_cost`);
+    None for a layer this plugin does not serve."""
+    from volta_ct_wna16.dispatch import stage_cost
+
+    scheme = _served_scheme(layer, served_by, quant)
+    if scheme is None or not isinstance(layer, QuantLayer):
+        return None
+    return stage_cost(layer, scheme, device.capability, work)

@@ -17,13 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
+from volta_ct_wna16.launch import pow2_at_least, route_place_tile
 from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS
-from volta_ct_wna16.tables import (
-    MAX_SELECT_TOP_K,
-    ROUTE_COUNT_BLOCK,
-    pow2_at_least,
-    route_place_tile,
-)
+from volta_ct_wna16.tables import MAX_SELECT_TOP_K, ROUTE_COUNT_BLOCK
 
 
 @dataclass(frozen=True)

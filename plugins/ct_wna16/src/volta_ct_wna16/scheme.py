@@ -9,6 +9,9 @@ so this module mirrors the two matching rules the checkpoint's writers and vLLM 
   every linear layer.
 * vLLM fuses ``q/k/v_proj`` into ``qkv_proj`` and ``gate/up_proj`` into ``gate_up_proj``; a fused
   layer is ignored when every shard is, and vLLM refuses shards that disagree.
+
+A layer's scheme is read by one function, :func:`quant_layer_scheme`, which the claim, the plan's
+hooks and the layer factories all call, so a claim and the method built for it agree.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from volta_core import LayerKind, QuantLayer
 from volta_ct_wna16.limits import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
 
 #: vLLM's usual fused-module names and their checkpoint shards (``packed_modules_mapping``).
@@ -25,6 +29,9 @@ DEFAULT_FUSED: Mapping[str, Sequence[str]] = {
     "qkv_proj": ("q_proj", "k_proj", "v_proj"),
     "gate_up_proj": ("gate_proj", "up_proj"),
 }
+
+#: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
+EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 #: The compressed-tensors format this plugin reads.
 PACK_QUANTIZED = "pack-quantized"
@@ -164,3 +171,55 @@ def layer_scheme(
     if match is None:
         return None
     return weight_scheme(raw, match[1])
+
+
+def expert_scheme(
+    raw: Mapping[str, Any],
+    prefix: str,
+    projections: Sequence[str] = EXPERT_PROJECTIONS,
+    ignore: Iterable[str] | None = None,
+) -> WeightScheme | Unsupported | None:
+    """The scheme of a fused-experts module, read from expert 0's projections as vLLM does.
+
+    The checkpoint quantizes each expert's projections as linear layers (a ``Linear`` target
+    covers them); vLLM fuses them into one module and requires one scheme for all three.
+    ``ignore`` replaces the checkpoint's list (the factory passes vLLM's, mapped to its module
+    names). None: the experts stay unquantized.
+    """
+    if ignore is not None:
+        raw = {**raw, "ignore": list(ignore)}
+    names = [f"{prefix}.0.{projection}" for projection in projections]
+    schemes = [layer_scheme(raw, name, is_linear=True) for name in names]
+    if any(s != schemes[0] for s in schemes):
+        found = ", ".join(
+            f"{name.rsplit('.', 1)[-1]}: {_describe(s)}"
+            for name, s in zip(names, schemes, strict=True)
+        )
+        return Unsupported(f"the experts' projections are quantized differently ({found})")
+    return schemes[0]
+
+
+def _describe(scheme: WeightScheme | Unsupported | None) -> str:
+    if isinstance(scheme, WeightScheme):
+        return scheme.label
+    return scheme.reason if scheme is not None else "unquantized"
+
+
+def quant_layer_scheme(
+    raw: Mapping[str, Any],
+    layer: QuantLayer,
+    fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
+    ignore: Iterable[str] | None = None,
+) -> WeightScheme | Unsupported | None:
+    """The scheme of a layer the plugin may serve, from the checkpoint's config ``raw``: the one
+    reading that the claim (``volta_quant_method``), the plan's hooks and the layer factories
+    (:func:`volta_ct_wna16.linear.make_linear_method`, :func:`volta_ct_wna16.moe.make_moe_method`)
+    share. Fused experts read expert 0's projections (:func:`expert_scheme`, ``ignore``
+    replacing the checkpoint's list where given); a linear layer its own module, ``fused``
+    naming the model's fused modules. None: the layer stays unquantized, or is neither kind.
+    """
+    if layer.kind is LayerKind.FUSED_MOE:
+        return expert_scheme(raw, layer.prefix, ignore=ignore)
+    if layer.kind is LayerKind.LINEAR:
+        return layer_scheme(raw, layer.prefix, is_linear=True, fused=fused)
+    return None

@@ -1,4 +1,7 @@
-"""Which launch each call gets, per device family: one :class:`Table` of launches by token count.
+"""The launch parameters of each device family, as data: the dataclasses of a launch
+(:class:`Launch`, and the fused-MoE decode step's :class:`MoEDecode` and :class:`MoEFused`) and
+one :class:`Table` of them per family, with the tensor-core GEMM's rows (:data:`SM70_MMA`) and
+the routing's and SiLU product's fixed tiles.
 
 Two families. On SM70 ``tl.dot`` runs on the FMA units (docs/kernels.md#sm70-facts), so decode
 tiles are modest and one to four tokens take the plain-FMA GEMV rather than a dot padded to 16
@@ -6,27 +9,151 @@ rows; above 32 tokens the weights are dequantized once and the product goes to c
 still has the V100's tensor cores (125 TFLOP/s against Triton's 15.7). On SM80 and newer (the
 H100 the kernels are measured on) ``tl.dot`` uses tensor cores, so decode tiles are wider.
 
-On a V100 with NVRTC, 8 to 256 tokens take the CUDA GEMM on the tensor cores instead
-(:data:`SM70_MMA`, :func:`choose_mma`) wherever the SM70 model (:mod:`volta_ct_wna16.sm70_model`)
-puts it ahead of the table's Triton launch; without NVRTC the table's launch runs.
-Torch- and triton-free; the history of every choice is docs/perf/ct_wna16/PERFORMANCE_HISTORY.md.
+Which entry a call gets (and when a V100 takes the tensor-core GEMM instead) is
+:mod:`volta_ct_wna16.dispatch`'s; what follows from an entry (split counts, constexprs) is
+:mod:`volta_ct_wna16.launch`'s. Torch- and triton-free, and imports nothing of the plugin; the
+history of every entry is docs/perf/ct_wna16/PERFORMANCE_HISTORY.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from volta_ct_wna16 import sm70_model
-from volta_ct_wna16.launch import (
-    DEQUANT_MATMUL,
-    GEMM,
-    MMA,
-    MOE,
-    SPLITK,
-    Launch,
-    MoEFused,
-)
-from volta_ct_wna16.limits import MAX_ROUTED_EXPERTS, MMA_CAPABILITY
+#: The launch paths: the split-K kernel, the GEMM kernel, dequantize then cuBLAS, fused MoE, and
+#: the CUDA GEMM on Volta's tensor cores (:mod:`volta_ct_wna16.cuda`).
+SPLITK = "splitk"
+GEMM = "gemm"
+DEQUANT_MATMUL = "dequant_matmul"
+MOE = "moe"
+MMA = "mma"
+
+#: Word rows of one k-tile of the tensor-core GEMM (32 inputs of 4 bits, 16 of 8,
+#: ``wna16_mma.cu``), and the input step its splits are counted in: a multiple of both tiles,
+#: so every split starts at a tile, and a divisor of every group size, so a tile never crosses
+#: a group.
+MMA_WORD_ROWS = 4
+MMA_BLOCK_K = 32
+
+#: Rows of one ``mma.m8n8k4`` product and outputs one warp covers per word it loads (four quad
+#: pairs of 8, PTX ISA "Matrix Fragments for mma.m8n8k4").
+MMA_ROWS = 8
+MMA_WARP_OUTPUTS = 32
+
+#: Fused-MoE tiles of at most this many rows (decode's) may split the input.
+MOE_SPLIT_MAX_ROWS = 16
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch choice: the path, its tile, and how many programs split-K aims for per SM.
+
+    ``block_k`` counts input elements (packed words times the pack factor). ``num_stages`` is
+    the software pipeline depth of the input loop (Triton pipelines on SM80+ only, so the SM70
+    tables keep 1); the split-K loop asks for it explicitly (``tl.range``), because Triton
+    does not pipeline a loop without a dot on its own. ``reduce_unroll`` is how many split
+    partials the fused split-K reduction loads per round trip to L2. ``byte_zeros``: a 1-token
+    GEMV that reads asymmetric layers' zero points as uint8 (``PackedWeights.zeros8``) where
+    the layer has them: the GEMV loads them where it uses them, one per output and group, so
+    their bytes count as the weights' do; the dot tiles copy fp16 rows ahead instead (a 1-byte
+    row is below what ``cp.async`` copies).
+    ``atomic``: a split-K launch whose splits add their partials atomically into one fp32 tile
+    (the kernel's ``ATOMIC``, :func:`volta_ct_wna16.kernels.epilogue.accumulate_splits`)
+    instead of summing them through the reduction tree.
+    ``unmasked``: the launch also has a build without input and output masks, which it runs
+    where every tile lies inside the layer (:func:`~volta_ct_wna16.launch.whole_tiles`).
+    ``split_cost``: where set, the split count is the one the SMs finish soonest by
+    :func:`~volta_ct_wna16.launch.balanced_splits`, which counts a program's fixed cost as this
+    many input steps and takes ``programs_per_sm`` as the programs an SM runs at once; where None,
+    :func:`~volta_ct_wna16.launch.split_count` aims at ``programs_per_sm`` programs per SM.
+    ``swap``: a fused-MoE dot tile of more than :data:`MOE_SPLIT_MAX_ROWS` rows (one that
+    never splits the input) computed transposed, the dequantized weights as the dot's first
+    operand (the kernel's ``SWAP``, :func:`volta_ct_wna16.kernels.moe.wna16_moe_kernel`); it
+    dequantizes into input order for one dot (no :func:`~volta_ct_wna16.launch.slot_dots`) and
+    loads scales per word row (no :func:`~volta_ct_wna16.launch.group_tile`).
+
+    The tensor-core GEMM (``MMA``): ``block_m`` tokens (a multiple of 8) by ``block_n``
+    outputs (``num_warps`` warps of 32 outputs per word a lane loads,
+    :func:`~volta_ct_wna16.launch.mma_words`) per block, splits of ``block_k``
+    (:data:`MMA_BLOCK_K`) input steps, balanced by ``split_cost``.
+    """
+
+    path: str
+    block_m: int = 1
+    block_n: int = 32
+    block_k: int = 256
+    use_dot: bool = False
+    num_warps: int = 4
+    programs_per_sm: int = 4
+    group_m: int = 8
+    num_stages: int = 1
+    reduce_unroll: int = 2
+    byte_zeros: bool = False
+    atomic: bool = False
+    unmasked: bool = False
+    split_cost: float | None = None
+    swap: bool = False
+
+    def __post_init__(self) -> None:
+        if self.byte_zeros and not (self.path == SPLITK and self.block_m == 1 and not self.use_dot):
+            raise ValueError(f"only a 1-token GEMV reads uint8 zero points: {self}")
+        if self.atomic and self.path != SPLITK:
+            raise ValueError(f"only a split-K launch adds its splits atomically: {self}")
+        if self.unmasked and self.path != SPLITK:
+            raise ValueError(f"only a split-K launch has an unmasked build: {self}")
+        if self.swap and not (
+            self.path == MOE and self.use_dot and self.block_m > MOE_SPLIT_MAX_ROWS
+        ):
+            raise ValueError(
+                f"only a fused-MoE dot tile of more than {MOE_SPLIT_MAX_ROWS} rows swaps: {self}"
+            )
+        if self.split_cost is not None and (self.path not in (SPLITK, MMA) or self.split_cost < 0):
+            raise ValueError(
+                f"split_cost is a split-K or tensor-core launch's cost in steps, >= 0: {self}"
+            )
+        if self.path == MMA and (
+            self.block_m % MMA_ROWS
+            or self.block_k != MMA_BLOCK_K
+            or self.block_n % (MMA_WARP_OUTPUTS * self.num_warps)
+            or self.split_cost is None
+        ):
+            raise ValueError(
+                f"a tensor-core launch has rows a multiple of {MMA_ROWS}, {MMA_BLOCK_K} input "
+                f"steps, {MMA_WARP_OUTPUTS} outputs per warp and word, and a split cost: {self}"
+            )
+
+    def scaled_for_bits(self, bits: int) -> Launch:
+        """The multi-token FMA tiles in packed words: 8-bit weights get half the elements.
+
+        The 1-token GEMV works in 32-element sub-tiles whatever the width, and dequantized-tile
+        paths (``tl.dot``, GEMM, dequantize) keep their element tile.
+        """
+        if bits == 4 or self.path != SPLITK or self.use_dot or self.block_m == 1:
+            return self
+        return replace(self, block_k=self.block_k // 2)
+
+
+@dataclass(frozen=True)
+class MoEFused:
+    """The fused-MoE decode step in one launch
+    (:func:`volta_ct_wna16.kernels.moe_decode.moe_decode_fused_kernel`): a program per (pair,
+    ``block_j`` intermediate rows), gate/up over the whole input in ``block_k``-input steps
+    pipelined ``num_stages`` deep, down ``block_n`` outputs at a time (pipelined a tile ahead),
+    on ``num_warps`` warps; the programs' partial outputs added atomically in fp32."""
+
+    block_j: int = 32
+    block_k: int = 256
+    block_n: int = 1024
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        sizes = (self.block_j, self.block_k, self.block_n)
+        if any(size < 32 or size & (size - 1) for size in sizes) or self.num_stages < 1:
+            raise ValueError(
+                f"a one-launch decode's rows, input step and outputs are powers of two of at "
+                f"least 32 (whole GEMV sub-tiles), and it has a pipeline stage: {self}"
+            )
+
 
 #: The most tokens a table's decode (split-K) tile takes unless the table says otherwise.
 DECODE_MAX_M = 16
@@ -82,7 +209,8 @@ class Table:
     """The most tokens the decode tile takes (a tile of 16 rows runs one program per 16)."""
     moe_decode: tuple[tuple[int, MoEDecode | MoEFused], ...] = ()
     """Fused MoE at few tokens, read straight from the router's ids: ``(most tokens,
-    launches)`` rows in token order (:func:`choose_moe_decode`), two launches or one."""
+    launches)`` rows in token order (:func:`volta_ct_wna16.dispatch.moe_decode_choice`),
+    two launches or one."""
 
 
 SM70 = Table(
@@ -155,8 +283,8 @@ _SM90_GEMV = Launch(
 _SM90_ROW = Launch(MOE, block_n=512, block_k=32, num_warps=2, num_stages=3, reduce_unroll=8)
 
 SM90 = Table(
-    # 1 token: 512 outputs on 2 warps at 4 programs per SM, the best or within 1.1 us of the best
-    # on every layer swept (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
+    # 1 token: 512 outputs on 2 warps at 4 programs per SM, the best or close to it on every
+    # layer swept (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
     gemv=_SM90_GEMV,
     # From 8192 outputs: 4 warps at 5 programs per SM and a fan-in of 16, with fp16 zero points
     # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_gemv).
@@ -196,21 +324,15 @@ SM90 = Table(
     # Fused MoE: 16x128x128 while the routed rows per expert are few, 64x128x64 from 16 rows per
     # expert on average (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#sm90_moe).
     moe=Launch(MOE, block_m=16, block_n=128, block_k=128, use_dot=True, num_stages=3),
-    # The large tile swapped (weights as the dot's first operand, scales per word row): on the
-    # H100 the prefill kernels at 2048 tokens took 596.6 us against 688.2 unswapped on the
-    # Qwen3.5 layer and 725.3 against 836.2 on Qwen3-30B's, the least total over both of the
-    # tiles swept (128x128x64 on 8 warps swapped: 642.7 and 694.6, and 456.4 against 285.4 on
-    # Qwen3-30B's at 256 tokens, 16 rows per expert). The small tile stays: at 256 tokens
-    # (8 and 16 rows per expert, both on it) it took 247.2 and 266.3 us, swapped 258.9 and
-    # 265.6 (docs/perf/ct_wna16/moe_prefill/call1).
+    # The large tile swapped (weights as the dot's first operand, scales per word row): the
+    # least prefill time of the tiles swept on both MoE layers at 2048 tokens, while the small
+    # tile stays unswapped (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#moe_large_swap).
     moe_large=Launch(
         MOE, block_m=64, block_n=128, block_k=64, use_dot=True, num_stages=3, swap=True
     ),
-    # Decode MoE (docs/perf/ct_wna16/moe_decode/README.md): 1-4 tokens in one launch, 32
-    # intermediate rows a program on 4 warps (one token 14.6-15.0 us against the two launches'
-    # 17.3-17.4 on the Qwen3.5 layer, four 31.3-32.8 against 33.2-33.4; on 8 warps 24.7 and
-    # 54.4, 64 rows 27.7 and 33.4); 5-16 tokens the 1-token GEMV's tile, 512 outputs a program,
-    # split and summed by the tree (86.0 us at 16 tokens; one launch there took 109-188).
+    # Decode MoE: 1-4 tokens in one launch of 32 intermediate rows a program on 4 warps, 5-16
+    # tokens the 1-token GEMV's tile split and summed by the tree, each the faster there
+    # (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#moe_decode_rows).
     moe_decode=(
         (4, MoEFused(block_j=32, block_k=256, block_n=1024, num_warps=4, num_stages=3)),
         (MOE_DECODE_MAX_M, MoEDecode(_SM90_ROW, _SM90_ROW)),
@@ -221,40 +343,6 @@ SM90 = Table(
 def table_for(capability: tuple[int, int]) -> Table:
     """SM70 tiles on Volta (and Turing), SM90 tiles on anything with tensor-core ``tl.dot``."""
     return SM70 if capability < (8, 0) else SM90
-
-
-def choose(
-    m: int,
-    n: int,
-    capability: tuple[int, int],
-    bits: int,
-    table: Table | None = None,
-    k: int | None = None,
-) -> Launch:
-    """The launch for ``m`` tokens, ``n`` outputs and ``k`` inputs on ``capability`` with
-    ``bits``-bit weights.
-
-    One token: the wide tile from ``wide_gemv``'s outputs on, else the short one up to
-    ``short_gemv``'s inputs (``k`` None: not known, so not short), else the narrow one. The
-    input length also acts through :func:`volta_ct_wna16.launch.split_count` (a long input is
-    cut into more splits).
-    """
-    t = table or table_for(capability)
-    if m <= 1:
-        launch = t.gemv
-        if t.wide_gemv is not None and n >= t.wide_gemv[0]:
-            launch = t.wide_gemv[1]
-        elif t.short_gemv is not None and k is not None and k <= t.short_gemv[0]:
-            launch = t.short_gemv[1]
-    elif m <= 4:
-        launch = t.small
-    elif m <= t.decode_max_m:
-        launch = t.decode
-    elif t.dequant_from is not None and m >= t.dequant_from:
-        launch = t.dequant
-    else:
-        launch = t.gemm
-    return launch.scaled_for_bits(bits)
 
 
 #: The fewest and the most tokens the tensor-core GEMM takes: from 8, one ``m8n8k4`` product's
@@ -290,45 +378,6 @@ SM70_MMA: tuple[tuple[int, Launch], ...] = (
 )
 
 
-def choose_mma(
-    m: int, n: int, k: int, capability: tuple[int, int], bits: int, weight_bytes: int
-) -> Launch | None:
-    """The tensor-core launch for ``m`` tokens on an ``n x k`` layer of ``bits``-bit weights
-    (``weight_bytes`` read), or None where the table's Triton launch (:func:`choose`) serves:
-    another device, a token count outside :data:`MMA_MIN_M`-:data:`MMA_MAX_M`, or a model time
-    (:func:`volta_ct_wna16.sm70_model.seconds`) longer than the Triton launch's. A tie (both
-    bound by the same bytes, 8-bit weights at 8 tokens) goes to the tensor cores, whose
-    arithmetic is further from binding."""
-    if capability != MMA_CAPABILITY or not MMA_MIN_M <= m <= MMA_MAX_M:
-        return None
-    launch = next(row for most, row in SM70_MMA if m <= most)
-    triton = choose(m, n, capability, bits, k=k)
-    mma = sm70_model.seconds(m, n, k, launch, bits, weight_bytes)
-    return launch if mma <= sm70_model.seconds(m, n, k, triton, bits, weight_bytes) else None
-
-
-def choose_moe(pairs: int, experts: int, capability: tuple[int, int]) -> Launch:
-    """The fused-MoE launch for ``pairs`` routed (token, expert) rows over ``experts`` local
-    experts: the larger tile once the rows average more than the small tile holds per expert.
-    Depends on the batch only (not on the routing), so a captured CUDA graph keeps its tile."""
-    t = table_for(capability)
-    return t.moe_large if pairs > t.moe.block_m * experts else t.moe
-
-
-def choose_moe_decode(tokens: int, capability: tuple[int, int]) -> MoEDecode | MoEFused | None:
-    """The decode kernels' launches for ``tokens`` tokens on ``capability``, or None where the
-    routed blocks' kernel serves (:func:`choose_moe`): more tokens than the table's last row.
-    Depends on the batch only, so a captured CUDA graph keeps its launches."""
-    return next(
-        (row for most, row in table_for(capability).moe_decode if 1 <= tokens <= most), None
-    )
-
-
-def pow2_at_least(n: int, least: int) -> int:
-    """The smallest power of two that is at least ``n`` and ``least`` (a vector length)."""
-    return max(least, 1 << (n - 1).bit_length())
-
-
 #: The most experts per token :func:`volta_ct_wna16.routing.select_experts` picks (its
 #: kernel's vector of them, ``TOPK_POW2``).
 MAX_SELECT_TOP_K = 32
@@ -337,20 +386,9 @@ MAX_SELECT_TOP_K = 32
 #: Pairs per program of the routing's first launch.
 ROUTE_COUNT_BLOCK = 256
 
-#: Count-by-pair elements one program of the routing's second launch compares at once.
-_ROUTE_PLACE_ELEMENTS = 8192
-
-
-def route_place_tile(experts: int) -> tuple[int, int]:
-    """``(E_POW2, BLOCK)`` of the routing's second launch for ``experts`` local experts: the
-    counts padded to a power of two (at least 16), and as many pairs per program as keep the
-    pairs-by-experts comparisons at ``_ROUTE_PLACE_ELEMENTS`` (16 to 128)."""
-    if not 1 <= experts <= MAX_ROUTED_EXPERTS:
-        raise ValueError(
-            f"{experts} local experts: the fused routing takes 1 to {MAX_ROUTED_EXPERTS}"
-        )
-    e_pow2 = max(16, 1 << (experts - 1).bit_length())
-    return e_pow2, max(16, min(128, _ROUTE_PLACE_ELEMENTS // e_pow2))
+#: Count-by-pair elements one program of the routing's second launch compares at once
+#: (:func:`volta_ct_wna16.launch.route_place_tile`).
+ROUTE_PLACE_ELEMENTS = 8192
 
 
 #: Columns per program of the SiLU product between the fused-MoE launches.

@@ -18,8 +18,9 @@ from volta_core.kernel_api import (
     zeroed_accumulators,
 )
 from volta_ct_wna16.cuda import KERNEL, SOURCE
-from volta_ct_wna16.launch import MMA, Launch, mma_options, split_count
+from volta_ct_wna16.launch import mma_options, split_count
 from volta_ct_wna16.layout import PackedWeights
+from volta_ct_wna16.tables import MMA, Launch
 
 #: The most elements a tensor the kernel indexes may have: it indexes with 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1

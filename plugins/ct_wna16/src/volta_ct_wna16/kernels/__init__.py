@@ -11,7 +11,7 @@ fp16 and zero points (asymmetric only) fp16 ``[groups, N]`` holding the stored v
 ``dequant(W)[n, k] = (q - z) * s`` with ``z = 2**(bits-1)`` when symmetric.
 
 One module per kernel family; which kernel and tile a call runs is
-:func:`volta_ct_wna16.tables.choose`'s answer:
+:mod:`volta_ct_wna16.dispatch`'s answer:
 
 * :mod:`.splitk`: decode, one output tile over one split of the input, the splits summed in
   the same launch (:mod:`.epilogue`); the 1-token GEMV (:mod:`.gemv`), a multi-token FMA tile,

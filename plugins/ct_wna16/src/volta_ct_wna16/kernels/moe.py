@@ -78,9 +78,8 @@ def wna16_moe_kernel(
     and the products overlap the next dequantization (no such store, ``pendings = 3``). This
     is how Hopper's mixed-input GEMMs feed dequantized weights when the activations' rows are
     few (CUTLASS example 55, ``55_hopper_mixed_dtype_gemm``, and vLLM's Machete kernels):
-    the routed rows become ``wgmma``'s N. On the H100 it took the prefill kernels of the two
-    MoE layers at 2048 tokens from 688 to 597 us and from 836 to 725 us
-    (docs/perf/ct_wna16/moe_prefill/call1).
+    the routed rows become ``wgmma``'s N. It shortened both MoE layers' prefill on the H100
+    (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#moe_large_swap).
     """
     PACK: tl.constexpr = 32 // BITS
     pid_m = tl.program_id(0)

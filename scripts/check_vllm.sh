@@ -118,7 +118,7 @@ status=0
 SECONDS=0
 setup
 setup_s=$SECONDS
-"$py" -c "from volta_core.vllm import compat; import torch; print('==', *compat.installed_vllm(), '| family', compat.family().name, '| torch', torch.__version__)"
+"$py" -c "from volta_core.vllm import families; import torch; print('==', *families.installed_vllm(), '| family', families.family().name, '| torch', torch.__version__)"
 
 # vLLM's CPU platform in every process (tests/plugins/cpu_platform): these builds are CUDA builds.
 export VLLM_TARGET_DEVICE=cpu VOLTA_TEST_CPU_PLATFORM=1

@@ -104,9 +104,9 @@ def config_engine_args(kv_cache_dtype: str) -> dict[str, object]:
     with FP8 KV cache"); the configurations these tests build are for the CUDA layers, so both
     are turned off there. 0.32+ take the defaults.
     """
-    from volta_core.vllm import compat
+    from volta_core.vllm import families
 
-    if not kv_cache_dtype.startswith("fp8") or compat.family().base >= (0, 32):
+    if not kv_cache_dtype.startswith("fp8") or families.family().base >= (0, 32):
         return {}
     return {"enable_prefix_caching": False, "enable_chunked_prefill": False}
 

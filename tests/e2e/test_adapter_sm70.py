@@ -130,7 +130,7 @@ def manager() -> VoltaPluginManager:
 def platform(manager: VoltaPluginManager, capability: tuple[int, int] = (7, 0)) -> Any:
     from vllm.platforms.interface import DeviceCapability, Platform, PlatformEnum
 
-    from volta_core.vllm.compat import make_platform_class
+    from volta_core.vllm.platform_class import make_platform_class
 
     class StandInCuda(Platform):
         _enum = PlatformEnum.CUDA
@@ -247,10 +247,10 @@ def test_never_routes_sm80_and_newer(manager: VoltaPluginManager, capability: tu
 
 
 def test_platform_plugin_stays_out_on_the_cpu_build() -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import families
     from volta_core.vllm import platform as platform_plugin
 
-    assert compat.is_cpu_build()
+    assert families.is_cpu_build()
     assert platform_plugin.detect() is None
 
 
@@ -321,7 +321,7 @@ def gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2") -> Any:
 
 
 def overrides(manager: VoltaPluginManager, device: Device | None) -> dict[str, type]:
-    from volta_core.vllm.compat import make_quantization_overrides
+    from volta_core.vllm.quantization import make_quantization_overrides
 
     return make_quantization_overrides(manager, lambda: device)
 
@@ -440,22 +440,22 @@ def test_linear_layers_are_claimed_through_the_host(checkpoints: dict[str, Path]
 def test_platform_plugin_activates_on_7x_gpus_only(
     monkeypatch: pytest.MonkeyPatch, capabilities: list | None, activates: bool
 ) -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import devices, families
     from volta_core.vllm import platform as platform_plugin
 
-    monkeypatch.setattr(compat, "is_cpu_build", lambda: False)
-    monkeypatch.setattr(compat, "nvml_capabilities", lambda: capabilities)
+    monkeypatch.setattr(families, "is_cpu_build", lambda: False)
+    monkeypatch.setattr(devices, "nvml_capabilities", lambda: capabilities)
     expected = "volta_core.vllm.cuda_platform.VoltaCudaPlatform" if activates else None
     assert platform_plugin.detect() == expected
 
 
 def test_platform_plugin_never_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import devices, families
     from volta_core.vllm import platform as platform_plugin
 
     def broken() -> None:
         raise OSError("NVML library not found")
 
-    monkeypatch.setattr(compat, "is_cpu_build", lambda: False)
-    monkeypatch.setattr(compat, "nvml_capabilities", broken)
+    monkeypatch.setattr(families, "is_cpu_build", lambda: False)
+    monkeypatch.setattr(devices, "nvml_capabilities", broken)
     assert platform_plugin.detect() is None

@@ -66,18 +66,18 @@ def test_vllm_forces_triton_attn_on_the_whole_model(engine_config: Any) -> None:
 
 
 def test_override_leaves_the_choice_per_layer_under_a_volta_platform(engine_config: Any) -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    override = compat.make_model_config_overrides(lambda: True)[ARCH]
+    override = model_config_hooks.make_model_config_overrides(lambda: True)[ARCH]
     assert run_hook(engine_config, override) is None
 
 
 def test_override_changes_nothing_where_the_adapter_does_not_route(engine_config: Any) -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    override = compat.make_model_config_overrides(lambda: False)[ARCH]
+    override = model_config_hooks.make_model_config_overrides(lambda: False)[ARCH]
     assert run_hook(engine_config, override) == AttentionBackendEnum.TRITON_ATTN
 
 
@@ -85,9 +85,9 @@ def test_override_changes_nothing_where_the_adapter_does_not_route(engine_config
 def test_a_backend_the_user_chose_is_never_taken_back(engine_config: Any, chosen: str) -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    override = compat.make_model_config_overrides(lambda: True)[ARCH]
+    override = model_config_hooks.make_model_config_overrides(lambda: True)[ARCH]
     user = AttentionBackendEnum[chosen]
     assert run_hook(engine_config, override, user) == user
 
@@ -97,13 +97,15 @@ def test_registration_wraps_vllms_hook_once(monkeypatch: pytest.MonkeyPatch) -> 
     entry still wraps vLLM's own hook, not a previous override."""
     from vllm.model_executor.models import config as model_configs
 
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    for arch in compat.PER_LAYER_HEAD_SIZE_ARCHS:  # restored after the test
+    for arch in model_config_hooks.PER_LAYER_HEAD_SIZE_ARCHS:  # restored after the test
         monkeypatch.setitem(model_configs.MODELS_CONFIG_MAP, arch, model_configs.Gemma4Config)
     for _ in range(2):
-        compat.register_model_config_overrides(compat.make_model_config_overrides(lambda: True))
-    for arch in compat.PER_LAYER_HEAD_SIZE_ARCHS:
+        model_config_hooks.register_model_config_overrides(
+            model_config_hooks.make_model_config_overrides(lambda: True)
+        )
+    for arch in model_config_hooks.PER_LAYER_HEAD_SIZE_ARCHS:
         entry = model_configs.MODELS_CONFIG_MAP[arch]
         assert entry.volta_base is model_configs.Gemma4Config
         assert issubclass(entry, model_configs.Gemma4Config)
@@ -114,9 +116,9 @@ def test_the_multimodal_gemma4_architectures_are_routed_too() -> None:
     hook, so it needs the same override (its mm-prefix layers stay vLLM's in the selector)."""
     from vllm.model_executor.models import config as model_configs
 
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    overrides = compat.make_model_config_overrides(lambda: True)
+    overrides = model_config_hooks.make_model_config_overrides(lambda: True)
     hooked = {
         arch
         for arch, hook in model_configs.MODELS_CONFIG_MAP.items()
@@ -127,6 +129,6 @@ def test_the_multimodal_gemma4_architectures_are_routed_too() -> None:
 
 
 def test_routed_platform_is_false_on_the_cpu_platform() -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import model_config_hooks
 
-    assert compat.routed_platform() is False
+    assert model_config_hooks.routed_platform() is False

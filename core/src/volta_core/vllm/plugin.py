@@ -7,7 +7,7 @@ declared parser nothing of vLLM's reasoning machinery is touched, with no quant 
 vLLM's quantization configs are not imported, and nothing imports torch that vLLM has not
 imported already.
 
-What it applies, each family on its own so one failing does not take the others down:
+What it applies, each step on its own so one failing does not take the others down:
 
 1. reasoning parsers declared by plugins, registered with vLLM under their names (and any
    aliases from ``VLLM_VOLTA_REASONING_ALIASES``, e.g. ``qwen3=qwen3-volta``);
@@ -20,7 +20,7 @@ What it applies, each family on its own so one failing does not take the others 
 4. when a plugin declares attention backends, vLLM's configuration hook for Gemma-4 text models
    wrapped so that, under a Volta platform only, the whole-model TRITON_ATTN it forces for
    mixed head sizes is taken back and layers are routed one by one
-   (:func:`volta_core.vllm.compat.make_model_config_overrides`).
+   (:func:`volta_core.vllm.model_config_hooks.make_model_config_overrides`).
 
 ``VLLM_VOLTA_DEVICE`` (``sm70``, ``7.0``...) names the device the host judges quant claims and
 KV-cache dtypes for where vLLM reports no CUDA capability (the CPU build, for tests and dry
@@ -39,7 +39,16 @@ import os
 import sys
 
 from volta_core.manager import VoltaPluginManager, get_plugin_manager, strict_mode
-from volta_core.vllm import attention, compat, report
+from volta_core.vllm import (
+    attention,
+    backend_binding,
+    devices,
+    families,
+    model_config_hooks,
+    quantization,
+    reasoning_parser,
+    report,
+)
 from volta_core.vllm.reasoning import ENV_ALIASES, aliases
 
 log = logging.getLogger("volta_core.vllm")
@@ -54,7 +63,9 @@ def _register_parsers(manager: VoltaPluginManager) -> None:
     extra = aliases(os.environ.get(ENV_ALIASES), [spec.name for _, spec in declared])
     for plugin, spec in declared:
         names = [spec.name] + [alias for alias, name in extra.items() if name == spec.name]
-        compat.register_reasoning_parser(names, compat.make_reasoning_parser(spec, manager))
+        reasoning_parser.register_reasoning_parser(
+            names, reasoning_parser.make_reasoning_parser(spec, manager)
+        )
         report.event("reasoning_parser", names=names, plugin=plugin)
 
 
@@ -67,25 +78,27 @@ def _register_quantization(manager: VoltaPluginManager) -> None:
     if not any(hook.get_hookimpls() for hook in hooks):
         log.debug("vllm-volta: no plugin claims quant methods or judges KV dtypes here")
         return
-    overrides = compat.quantization_overrides()
-    compat.register_quantization_overrides(overrides)
+    overrides = quantization.quantization_overrides()
+    quantization.register_quantization_overrides(overrides)
     report.event("quantization_override", names=sorted(overrides))
 
 
 def _bind_attention(manager: VoltaPluginManager) -> None:
-    device = compat.current_cuda_device()
+    device = devices.current_cuda_device()
     if not attention.routes(device):
         return
-    custom = [spec for _, spec in manager.attention_backends() if spec.vllm_name == "CUSTOM"]
+    custom = [
+        spec for _, spec in manager.attention_backends() if spec.vllm_name == backend_binding.CUSTOM
+    ]
     if custom:
-        compat.bind_custom_backend(max(custom, key=lambda spec: spec.priority))
+        backend_binding.bind_custom_backend(max(custom, key=lambda spec: spec.priority))
 
 
 def _register_model_hooks(manager: VoltaPluginManager) -> None:
     if not manager.attention_backends():
         return
-    compat.register_model_config_overrides(
-        compat.make_model_config_overrides(compat.routed_platform)
+    model_config_hooks.register_model_config_overrides(
+        model_config_hooks.make_model_config_overrides(model_config_hooks.routed_platform)
     )
 
 
@@ -95,8 +108,8 @@ def register() -> None:
     if _applied:
         return
     _applied = True
-    reason = compat.unsupported_reason()
-    installed = compat.installed_vllm()
+    reason = families.unsupported_reason()
+    installed = families.installed_vllm()
     if reason is not None:
         log.warning("%s", reason)
         report.set_fields(vllm=installed, supported=False)
@@ -121,7 +134,7 @@ def register() -> None:
     if "torch" not in sys.modules:
         log.debug("vllm-volta: vLLM has not imported torch in this process; nothing to apply")
         return
-    for family, apply in (
+    for step, apply in (
         ("reasoning parsers", _register_parsers),
         ("quantization", _register_quantization),
         ("attention backends", _bind_attention),
@@ -134,8 +147,9 @@ def register() -> None:
                 raise
             log.error(
                 "vllm-volta: %s were not applied (%s: %s); vLLM's own behaviour stands",
-                family,
+                step,
                 type(exc).__name__,
                 exc,
             )
-            report.event("failed", family=family, error=f"{type(exc).__name__}: {exc}")
+            # The report's field keeps its published name, "family" (the step that failed).
+            report.event("failed", family=step, error=f"{type(exc).__name__}: {exc}")

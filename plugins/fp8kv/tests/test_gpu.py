@@ -9,7 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from volta_core import PACKED_KV_LAYOUT, VoltaPluginManager, kv_cache_writer
+from volta_core import (
+    FP8_E4M3_MIN_CAPABILITY,
+    PACKED_KV_LAYOUT,
+    VoltaPluginManager,
+    kv_cache_writer,
+)
 from volta_fp8kv import plugin
 from volta_fp8kv.format import CacheFormat, encode_reference
 from volta_fp8kv.ops import KVCacheInputError, gather_kv_cache, write_kv_cache
@@ -22,7 +27,7 @@ CUDA = "cuda"
 
 def formats() -> list[CacheFormat]:
     fmts = [CacheFormat.FP8_E5M2]
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9):
+    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= FP8_E4M3_MIN_CAPABILITY:
         fmts.append(CacheFormat.FP8_E4M3)
     return fmts
 

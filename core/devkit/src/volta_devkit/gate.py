@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from volta_core import KernelConfig
+from volta_core import FP8_E4M3_MIN_CAPABILITY, KernelConfig
 from volta_devkit import measure_cache
 from volta_devkit.disassembler import (
     DisassemblerUnavailable,
@@ -46,8 +46,9 @@ from volta_devkit.disassembler import (
 #: Volta's largest shared-memory allocation per block (opt-in above 48 KB).
 MAX_SHARED_BYTES = 96 * 1024
 
-#: First compute capability (as Triton spells it: 89) with e4m3 (``fp8e4nv``) conversion.
-FP8E4NV_MIN_CAPABILITY = 89
+#: First compute capability with e4m3 (``fp8e4nv``) conversion, as Triton spells it (89): the
+#: host's :data:`volta_core.FP8_E4M3_MIN_CAPABILITY`.
+FP8E4NV_MIN_CAPABILITY = 10 * FP8_E4M3_MIN_CAPABILITY[0] + FP8_E4M3_MIN_CAPABILITY[1]
 
 # How e4m3 shows up in each stage's text: MLIR's type in TTIR/TTGIR/LLIR, PTX's cvt suffix.
 _E4M3_PATTERNS = {

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 
 from volta_core import Device, KernelConfig
+from volta_core.kernel_api import FP8_FORMAT_CODES
 
 #: The padded head sizes (next power of two of ``max(head_size_k, head_size_v)``) configured:
 #: 64 up to 512 (Gemma 4's global layers use 512). Each comes ``FULL`` (both head sizes equal
@@ -25,9 +26,10 @@ KERNELS = {
     "gather": "volta_fp8kv.kernels.gather:gather_kernel",
 }
 
-#: The cache formats this plugin writes, with each one's ``FMT`` constexpr (the codec's format
-#: code, :mod:`volta_core.kernel_api`; 0 stores fp16 values unchanged).
-FORMAT_CODES = {"float16": 0, "fp8_e5m2": 1, "fp8_e4m3": 2}
+#: The cache formats this plugin writes, with each one's ``FMT`` constexpr: 0 stores fp16 values
+#: unchanged, the FP8 formats take the codec's own codes (the host's
+#: :data:`volta_core.kernel_api.FP8_FORMAT_CODES`, which the codec reads).
+FORMAT_CODES: dict[str, int] = {"float16": 0, **FP8_FORMAT_CODES}
 
 _SIGNATURES = {
     "cache_write": (

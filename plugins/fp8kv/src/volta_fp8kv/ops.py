@@ -13,16 +13,13 @@ import functools
 
 import torch
 
+from volta_core import FP8_E4M3_MIN_CAPABILITY
 from volta_core.kernel_api import device_facts, interpreting
 from volta_fp8kv import configs
 from volta_fp8kv.format import CacheFormat, cache_format
 from volta_fp8kv.scales import KVScales
 
 _INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-#: The first GPU generation with e4m3 (Ada, SM89): readers convert its codes in hardware, and the
-#: KV-dtype policy (:mod:`volta_fp8kv.policy`) refuses it below.
-E4M3_MIN_CAPABILITY = (8, 9)
 
 
 class KVCacheInputError(ValueError):
@@ -58,9 +55,10 @@ def storage_view(fmt: CacheFormat, cache: torch.Tensor) -> torch.Tensor:
         )
     if fmt.needs_e4m3 and not interpreting():
         capability = device_facts(cache.device).capability
-        if capability < E4M3_MIN_CAPABILITY:
+        if capability < FP8_E4M3_MIN_CAPABILITY:
             raise KVCacheInputError(
-                f"fp8_e4m3 caches need compute capability 8.9 or newer; {cache.device} is "
+                "fp8_e4m3 caches need compute capability "
+                f"{'.'.join(map(str, FP8_E4M3_MIN_CAPABILITY))} or newer; {cache.device} is "
                 f"{capability}: use fp8_e5m2"
             )
     return cache

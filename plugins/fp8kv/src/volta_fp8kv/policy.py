@@ -19,6 +19,7 @@ Kept free of torch and triton: loading the plugin must not import them.
 from __future__ import annotations
 
 from volta_core import (
+    FP8_E4M3_MIN_CAPABILITY,
     FP8_KV_CACHE_DTYPES,
     CheckpointKV,
     KVRequest,
@@ -26,6 +27,8 @@ from volta_core import (
     KVVerdict,
     canonical_kv_dtype,
 )
+
+_E4M3_MAJOR, _E4M3_MINOR = FP8_E4M3_MIN_CAPABILITY
 
 #: Largest finite magnitude of each FP8 format (e4m3 is the ``fn`` variant vLLM uses).
 FP8_MAX = {"fp8_e4m3": 448.0, "fp8_e5m2": 57344.0}
@@ -67,8 +70,9 @@ def _e4m3_verdict(request: KVRequest) -> KVVerdict:
             )
         return KVVerdict.reject(
             f"--kv-cache-dtype {request.kv_cache_dtype} stores e4m3, which needs compute "
-            f"capability 8.9 or newer: {device} has no e4m3 conversion (Triton's fp8e4nv does "
-            "not compile below SM89), so no kernel can write or read that cache here. "
+            f"capability {_E4M3_MAJOR}.{_E4M3_MINOR} or newer: {device} has no e4m3 conversion "
+            f"(Triton's fp8e4nv does not compile below SM{_E4M3_MAJOR}{_E4M3_MINOR}), so no "
+            "kernel can write or read that cache here. "
             f"Use --kv-cache-dtype fp8_e5m2{scales_note}."
         )
     if ckpt.scheme is KVScaleScheme.NONE:

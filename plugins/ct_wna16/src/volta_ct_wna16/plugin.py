@@ -30,7 +30,7 @@ from volta_core.kernel_api import StageCost, Workload
 from volta_ct_wna16.limits import supports_device
 from volta_ct_wna16.scheme import Unsupported, WeightScheme, quant_layer_scheme
 
-VOLTA_HOST_API = "1.1"
+VOLTA_HOST_API = "1.2"
 
 #: The quant method's name in plans and claims.
 METHOD = "ct-wna16"

@@ -3,7 +3,7 @@
 ``tests/vllm_families`` runs each touchpoint (every vLLM name a touchpoint file imports, each
 override's signature, the objects vLLM builds) against whichever family is installed, so a new
 touchpoint is checked everywhere CI runs it; this test fails when a family is added to
-``compat.FAMILIES`` without CI running that check on it.
+``families.FAMILIES`` without CI running that check on it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from volta_core.vllm import compat
+from volta_core.vllm import families
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ CHECK_FOR = {
 
 def test_ci_runs_the_touchpoint_check_for_every_family() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
-    assert {f.name for f in compat.FAMILIES} == set(CHECK_FOR)
+    assert {f.name for f in families.FAMILIES} == set(CHECK_FOR)
     missing = [name for name, check in CHECK_FOR.items() if check not in ci]
     assert missing == []
     assert re.search(r"^bash scripts/dev\.sh test$", ci, re.M)

@@ -232,9 +232,9 @@ def test_vllm_cpu_build_serves_no_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path:
 
 
 def test_vllm_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    from volta_core.vllm import compat
+    from volta_core.vllm import families
 
-    monkeypatch.setattr(compat, "installed_vllm", lambda: None)
+    monkeypatch.setattr(families, "installed_vllm", lambda: None)
     monkeypatch.setattr(doctor, "package_dirs", lambda name: [])
     [row] = doctor.check_vllm(NO_GPU)
     assert (row.status, row.detail) == (
@@ -487,9 +487,9 @@ def test_family_limits_are_problems_with_their_fix(
     sizes on the families that read them globally (transformers 5.14+ refuses that), dense FP8
     weights where the family asks for compute capability 7.5. The models are the bundled
     examples, read as ``--model`` reads them."""
-    from volta_core.vllm import compat
+    from volta_core.vllm import families
 
-    monkeypatch.setattr(compat, "installed_vllm", lambda: installed)
+    monkeypatch.setattr(families, "installed_vllm", lambda: installed)
     monkeypatch.setattr(
         doctor, "_installed_version", lambda name: transformers if name == "transformers" else None
     )

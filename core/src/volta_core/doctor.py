@@ -10,7 +10,7 @@ exact fix) or ``info``. The rules, and where they come from:
   from its CUDA 12.8 wheels in release 2.11 and its CUDA 13 wheels never had it (CUDA 13
   removed Volta; pytorch/pytorch#172352, PyTorch ``RELEASE.md`` "PyTorch CUDA Support
   Matrix"): 2.10's default CUDA 12.8 wheel and the ``+cu126`` wheels carry ``sm_70``.
-- vLLM: inside the adapter's supported range (:mod:`volta_core.vllm.compat`) and with compiled
+- vLLM: inside the adapter's supported range (:mod:`volta_core.vllm.families`) and with compiled
   extensions carrying ``sm_70`` SASS or ``compute_70`` PTX, read from their ``.nv_fatbin``
   sections (:mod:`volta_core.fatbin`) without importing vLLM. vLLM removed 7.0 from its
   CUDA >= 12.8 architecture list (vllm-project/vllm#39878), so its 0.20+ wheels carry none.
@@ -344,9 +344,9 @@ def library_archs(dirs: Iterable[Path]) -> dict[Path, fatbin.CudaArchs | str]:
 
 def check_vllm(gpus: GpuProbe) -> list[Check]:
     """vLLM's distribution and version against the adapter's range, and its sm_70 code."""
-    from volta_core.vllm import compat
+    from volta_core.vllm import families
 
-    installed = compat.installed_vllm()
+    installed = families.installed_vllm()
     dirs = package_dirs("vllm")
     if installed is None and not dirs:
         return [
@@ -359,11 +359,11 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         ]
     rows = []
     label = f"{installed[0]} {installed[1]}" if installed else "vllm (no distribution metadata)"
-    reason = compat.unsupported_reason(installed) if installed else None
+    reason = families.unsupported_reason(installed) if installed else None
     if reason:
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
-        family = compat.family_of(installed)
+        family = families.family_of(installed)
         assert family is not None  # supported: no reason given
         rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))
     rows.append(_check_vllm_code(label, dirs, gpus))
@@ -544,10 +544,10 @@ def load_model(target: str) -> ModelTarget:
 
 def family_problems(model: ModelDescription) -> list[tuple[str, str]]:
     """What the installed vLLM family itself refuses of this model on SM70, with the fix: the
-    limits no Volta plugin routes around (``compat.Family``)."""
-    from volta_core.vllm import compat
+    limits no Volta plugin routes around (``families.Family``)."""
+    from volta_core.vllm import families
 
-    family = compat.family_of(compat.installed_vllm())
+    family = families.family_of(families.installed_vllm())
     if family is None:
         return []
     found = []

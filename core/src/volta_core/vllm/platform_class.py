@@ -1,5 +1,3 @@
-# mypy: disallow-subclassing-any=False
-# (this module subclasses vLLM's classes, which are Any to mypy: vLLM is not followed)
 """The Volta CUDA platform class: a subclass of vLLM's platform that, on compute capability 7.x,
 routes attention per layer (:mod:`volta_core.vllm.attention` decides) and judges the KV-cache
 dtype at config time (:mod:`volta_core.vllm.kv_cache` decides).

@@ -1,5 +1,3 @@
-# mypy: disallow-subclassing-any=False
-# (this module subclasses vLLM's classes, which are Any to mypy: vLLM is not followed)
 """The ``compressed-tensors`` and ``fp8`` quantization-config subclasses registered over vLLM's.
 
 They ask the host first and otherwise behave exactly as upstream: a linear or routed-experts

@@ -1,5 +1,3 @@
-# mypy: disallow-subclassing-any=False
-# (this module subclasses vLLM's classes, which are Any to mypy: vLLM is not followed)
 """The vLLM ``ReasoningParser`` subclass built for each parser a plugin declares, and its
 registration with ``ReasoningParserManager``.
 

@@ -41,7 +41,13 @@ from typing import Any
 
 import torch
 
-from volta_attn_v100.launch import decode_tiles
+from volta_attn_v100.dispatch import table_for
+from volta_attn_v100.launch import (
+    cuda_decode_launch,
+    cuda_prefill_launch,
+    decode_tiles,
+    prefill_tiles,
+)
 from volta_attn_v100.limits import head_pad, kv_dtype_refusal
 from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_attn_v100.tables import (
@@ -55,7 +61,6 @@ from volta_attn_v100.tables import (
     SplitPolicy,
     Tiles,
     WideCombine,
-    table_for,
 )
 from volta_devkit.bench import measure_copy_bandwidth, time_cuda, time_cuda_graph
 from volta_devkit.read_floor import read_floor
@@ -235,7 +240,7 @@ def prefill_case(
 def triton_sm70_fmas(batch, seq_len, prefix, heads, kv_heads, head_size) -> int:
     """FMAs the Triton prefill's SM70 tiles execute for ``batch`` sequences of ``seq_len`` new
     tokens after ``prefix`` cached ones."""
-    tiles = SM70.prefill_tiles[head_pad(head_size)].for_query(seq_len)
+    tiles = prefill_tiles(SM70.prefill_tiles[head_pad(head_size)], seq_len)
     group = heads // kv_heads
     total = prefix + seq_len
     # SM70 tiles compute block_m rows per KV tile; rows are tokens x the (padded) head group,
@@ -325,12 +330,16 @@ def cuda_prefill_case(seq_len, heads=32, kv_heads=8, head_size=128, kv_dtype="fl
     unit = torch.ones(1, dtype=torch.float32, device="cuda")
     if not prefill.ready(query.device, head_size, kv_dtype):
         raise SystemExit("the tensor-core prefill needs NVRTC (pip install vllm-volta-core[cuda])")
+    launch = cuda_prefill_launch(
+        kv_dtype=kv_dtype, head_size=head_size, num_heads=heads, num_kv_heads=kv_heads,
+        num_seqs=batch, num_tokens=batch * seq_len,
+    )  # fmt: skip
 
     def run():
         prefill.launch(
             query, kv, blocks, seq_lens, q_start, out, k_scale=unit, v_scale=unit,
             scale_stride=0, sinks=unit, has_sinks=0, sm_scale=head_size**-0.5, softcap=0.0,
-            window=0, kv_cache_dtype=kv_dtype,
+            window=0, launch=launch,
         )  # fmt: skip
 
     ms = time_cuda(run, [()], target_ms=100.0, min_reps=5).median_ms
@@ -495,12 +504,19 @@ def cuda_decode_case(batch, ctx, heads, kv_heads, head_size, kv_dtype, copy_bw) 
     ]
     out = torch.empty_like(inputs[0][0])
     splits = default_num_splits(batch, kv_heads, ctx, "cuda", kv_dtype)
+    launch = cuda_decode_launch(
+        kv_dtype=kv_dtype, head_size=head_size, num_heads=heads, num_kv_heads=kv_heads,
+        num_seqs=batch, max_query_len=1, num_splits=splits,
+    )  # fmt: skip
+    unit = torch.ones(1, dtype=torch.float32, device="cuda")
+    if not decode.ready(out.device, head_size, kv_dtype):
+        raise SystemExit("the tensor-core decode needs NVRTC (pip install vllm-volta-core[cuda])")
 
     def run(q, kv, block_table, seq_lens, q_start):
-        decode.paged_decode(
-            q, kv, block_table, seq_lens, q_start, out, max_query_len=1, max_seq_len=ctx,
-            sm_scale=head_size**-0.5, kv_cache_dtype=kv_dtype, num_splits=splits,
-            check_bounds=False,
+        decode.launch(
+            q, kv, block_table, seq_lens, q_start, out, k_scale=unit, v_scale=unit,
+            scale_stride=0, sinks=unit, has_sinks=0, sm_scale=head_size**-0.5, softcap=0.0,
+            window=0, launch=launch,
         )  # fmt: skip
 
     run(*inputs[0])

@@ -18,7 +18,8 @@ from types import ModuleType
 
 import pytest
 
-from volta_attn_v100.gate_configs import decode_config, kernel_configs
+from volta_attn_v100.dispatch import kernel_configs
+from volta_attn_v100.gate_configs import decode_config
 from volta_attn_v100.launch import decode_launch, decode_tiles
 from volta_attn_v100.tables import SM80, LaunchTable
 from volta_core import KernelConfig

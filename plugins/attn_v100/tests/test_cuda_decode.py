@@ -2,7 +2,7 @@
 sm_70 gate with both products on HMMA, its SM70 estimate against issue 34's target, what happens
 without NVRTC, and, on a GPU, its results against float64.
 
-On CPU (CI): the selection rule (:func:`volta_attn_v100.tables.takes_cuda_decode`), the sm_70
+On CPU (CI): the selection rule (:func:`volta_attn_v100.dispatch.takes_cuda_decode`), the sm_70
 gate over every shipped build (HMMA steps per key tile exactly the products', no FMA dot in the
 key loop, the loop no longer than the estimate counts), the SM70 estimates, the loader's
 fallback, strict mode and capture rule through the plugin's own loading seam
@@ -30,12 +30,24 @@ import torch
 from attn_v100_cases import make_case, reference
 
 from volta_attn_v100 import ops
-from volta_attn_v100.cuda import DECODE_KERNEL, DECODE_SOURCE, decode, decode_options
-from volta_attn_v100.gate_configs import cuda_builds
-from volta_attn_v100.launch import decode_launch
-from volta_attn_v100.limits import HEAD_SIZES
+from volta_attn_v100.cuda import decode
+from volta_attn_v100.dispatch import (
+    TRITON,
+    AttentionCall,
+    choose,
+    cuda_kernel_configs,
+    takes_cuda_decode,
+)
+from volta_attn_v100.launch import (
+    DECODE_KERNEL,
+    CudaDecodeLaunch,
+    cuda_decode_launch,
+    cuda_source,
+    decode_options,
+)
+from volta_attn_v100.limits import HEAD_SIZES, MAX_DECODE_QUERY_LEN
 from volta_attn_v100.ops import AttentionInputError, paged_attention
-from volta_attn_v100.tables import SM70, SM70_CUDA_DECODE, takes_cuda_decode
+from volta_attn_v100.tables import SM70_CUDA_DECODE
 from volta_core import V100, Device
 from volta_core.kernel_api import (
     CudaBuilds,
@@ -55,6 +67,7 @@ from volta_devkit.gate import MAX_SHARED_BYTES, assert_gate_passes
 from volta_devkit.testing import poison_
 
 V100_FACTS = DeviceFacts((7, 0), 80)
+DECODE_SOURCE = cuda_source(DECODE_KERNEL)
 CUDA0 = torch.device("cuda", 0)
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 #: fp16 output and fp16 probabilities in P.V, as the Triton kernel (tests/test_kernels.py).
@@ -100,7 +113,7 @@ def test_a_v100_takes_the_tensor_cores_for_groups_up_to_8() -> None:
 def test_the_builds_are_the_tables() -> None:
     """One decode build per head size and KV dtype on a V100, made from the table; none
     elsewhere."""
-    builds = [b for b in cuda_builds(V100) if b.kernel == DECODE_KERNEL]
+    builds = [b for b in cuda_kernel_configs(V100.capability) if b.kernel == DECODE_KERNEL]
     assert {b.options for b in builds} == {
         decode_options(h, fp8, tile.num_warps, tile.min_blocks)
         for h, tile in SM70_CUDA_DECODE.items()
@@ -108,7 +121,7 @@ def test_the_builds_are_the_tables() -> None:
     }
     assert all(b.source == DECODE_SOURCE and b.claims_tensor_cores for b in builds)
     for device in (Device((7, 5)), Device((8, 0)), Device((9, 0))):
-        assert not [b for b in cuda_builds(device) if b.kernel == DECODE_KERNEL]
+        assert not [b for b in cuda_kernel_configs(device.capability) if b.kernel == DECODE_KERNEL]
 
 
 # -- the sm_70 gate ------------------------------------------------------------------------------
@@ -137,7 +150,7 @@ def key_loop(sass: str) -> Counter:
 
 
 def _build(name: str):
-    return next(b for b in cuda_builds(V100) if b.name == name)
+    return next(b for b in cuda_kernel_configs(V100.capability) if b.name == name)
 
 
 @functools.cache
@@ -149,7 +162,7 @@ def _sass(name: str) -> str:
 
 
 def _decode_builds() -> list:
-    return [b for b in cuda_builds(V100) if b.kernel == DECODE_KERNEL]
+    return [b for b in cuda_kernel_configs(V100.capability) if b.kernel == DECODE_KERNEL]
 
 
 def _head_and_dtype(build) -> tuple[int, str]:
@@ -351,39 +364,55 @@ def _common(group: int, kv_dtype: str = "float16") -> SimpleNamespace:
     )  # fmt: skip
 
 
-def _launch(kv_dtype: str, head_size: int, group: int, num_splits: int | None = None):
-    return decode_launch(
-        SM70, (7, 0), 80, kv_dtype=kv_dtype, head_size=head_size, num_heads=8 * group,
-        num_kv_heads=8, num_seqs=1, max_query_len=1, max_seq_len=32768, num_splits=num_splits,
+def _choice(kv_dtype: str, head_size: int, group: int, q_len: int = 1, **kwargs):
+    num_splits = kwargs.pop("num_splits", None)
+    call = AttentionCall(
+        head_size=head_size, num_heads=8 * group, num_kv_heads=8, kv_dtype=kv_dtype, num_seqs=1,
+        num_tokens=q_len, max_query_len=q_len, max_seq_len=32768, num_splits=num_splits,
     )  # fmt: skip
+    return choose(call, kwargs.pop("capability", (7, 0)), 80)
 
 
 def test_the_launcher_routes_a_v100_decode_to_the_tensor_cores(monkeypatch) -> None:
-    """``paged_attention``'s decode goes to the CUDA kernel where the rule takes it, the build is
-    ready and the tensors are aligned, with the launch's partitions; otherwise to Triton."""
-    launched: list[dict] = []
+    """Dispatch gives a V100's decode to the CUDA kernel where the rule takes it, with its Triton
+    fallback's partitions; the launcher runs it where the build is ready and the tensors are
+    aligned, and the Triton fallback otherwise."""
+    launched: list[CudaDecodeLaunch] = []
     ready = {"value": True}
-    monkeypatch.setattr(ops, "device_facts", lambda device: V100_FACTS)
+    aligned = {"value": True}
     monkeypatch.setattr(decode, "ready", lambda device, head_size, kv: ready["value"])
-    monkeypatch.setattr(decode, "vector_aligned", lambda query, kv: True)
-    monkeypatch.setattr(decode, "launch", lambda *args, **kwargs: launched.append(kwargs))
-    launch = _launch("fp8_e5m2", 128, 4, num_splits=7)
-    assert ops._cuda_decode(_common(4, "fp8_e5m2"), launch, 1)
-    assert launched[-1]["num_splits"] == 7
-    assert launched[-1]["kv_cache_dtype"] == "fp8_e5m2"
-    assert launched[-1]["max_query_len"] == 1
-    assert ops._cuda_decode(_common(8), _launch("float16", 256, 8), 2)
-    # Three chunks of 8 rows, a group of 16, head size 64, a build that did not load: Triton.
-    assert not ops._cuda_decode(_common(8), _launch("float16", 128, 8), 3)
-    assert not ops._cuda_decode(_common(16), _launch("float16", 128, 16), 1)
-    assert not ops._cuda_decode(_common(4), _launch("float16", 64, 4), 1)
-    ready["value"] = False
-    assert not ops._cuda_decode(_common(4), _launch("float16", 128, 4), 1)
-    assert len(launched) == 2
-    # Another device keeps Triton whatever is loaded.
-    ready["value"] = True
-    monkeypatch.setattr(ops, "device_facts", lambda device: DeviceFacts((9, 0), 132))
-    assert not ops._cuda_decode(_common(4), _launch("float16", 128, 4), 1)
+    monkeypatch.setattr(decode, "vector_aligned", lambda query, kv: aligned["value"])
+    monkeypatch.setattr(decode, "launch", lambda *args, **kwargs: launched.append(kwargs["launch"]))
+    choice = _choice("fp8_e5m2", 128, 4, num_splits=7)
+    assert isinstance(choice.launch, CudaDecodeLaunch)
+    assert ops._cuda_decode(_common(4, "fp8_e5m2"), choice.launch)
+    assert launched[-1] == choice.launch
+    assert (choice.launch.num_splits, choice.launch.kv_dtype, choice.launch.max_query_len) == (
+        7,
+        "fp8_e5m2",
+        1,
+    )
+    wide = _choice("float16", 256, 8, 2)
+    assert isinstance(wide.launch, CudaDecodeLaunch)
+    assert wide.launch.row_chunks == 2
+    assert ops._cuda_decode(_common(8), wide.launch)
+    # Three chunks of 8 rows, a group of 16, head size 64, another device: Triton alone.
+    for triton in (
+        _choice("float16", 128, 8, 3),
+        _choice("float16", 128, 16),
+        _choice("float16", 64, 4),
+        _choice("float16", 128, 4, capability=(9, 0)),
+    ):
+        assert (triton.kernel, triton.fallback) == (TRITON, None)
+    # A build that did not load, or tensors its loads cannot read: the fallback runs.
+    ran: list = []
+    monkeypatch.setattr(ops, "_launch_decode", lambda a, launch: ran.append(launch))
+    choice = _choice("float16", 128, 4)
+    for ready["value"], aligned["value"] in ((False, True), (True, False)):
+        assert not ops._cuda_decode(_common(4), choice.launch)
+        ops._run(_common(4), choice)
+    assert choice.fallback is not None
+    assert ran == [choice.fallback.launch] * 2
     assert len(launched) == 2
 
 
@@ -403,29 +432,95 @@ def test_cpu_tensors_keep_the_triton_kernel(monkeypatch) -> None:
 
 
 def test_the_same_bad_input_errors_before_any_load(loads, monkeypatch) -> None:
-    """``paged_decode`` runs the Triton path's checks first: the same errors, nothing loaded."""
+    """:func:`paged_decode` runs the Triton path's checks first: the same errors, nothing
+    loaded."""
     monkeypatch.setattr(decode.BUILDS, "loader", _loader(loads))
     case = make_case([(1, 40)], head_size=128, num_heads=8, num_kv_heads=2)
     out = poison_(torch.empty_like(case.query))
     q, kv, bt, lens, qs = case.tensors()
     kwargs = case.kwargs()
     with pytest.raises(AttentionInputError, match="float16"):
-        decode.paged_decode(q.float(), kv, bt, lens, qs, out, **kwargs)
+        paged_decode(q.float(), kv, bt, lens, qs, out, **kwargs)
     with pytest.raises(AttentionInputError, match="head size 100"):
-        decode.paged_decode(q[..., :100], kv, bt, lens, qs, out[..., :100], **kwargs)
+        paged_decode(q[..., :100], kv, bt, lens, qs, out[..., :100], **kwargs)
     with pytest.raises(AttentionInputError, match="int32"):
-        decode.paged_decode(q, kv, bt, lens.long(), qs, out, **kwargs)
+        paged_decode(q, kv, bt, lens.long(), qs, out, **kwargs)
     with pytest.raises(AttentionInputError, match="block table entry"):
-        decode.paged_decode(q, kv, bt + 1000, lens, qs, out, **kwargs)
+        paged_decode(q, kv, bt + 1000, lens, qs, out, **kwargs)
     with pytest.raises(AttentionInputError, match="sliding window"):
-        decode.paged_decode(q, kv, bt, lens, qs, out, **{**kwargs, "sliding_window": 0})
+        paged_decode(q, kv, bt, lens, qs, out, **{**kwargs, "sliding_window": 0})
     with pytest.raises(AttentionInputError, match="at most 8 query tokens"):
-        decode.paged_decode(q, kv, bt, lens, qs, out, **{**kwargs, "max_query_len": 9})
+        paged_decode(q, kv, bt, lens, qs, out, **{**kwargs, "max_query_len": 9})
     small = make_case([(1, 40)], head_size=64, num_heads=8, num_kv_heads=2)
     with pytest.raises(ValueError, match="no build"):
-        decode.paged_decode(*small.tensors(), torch.empty_like(small.query), **small.kwargs())
+        paged_decode(*small.tensors(), torch.empty_like(small.query), **small.kwargs())
     assert out.isnan().all()
     assert loads == []
+
+
+def paged_decode(
+    query: torch.Tensor,
+    kv_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    seq_lens: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    max_query_len: int,
+    max_seq_len: int,
+    sm_scale: float,
+    kv_cache_dtype: str = "float16",
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+    sliding_window: int | None = None,
+    logits_soft_cap: float = 0.0,
+    sinks: torch.Tensor | None = None,
+    num_splits: int | None = None,
+    ptx_arch: str | None = None,
+    check_bounds: bool = True,
+) -> torch.Tensor:
+    """The CUDA decode alone, whatever the device (the H100 runs it, where dispatch chooses
+    Triton): ``paged_attention``'s checks and arguments, then the CUDA launch
+    (:func:`volta_attn_v100.launch.cuda_decode_launch`) with the device's split policy's
+    partitions unless ``num_splits`` is given; a build that cannot load raises."""
+    kv = ops.cache_view(kv_cache, kv_cache_dtype)
+    ops.check_inputs(
+        query, kv, block_table, seq_lens, query_start_loc, out, sinks, check_bounds=check_bounds
+    )
+    ops.check_masking(sliding_window, logits_soft_cap)
+    if max_query_len > MAX_DECODE_QUERY_LEN:
+        raise AttentionInputError(
+            f"the decode kernel takes at most {MAX_DECODE_QUERY_LEN} query tokens per sequence, "
+            f"got {max_query_len}"
+        )
+    num_tokens, num_heads, head_size = query.shape
+    if head_size not in SM70_CUDA_DECODE or kv_cache_dtype == "fp8_e4m3":
+        raise ValueError(f"the tensor-core decode has no build for {head_size} / {kv_cache_dtype}")
+    if not decode.vector_aligned(query, kv):
+        raise ValueError("the tensor-core decode needs 16-byte aligned cache rows, 8-byte Q rows")
+    num_seqs, num_kv_heads = seq_lens.shape[0], kv.shape[1]
+    scales = ops.kv_scales(k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds)
+    if num_splits is None:
+        num_splits = ops.default_num_splits(
+            num_seqs, num_kv_heads, max_seq_len, query.device, kv_cache_dtype
+        )
+    if num_seqs == 0 or num_tokens == 0:
+        return out
+    launch = cuda_decode_launch(
+        kv_dtype=kv_cache_dtype, head_size=head_size, num_heads=num_heads,
+        num_kv_heads=num_kv_heads, num_seqs=num_seqs, max_query_len=max_query_len,
+        num_splits=num_splits,
+    )  # fmt: skip
+    decode.BUILDS.load(query.device, launch.options, ptx_arch)
+    decode.launch(
+        query, kv, block_table, seq_lens, query_start_loc, out,
+        k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride,
+        sinks=sinks.to(torch.float32).contiguous() if sinks is not None else scales.k,
+        has_sinks=int(sinks is not None), sm_scale=float(sm_scale),
+        softcap=float(logits_soft_cap), window=int(sliding_window or 0), launch=launch,
+        ptx_arch=ptx_arch,
+    )  # fmt: skip
+    return out
 
 
 # -- on the GPU: the sm_90 build and the compute_70 PTX against float64 --------------------------
@@ -454,9 +549,7 @@ def check(out: torch.Tensor, case, what: str) -> None:
 
 def run_cuda(case, ptx_arch=None, num_splits=None) -> torch.Tensor:
     out = poison_(torch.empty_like(case.query))
-    decode.paged_decode(
-        *case.tensors(), out, **case.kwargs(), num_splits=num_splits, ptx_arch=ptx_arch
-    )
+    paged_decode(*case.tensors(), out, **case.kwargs(), num_splits=num_splits, ptx_arch=ptx_arch)
     torch.cuda.synchronize()
     return out
 
@@ -505,7 +598,7 @@ def test_gpu_paged_attention_routes_as_on_a_v100(monkeypatch, kv_dtype, head_siz
     launch = decode.launch
 
     def counted(*args, **kwargs):
-        calls.append(kwargs["num_splits"])
+        calls.append(kwargs["launch"].num_splits)
         launch(*args, **kwargs)
 
     monkeypatch.setattr(ops, "device_facts", lambda device: V100_FACTS)

@@ -2,7 +2,7 @@
 sm_70 gate with both products on HMMA, what happens without NVRTC, and, on a GPU, its results
 against float64.
 
-On CPU (CI): the selection rule (:func:`volta_attn_v100.tables.takes_cuda_prefill`), the sm_70
+On CPU (CI): the selection rule (:func:`volta_attn_v100.dispatch.takes_cuda_prefill`), the sm_70
 gate over every shipped build, the SM70 estimate against issue 34's target, the loader's
 fallback, strict mode and capture rule through the plugin's own loading seam
 (``volta_attn_v100.cuda.prefill.BUILDS.loader``, replaced to succeed or to raise as a
@@ -25,17 +25,18 @@ import torch
 from attn_v100_cases import make_case, reference
 
 from volta_attn_v100 import ops
-from volta_attn_v100.cuda import (
+from volta_attn_v100.cuda import prefill
+from volta_attn_v100.dispatch import cuda_kernel_configs, takes_cuda_prefill
+from volta_attn_v100.launch import (
     PREFILL_KERNEL,
-    PREFILL_SOURCE,
-    prefill,
+    cuda_prefill_launch,
+    cuda_source,
     prefill_options,
     prefill_shared_bytes,
 )
-from volta_attn_v100.gate_configs import cuda_builds
 from volta_attn_v100.limits import HEAD_SIZES
 from volta_attn_v100.ops import AttentionInputError, paged_attention
-from volta_attn_v100.tables import SM70_CUDA_PREFILL, CudaPrefillTile, takes_cuda_prefill
+from volta_attn_v100.tables import SM70_CUDA_PREFILL, CudaPrefillTile
 from volta_core import V100, CudaKernelConfig, Device
 from volta_core.kernel_api import (
     CudaBuilds,
@@ -49,6 +50,7 @@ from volta_devkit.gate import MAX_SHARED_BYTES, assert_gate_passes
 from volta_devkit.testing import assert_rel_close, poison_
 
 V100_FACTS = DeviceFacts((7, 0), 80)
+PREFILL_SOURCE = cuda_source(PREFILL_KERNEL)
 CUDA0 = torch.device("cuda", 0)
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
 #: fp16 output and fp16 probabilities in P.V, as the Triton kernel (tests/test_kernels.py).
@@ -57,7 +59,7 @@ TOL = 4e-3
 
 def prefill_builds(device: Device) -> list[CudaKernelConfig]:
     """The tensor-core prefill's builds the plugin lists for ``device``."""
-    return [b for b in cuda_builds(device) if b.kernel == PREFILL_KERNEL]
+    return [b for b in cuda_kernel_configs(device.capability) if b.kernel == PREFILL_KERNEL]
 
 
 def _bench():
@@ -315,9 +317,12 @@ def test_vector_loads_need_aligned_caches() -> None:
 @pytest.mark.parametrize(("group", "hpp", "chunks"), [(1, 1, 1), (4, 4, 1), (6, 6, 1), (80, 64, 2)])
 def test_programs_hold_whole_head_groups(group: int, hpp: int, chunks: int) -> None:
     tile = SM70_CUDA_PREFILL[128]
-    dims, heads_per_prog, head_chunks = prefill.grid(tile, 100, 3, group, 2)
-    assert (heads_per_prog, head_chunks) == (hpp, chunks)
-    assert dims == (100 // (tile.block_m // hpp) + 3, 2 * chunks)
+    launch = cuda_prefill_launch(
+        kv_dtype="float16", head_size=128, num_heads=2 * group, num_kv_heads=2, num_seqs=3,
+        num_tokens=100,
+    )  # fmt: skip
+    assert (launch.heads_per_prog, launch.head_chunks, launch.group) == (hpp, chunks, group)
+    assert launch.grid == (100 // (tile.block_m // hpp) + 3, 2 * chunks)
 
 
 # -- on the GPU: the CUDA kernel against float64, routed as on a V100 ----------------------------

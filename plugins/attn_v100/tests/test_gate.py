@@ -57,15 +57,17 @@ def test_sm70_gate(config) -> None:
 def test_prefill_tile_follows_the_query_length_on_sm90_only() -> None:
     """SM80+ takes 128 keys per prefill tile from 1024-token queries on (heads up to 128), and
     both tiles are in the configuration list; SM70 has one tile."""
+    from volta_attn_v100.launch import prefill_tile_choices, prefill_tiles
     from volta_attn_v100.tables import SM70, SM80
 
     h100 = (9, 0)
     tiles = SM80.prefill_tiles[128]
     assert tiles.long_query == 1024
-    short, long = tiles.for_query(1023), tiles.for_query(1024)
+    short, long = prefill_tiles(tiles, 1023), prefill_tiles(tiles, 1024)
     assert (short.block_n, long.block_n) == (64, 128)
-    assert SM80.prefill_tiles[256].choices() == [SM80.prefill_tiles[256].for_query(1 << 20)]
-    assert all(len(t.choices()) == 1 for t in SM70.prefill_tiles.values())
+    d256 = SM80.prefill_tiles[256]
+    assert prefill_tile_choices(d256) == [prefill_tiles(d256, 1 << 20)]
+    assert all(len(prefill_tile_choices(t)) == 1 for t in SM70.prefill_tiles.values())
     listed = {
         (c.constexprs["BLOCK_N"], c.signature["kv_ptr"])
         for c in plugin.volta_kernel_configs(Device(h100))
@@ -97,7 +99,7 @@ def test_e4m3_builds_from_sm89_only() -> None:
     """No e4m3 build on a V100 (or SM80: no e4m3 there); from SM89 every prefill build and
     each head size's first decode build get an e4m3 twin, which reads its codes through the
     hardware conversion."""
-    from volta_attn_v100.gate_configs import kernel_configs
+    from volta_attn_v100.dispatch import kernel_configs
     from volta_attn_v100.limits import FP8_E4M3_NATIVE, fp8_decode
 
     for capability in ((7, 0), (8, 0)):

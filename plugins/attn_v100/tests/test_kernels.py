@@ -25,12 +25,13 @@ from attn_v100_cases import (
     reference,
 )
 
+from volta_attn_v100.dispatch import table_for
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
 from volta_attn_v100.launch import cache_offsets_32
 from volta_attn_v100.limits import E4M3_MIN_CAPABILITY
 from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
-from volta_attn_v100.tables import SM70, SM80, LaunchTable, table_for
+from volta_attn_v100.tables import SM70, SM80, LaunchTable
 from volta_core.kernel_api import arrival_counters
 
 #: The SM80 prefill tile's query length from which it takes 128 keys (head size 128).

@@ -1,11 +1,13 @@
-"""The launch tables choose what the launchers chose before them, launch for launch.
+"""Dispatch chooses what the launchers chose before it, launch for launch.
 
-``data/launch_choices.json`` holds the launch arguments the launchers passed to the kernels before
-the choices became tables (its ``description`` says how they were captured), over grids of
-capability, SM count, head size, KV dtype, head counts, query length, batch, longest sequence
+``data/launch_choices.json`` holds the launch arguments the launchers passed to the Triton kernels
+before the choices became tables (its ``description`` says how they were captured), over grids
+of capability, SM count, head size, KV dtype, head counts, query length, batch, longest sequence
 and given partition count, and the gate's configurations per capability. Here every grid point
-is planned again (:func:`volta_attn_v100.launch.decode_launch`, :func:`prefill_launch`) and the
-gate's list made again; the launcher is checked to launch what the plan says.
+is chosen again (:func:`volta_attn_v100.dispatch.choose`): its Triton launch (the choice, or the
+fallback of a CUDA choice) is the captured one, and the choice is the CUDA kernel with that
+fallback exactly where a V100 takes the tensor cores. The gate's list is made again, and the
+launcher is checked to launch what the choice says.
 """
 
 from __future__ import annotations
@@ -20,11 +22,16 @@ import pytest
 import torch
 
 from volta_attn_v100 import ops
-from volta_attn_v100.gate_configs import kernel_configs
-from volta_attn_v100.launch import DecodeLaunch, PrefillLaunch, decode_launch, prefill_launch
-from volta_attn_v100.tables import table_for
+from volta_attn_v100.dispatch import TENSOR_CORES, TRITON, AttentionCall, choose, kernel_configs
+from volta_attn_v100.launch import (
+    CudaDecodeLaunch,
+    CudaPrefillLaunch,
+    DecodeLaunch,
+    Launch,
+    PrefillLaunch,
+)
 from volta_core import KernelConfig
-from volta_core.kernel_api import DeviceFacts
+from volta_core.kernel_api import Choice, DeviceFacts, Unit
 
 EXPECTED = json.loads((Path(__file__).parent / "data" / "launch_choices.json").read_text())
 CHUNK = EXPECTED["chunk"]
@@ -62,38 +69,80 @@ def point_json(values: dict[str, Any], fields: list[str]) -> str:
     return json.dumps([v if isinstance(v, str) else int(v) for v in (values[f] for f in fields)])
 
 
+def cuda_decode_on_a_v100(capability, head_size, kv_dtype, heads, kv_heads, q_len) -> bool:
+    """Where a V100 takes the tensor-core decode, as issue 34 set it: head sizes 128 and 256,
+    fp16 or e5m2 KV, groups up to 8 and at most two chunks of 8 rows (query tokens x group)."""
+    group = heads // kv_heads
+    return (
+        capability == (7, 0)
+        and head_size in (128, 256)
+        and kv_dtype in ("float16", "fp8_e5m2")
+        and group <= 8
+        and q_len * group <= 16
+    )
+
+
+def cuda_prefill_on_a_v100(capability, head_size, kv_dtype) -> bool:
+    """Where a V100 takes the tensor-core prefill: head sizes 64 to 256, fp16 or e5m2 KV."""
+    return capability == (7, 0) and head_size <= 256 and kv_dtype in ("float16", "fp8_e5m2")
+
+
+def triton_launch(choice: Choice[Launch], cuda: bool, cuda_type: type, capability) -> Launch:
+    """The Triton launch of a choice, checked to be the choice itself or, where ``cuda``, the
+    fallback of a CUDA choice (tensor cores, a launch of ``cuda_type``)."""
+    triton_unit = Unit.FMA if capability < (8, 0) else Unit.TENSOR_CORES
+    if cuda:
+        assert (choice.kernel, choice.unit) == (TENSOR_CORES, Unit.TENSOR_CORES)
+        assert isinstance(choice.launch, cuda_type)
+        assert choice.fallback is not None
+        choice = choice.fallback
+    assert (choice.kernel, choice.unit, choice.fallback) == (TRITON, triton_unit, None)
+    return choice.launch
+
+
 def plan_decode(point: tuple) -> DecodeLaunch:
     capability, sms, head_size, kv_dtype, (heads, kv_heads), q_len, seqs, seq_len, splits = point
     capability = tuple(capability)
-    return decode_launch(
-        table_for(capability),
-        capability,
-        sms,
-        kv_dtype=kv_dtype,
+    call = AttentionCall(
         head_size=head_size,
         num_heads=heads,
         num_kv_heads=kv_heads,
+        kv_dtype=kv_dtype,
         num_seqs=seqs,
+        num_tokens=seqs * q_len,
         max_query_len=q_len,
         max_seq_len=seq_len,
         num_splits=splits,
     )
+    choice = choose(call, capability, sms)
+    cuda = cuda_decode_on_a_v100(capability, head_size, kv_dtype, heads, kv_heads, q_len)
+    launch = triton_launch(choice, cuda, CudaDecodeLaunch, capability)
+    assert isinstance(launch, DecodeLaunch)
+    if cuda:
+        assert isinstance(choice.launch, CudaDecodeLaunch)
+        assert choice.launch.num_splits == launch.num_splits
+    return launch
 
 
 def plan_prefill(point: tuple) -> PrefillLaunch:
     capability, head_size, kv_dtype, (heads, kv_heads), q_len, seqs = point
     capability = tuple(capability)
-    return prefill_launch(
-        table_for(capability),
-        capability,
-        kv_dtype=kv_dtype,
+    call = AttentionCall(
         head_size=head_size,
         num_heads=heads,
         num_kv_heads=kv_heads,
+        kv_dtype=kv_dtype,
         num_seqs=seqs,
         num_tokens=seqs * q_len,
         max_query_len=q_len,
+        max_seq_len=q_len,
+        path="prefill",
     )
+    choice = choose(call, capability, 80)
+    cuda = cuda_prefill_on_a_v100(capability, head_size, kv_dtype)
+    launch = triton_launch(choice, cuda, CudaPrefillLaunch, capability)
+    assert isinstance(launch, PrefillLaunch)
+    return launch
 
 
 def check_grid(grid: dict, fields: list[str], plan, values) -> None:

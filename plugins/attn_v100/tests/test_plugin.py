@@ -9,11 +9,15 @@ import sys
 
 import pytest
 
-from volta_attn_v100.gate_configs import cuda_builds
+from volta_attn_v100.dispatch import (
+    TENSOR_CORES,
+    TRITON,
+    cuda_kernel_configs,
+    takes_cuda_decode,
+    takes_cuda_prefill,
+)
 from volta_attn_v100.limits import MAX_DECODE_QUERY_LEN
-from volta_attn_v100.paths import TENSOR_CORES, TRITON
 from volta_attn_v100.plugin import BACKEND_NAME
-from volta_attn_v100.tables import takes_cuda_decode, takes_cuda_prefill
 from volta_core import (
     PACKED_KV_LAYOUT,
     V100,
@@ -32,6 +36,11 @@ def test_loading_the_plugin_imports_no_heavy_module() -> None:
         "import sys, volta_attn_v100.plugin as p; list(p.volta_attention_backends()); "
         "list(p.volta_kernel_configs(__import__('volta_core').V100)); "
         "list(p.volta_cuda_kernel_configs(__import__('volta_core').V100)); "
+        "from volta_core import AttentionLayer; from volta_core.kernel_api import Workload; "
+        "layer = AttentionLayer('l', 128, 32, 8, 'float16', 'auto'); "
+        "list(p.volta_kernel_paths(layer, p.BACKEND_NAME, __import__('volta_core').V100, None)); "
+        "p.volta_kernel_cost(layer, p.BACKEND_NAME, __import__('volta_core').V100, None, "
+        "Workload(4, 1, 1024)); "
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'vllm')]; "
         "print(heavy); assert not heavy"
     )
@@ -158,24 +167,26 @@ def _query_lengths(stage: str) -> range:
 def test_the_plan_shows_the_launchers_kernel_per_stage(device, head, heads, kv_heads, kv) -> None:
     """``volta_kernel_paths``: the prefill's kernel and the decode's for every query length
     (1 to 8, each once and in order), as the launcher's rules pick them; the tensor cores need
-    NVRTC, with Triton as the fallback."""
+    NVRTC, with Triton as the fallback, on the FMA units below SM80 and the tensor cores from
+    there."""
     layer = AttentionLayer("model.layers.0.self_attn.attn", head, heads, kv_heads, "float16", kv)
     paths = manager().kernel_paths("attn_v100", layer, BACKEND_NAME, device)
     kv_dtype = canonical_kv_dtype(kv, "float16")
     prefill, *decode = paths
-    tensor = takes_cuda_prefill(device.capability, head, kv_dtype)
-    assert prefill.stage == "prefill"
-    assert prefill.kernel == (TENSOR_CORES if tensor else TRITON)
+    triton_unit = "FMA" if device == V100 else "tensor cores"
+
+    def expected(stage: str, tensor: bool) -> KernelPath:
+        if tensor:
+            return KernelPath(stage, TENSOR_CORES, True, TRITON, "tensor cores", triton_unit)
+        return KernelPath(stage, TRITON, unit=triton_unit)
+
+    assert prefill == expected("prefill", takes_cuda_prefill(device.capability, head, kv_dtype))
     covered = [q for path in decode for q in _query_lengths(path.stage)]
     assert covered == list(range(1, MAX_DECODE_QUERY_LEN + 1))
     for path in decode:
         for q_len in _query_lengths(path.stage):
             chosen = takes_cuda_decode(device.capability, head, kv_dtype, heads // kv_heads, q_len)
-            assert path == (
-                KernelPath(path.stage, TENSOR_CORES, True, TRITON)
-                if chosen
-                else KernelPath(path.stage, TRITON)
-            ), (q_len, path)
+            assert path == expected(path.stage, chosen), (q_len, path)
     assert any(p.needs_nvrtc for p in paths) == (device == V100 and head in (64, 128, 256))
 
 
@@ -191,6 +202,7 @@ def test_v100_decode_of_a_32_8_layer_takes_the_tensor_cores_up_to_4_query_tokens
 
 def test_the_cuda_builds_are_declared_through_the_host() -> None:
     declared = manager().cuda_kernel_configs(V100)
-    assert [cfg for plugin, cfg in declared if plugin == "attn_v100"] == cuda_builds(V100)
-    assert cuda_builds(V100)
+    ours = cuda_kernel_configs(V100.capability)
+    assert [cfg for plugin, cfg in declared if plugin == "attn_v100"] == ours
+    assert ours
     assert manager().cuda_kernel_configs(Device((9, 0))) == []

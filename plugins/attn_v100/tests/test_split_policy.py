@@ -12,18 +12,21 @@ from dataclasses import replace
 
 import pytest
 
+from volta_attn_v100.dispatch import table_for
 from volta_attn_v100.launch import (
     ahead_tiles,
     decode_combine,
     decode_tiles,
     fp16_partials,
     kv_heads_per_program,
+    last_wave_fill,
+    policy_splits,
     takes_ahead,
     takes_one_stage_tail,
     takes_wide_combine,
 )
 from volta_attn_v100.ops import default_num_splits
-from volta_attn_v100.tables import SM70, SM80, TWO_PER_SM, SplitPolicy, last_wave_fill, table_for
+from volta_attn_v100.tables import SM70, SM80, TWO_PER_SM, SplitPolicy
 
 H100_SMS = 132
 KV_HEADS = 8
@@ -54,8 +57,8 @@ def wide_combine(kv_fp8, capability, head_size, num_programs, num_sms, num_split
 )
 def test_partitions_fill_whole_waves(batch, context, fp16, fp8) -> None:
     programs = batch * KV_HEADS
-    assert DEFAULT_SPLIT_POLICY.num_splits(programs, context, H100_SMS) == fp16
-    assert TWO_PER_SM_SPLIT_POLICY.num_splits(programs, context, H100_SMS) == fp8
+    assert policy_splits(DEFAULT_SPLIT_POLICY, programs, context, H100_SMS) == fp16
+    assert policy_splits(TWO_PER_SM_SPLIT_POLICY, programs, context, H100_SMS) == fp8
 
 
 def test_a_grid_just_over_one_wave_is_cut_back() -> None:
@@ -63,14 +66,14 @@ def test_a_grid_just_over_one_wave_is_cut_back() -> None:
     SMs hold 264, and its last 56 programs ran nearly alone (83.9 us against 61.8 with 4)."""
     slots = 2 * H100_SMS
     assert last_wave_fill(320, slots) < last_wave_fill(256, slots)
-    assert TWO_PER_SM_SPLIT_POLICY.num_splits(8 * KV_HEADS, 8192, H100_SMS) == 4
+    assert policy_splits(TWO_PER_SM_SPLIT_POLICY, 8 * KV_HEADS, 8192, H100_SMS) == 4
 
 
 def test_the_count_stays_within_the_policy_bounds() -> None:
     policy = SplitPolicy(programs_per_sm=4, min_keys_per_split=256, max_splits=8)
     for programs in (1, 3, 8, 50, 200, 1000):
         for context in (1, 100, 2048, 1 << 20):
-            splits = policy.num_splits(programs, context, H100_SMS)
+            splits = policy_splits(policy, programs, context, H100_SMS)
             assert 1 <= splits <= min(8, max(1, -(-context // 256)))
 
 
@@ -116,11 +119,11 @@ def test_fp8_takes_the_wide_step_only_at_the_most_partitions() -> None:
     fewer, nor heads over 128, nor grids over two programs an SM."""
     h100 = (9, 0)
     policy = SM80.fp8.split
-    splits = policy.num_splits(8, 8192, H100_SMS)  # 1 x 8K, 8 KV heads
+    splits = policy_splits(policy, 8, 8192, H100_SMS)  # 1 x 8K, 8 KV heads
     assert splits == SM80.fp8.wide_combine.min_splits == 32
     assert wide_combine(True, h100, 128, 8 * splits, H100_SMS, splits)
     assert wide_combine(True, h100, 80, 8 * splits, H100_SMS, splits)
-    two = policy.num_splits(16, 32768, H100_SMS)  # 2 x 32K: 16 partitions
+    two = policy_splits(policy, 16, 32768, H100_SMS)  # 2 x 32K: 16 partitions
     assert two == 16
     assert not wide_combine(True, h100, 128, 16 * two, H100_SMS, two)
     assert not wide_combine(True, h100, 256, 8 * splits, H100_SMS, splits)

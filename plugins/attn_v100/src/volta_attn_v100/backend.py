@@ -40,6 +40,7 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.kv_cache_interface import AttentionSpec
 
+from volta_attn_v100.dispatch import takes_cuda_decode, takes_cuda_prefill
 from volta_attn_v100.limits import (
     HEAD_SIZES,
     MAX_CAPABILITY,
@@ -54,7 +55,6 @@ from volta_attn_v100.ops import (
     kv_scales,
     paged_attention,
 )
-from volta_attn_v100.tables import takes_cuda_decode, takes_cuda_prefill
 from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, canonical_kv_dtype, kv_cache_writer
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the

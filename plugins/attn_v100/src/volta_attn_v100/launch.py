@@ -1,18 +1,35 @@
-"""Every launch choice, read from a device family's table (:mod:`volta_attn_v100.tables`).
+"""What follows from a table's entries (:mod:`volta_attn_v100.tables`): builds, their constants
+and NVRTC options, and the launches (grids, head groups, partitions) of a call.
 
-Pure Python (no torch, no triton): the launchers (:mod:`volta_attn_v100.ops`) ask
-:func:`decode_launch` and :func:`prefill_launch` for each call, and the gate's configurations
-(:mod:`volta_attn_v100.gate_configs`) are made of the same :class:`DecodeBuild` and
-:class:`PrefillBuild` through the helpers below, so the gate compiles what the launchers run.
+Pure Python (no torch, no triton). :func:`decode_launch` and :func:`prefill_launch` make the
+Triton launch a table gives a call, :func:`cuda_decode_launch` and :func:`cuda_prefill_launch`
+the SM70 CUDA kernels' (``cuda/*.cu``, whose sources and options are here); which of them a call
+gets on a device is :mod:`volta_attn_v100.dispatch`'s answer, and the gate's configurations are
+made there of the same :class:`DecodeBuild` and :class:`AttentionBuild` through the helpers
+below, so the gate compiles what the launchers run.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
+from importlib.resources import files
 
 from volta_attn_v100.limits import fp8_decode, head_pad
-from volta_attn_v100.tables import KVPolicy, LaunchTable, Pairing, Tiles, last_wave_fill
+from volta_attn_v100.tables import (
+    CUDA_DECODE_ROWS,
+    SM70_CUDA_DECODE,
+    SM70_CUDA_PREFILL,
+    CudaDecodeTile,
+    CudaPrefillTile,
+    KVPolicy,
+    LaunchTable,
+    Pairing,
+    PrefillTiles,
+    SplitPolicy,
+    Tiles,
+)
 
 #: Heads of a group the decode rows are sized for: the fewest rows that hold every query token
 #: of a sequence for this many heads (a larger group is split over programs).
@@ -40,6 +57,40 @@ ATTENTION_DIVISIBLE = (
 def pow2_at_least(n: int) -> int:
     """The smallest power of two at least ``n`` (1 for ``n`` <= 1)."""
     return 1 << (max(n, 1) - 1).bit_length()
+
+
+def last_wave_fill(programs: int, slots: int) -> float:
+    """How full the waves of ``programs`` are on ``slots`` resident places, the last one
+    included: 1.0 when the count is a whole number of waves."""
+    return programs / (-(-programs // slots) * slots)
+
+
+def policy_splits(policy: SplitPolicy, num_programs: int, max_seq_len: int, num_sms: int) -> int:
+    """Partitions per sequence under ``policy`` for ``num_programs`` (sequences x KV programs)
+    programs (:class:`~volta_attn_v100.tables.SplitPolicy` states the rule)."""
+    slots = policy.programs_per_sm * num_sms
+    programs = max(1, num_programs)
+    if programs >= slots:
+        return 1
+    by_length = -(-max_seq_len // policy.min_keys_per_split)
+    limit = max(1, min(policy.max_splits, by_length))
+    fewer = min(limit, max(1, slots // programs))
+    more = min(limit, fewer + 1)
+    if last_wave_fill(programs * more, slots) >= last_wave_fill(programs * fewer, slots):
+        return more
+    return fewer
+
+
+def prefill_tile_choices(entry: PrefillTiles) -> list[Tiles]:
+    """Every tile a prefill of this entry's head pad may take."""
+    return [entry.short] if entry.long in (None, entry.short) else [entry.short, entry.long]
+
+
+def prefill_tiles(entry: PrefillTiles, max_query_len: int) -> Tiles:
+    """The entry's tile for a step whose longest query has ``max_query_len`` tokens."""
+    if entry.long is not None and max_query_len >= entry.long_query:
+        return entry.long
+    return entry.short
 
 
 @dataclass(frozen=True)
@@ -130,8 +181,11 @@ def decode_block_m(table: LaunchTable, head_size: int, query_len_pad: int, group
 
 
 def decode_tiles(table: LaunchTable, head_size: int, block_m: int, kv_fp8: bool) -> Tiles:
-    """The decode tile of a head size, row count and KV dtype."""
-    return table.decode_tiles[(head_pad(head_size), block_m)].tiles(block_m, kv_fp8)
+    """The decode tile of a head size, row count and KV dtype (an fp8 cache takes the entry's
+    ``fp8_block_n`` keys)."""
+    entry = table.decode_tiles[(head_pad(head_size), block_m)]
+    keys = entry.fp8_block_n if kv_fp8 else entry.block_n
+    return Tiles(block_m, keys, entry.num_warps, entry.num_stages)
 
 
 def ahead_tiles(table: LaunchTable, tiles: Tiles, head_size: int) -> Tiles:
@@ -246,7 +300,7 @@ def split_count(
 ) -> int:
     """Decode partitions per sequence under the table's split policy for the KV dtype."""
     policy = table.policy(kv_fp8)
-    return policy.split.num_splits(num_seqs * num_kv_programs, max_seq_len, num_sms)
+    return policy_splits(policy.split, num_seqs * num_kv_programs, max_seq_len, num_sms)
 
 
 def decode_launch(
@@ -363,7 +417,7 @@ def prefill_launch(
 ) -> PrefillLaunch:
     """The prefill launch for a batch: the tile for its longest query, one program per block of
     query tokens (plus one per sequence for its ragged end) and head chunk."""
-    tiles = table.prefill_tiles[head_pad(head_size)].for_query(max_query_len)
+    tiles = prefill_tiles(table.prefill_tiles[head_pad(head_size)], max_query_len)
     group = num_heads // num_kv_heads
     heads_per_prog = min(pow2_at_least(group), tiles.block_m)
     head_chunks = math.ceil(group / heads_per_prog)
@@ -379,3 +433,185 @@ def prefill_launch(
     )
     grid = (num_tokens // block_q + num_seqs, num_kv_heads * head_chunks)
     return PrefillLaunch(build, grid, heads_per_prog, head_chunks)
+
+
+# -- the SM70 CUDA kernels (volta_attn_v100/cuda/*.cu) --------------------------------------------
+
+#: The prefill's and the decode's symbols (``extern "C"``) in ``cuda/prefill.cu`` and
+#: ``cuda/decode.cu``.
+PREFILL_KERNEL = "volta_prefill_mma"
+DECODE_KERNEL = "volta_decode_mma"
+
+_CUDA_FILES = {PREFILL_KERNEL: "prefill.cu", DECODE_KERNEL: "decode.cu"}
+
+
+@functools.cache
+def cuda_source(kernel: str) -> str:
+    """The CUDA C++ source of ``kernel`` (:data:`PREFILL_KERNEL` or :data:`DECODE_KERNEL`),
+    package data read once, when first asked for."""
+    return files("volta_attn_v100").joinpath("cuda", _CUDA_FILES[kernel]).read_text()
+
+
+def prefill_options(head_size: int, kv_fp8: bool, tile: CudaPrefillTile) -> tuple[str, ...]:
+    """The NVRTC options of one prefill build (``prefill.cu``'s ``-D`` list)."""
+    return (
+        f"-DHEAD={head_size}",
+        f"-DBLOCK_N={tile.block_n}",
+        f"-DWARPS={tile.num_warps}",
+        f"-DKV_FP8={int(kv_fp8)}",
+    )
+
+
+def prefill_shared_bytes(head_size: int, tile: CudaPrefillTile) -> int:
+    """Dynamic shared memory one prefill block takes (``prefill.cu``'s ``SMEM_BYTES``, which the
+    kernel checks against what it was given): Q, K and V^T tiles and each warp's P, every row
+    padded by 8 halves, V^T's head rows to whole 32-column products."""
+    pad = 8
+    value_rows = -(-head_size // 32) * 32
+    halves = (
+        tile.block_m * (head_size + pad)
+        + tile.block_n * (head_size + pad)
+        + value_rows * (tile.block_n + pad)
+        + tile.block_m * (tile.block_n + pad)
+    )
+    return 2 * halves
+
+
+def decode_options(
+    head_size: int, kv_fp8: bool, num_warps: int, min_blocks: int
+) -> tuple[str, ...]:
+    """The NVRTC options of one decode build (``decode.cu``'s ``-D`` list): head size, KV dtype,
+    warps per block and the blocks per SM its registers are bounded for."""
+    return (
+        f"-DHEAD={head_size}",
+        f"-DKV_FP8={int(kv_fp8)}",
+        f"-DWARPS={num_warps}",
+        f"-DMIN_BLOCKS={min_blocks}",
+    )
+
+
+def cuda_prefill_options(head_size: int, kv_dtype: str) -> tuple[str, ...]:
+    """The options of the prefill build :data:`~volta_attn_v100.tables.SM70_CUDA_PREFILL` lists
+    for a head size and KV dtype (fp16 or e5m2)."""
+    return prefill_options(head_size, kv_dtype != "float16", SM70_CUDA_PREFILL[head_size])
+
+
+def cuda_decode_options(head_size: int, kv_dtype: str) -> tuple[str, ...]:
+    """The options of the decode build :data:`~volta_attn_v100.tables.SM70_CUDA_DECODE` lists
+    for a head size and KV dtype (fp16 or e5m2)."""
+    tile = SM70_CUDA_DECODE[head_size]
+    return decode_options(head_size, kv_dtype != "float16", tile.num_warps, tile.min_blocks)
+
+
+@dataclass(frozen=True)
+class CudaDecodeLaunch:
+    """A CUDA decode call: its build (head size, KV dtype, tile), partitions, row chunks of
+    :data:`~volta_attn_v100.tables.CUDA_DECODE_ROWS` and grid ``(row_chunks x num_splits, KV
+    heads, sequences)``: everything :func:`volta_attn_v100.cuda.decode.launch` needs."""
+
+    head_size: int
+    kv_dtype: str
+    tile: CudaDecodeTile
+    group: int
+    max_query_len: int
+    num_splits: int
+    row_chunks: int
+    grid: tuple[int, int, int]
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return cuda_decode_options(self.head_size, self.kv_dtype)
+
+    @property
+    def block_threads(self) -> int:
+        return self.tile.num_warps * 32
+
+
+@dataclass(frozen=True)
+class CudaPrefillLaunch:
+    """A CUDA prefill call: its build (head size, KV dtype, tile), grid ``(query blocks, KV
+    programs)`` and head groups: everything :func:`volta_attn_v100.cuda.prefill.launch` needs."""
+
+    head_size: int
+    kv_dtype: str
+    tile: CudaPrefillTile
+    group: int
+    grid: tuple[int, int]
+    heads_per_prog: int
+    head_chunks: int
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return cuda_prefill_options(self.head_size, self.kv_dtype)
+
+    @property
+    def shared_bytes(self) -> int:
+        return prefill_shared_bytes(self.head_size, self.tile)
+
+    @property
+    def block_threads(self) -> int:
+        return self.tile.num_warps * 32
+
+
+#: Every launch object a call may get: the Triton kernels' and the CUDA kernels'.
+Launch = DecodeLaunch | PrefillLaunch | CudaDecodeLaunch | CudaPrefillLaunch
+
+
+def cuda_row_chunks(max_query_len: int, group: int) -> int:
+    """Blocks of 8 rows (query token x head of the group) one KV head's rows take."""
+    return -(-max(max_query_len, 1) * group // CUDA_DECODE_ROWS)
+
+
+def cuda_decode_launch(
+    *,
+    kv_dtype: str,
+    head_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    num_seqs: int,
+    max_query_len: int,
+    num_splits: int,
+) -> CudaDecodeLaunch:
+    """The CUDA decode's launch for a batch (a head size the table lists, fp16 or e5m2 KV), with
+    ``num_splits`` partitions a sequence."""
+    group = num_heads // num_kv_heads
+    chunks = cuda_row_chunks(max_query_len, group)
+    return CudaDecodeLaunch(
+        head_size=head_size,
+        kv_dtype=kv_dtype,
+        tile=SM70_CUDA_DECODE[head_size],
+        group=group,
+        max_query_len=max_query_len,
+        num_splits=num_splits,
+        row_chunks=chunks,
+        grid=(chunks * num_splits, num_kv_heads, num_seqs),
+    )
+
+
+def cuda_prefill_launch(
+    *,
+    kv_dtype: str,
+    head_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    num_seqs: int,
+    num_tokens: int,
+) -> CudaPrefillLaunch:
+    """The CUDA prefill's launch for a batch (a head size the table lists, fp16 or e5m2 KV): a
+    program's rows hold the whole head group (up to its rows) for ``block_m // heads_per_prog``
+    query tokens; programs are numbered as the Triton prefill numbers them (a sequence's blocks
+    plus one for its ragged end)."""
+    tile = SM70_CUDA_PREFILL[head_size]
+    group = num_heads // num_kv_heads
+    heads_per_prog = min(group, tile.block_m)
+    head_chunks = -(-group // heads_per_prog)
+    block_q = tile.block_m // heads_per_prog
+    return CudaPrefillLaunch(
+        head_size=head_size,
+        kv_dtype=kv_dtype,
+        tile=tile,
+        group=group,
+        grid=(num_tokens // block_q + num_seqs, num_kv_heads * head_chunks),
+        heads_per_prog=heads_per_prog,
+        head_chunks=head_chunks,
+    )

@@ -1,10 +1,13 @@
 """What the backend declares and the launchers accept, per compute capability.
 
-Pure Python (no torch, triton or vllm): the plugin module builds its declaration from these at
-discovery, and the launchers refuse anything outside them before a kernel runs.
+Pure Python (no torch, triton or vllm; the SM89 e4m3 rule is the host's): the plugin module
+builds its declaration from these at discovery, and the launchers refuse anything outside them
+before a kernel runs.
 """
 
 from __future__ import annotations
+
+from volta_core import FP8_E4M3_MIN_CAPABILITY
 
 #: Lowest and highest compute capability the kernels are proven on: SM70 through the compile
 #: gate and the interpreter (the SM70 tables), SM90 on the H100 (the SM80 tables).
@@ -20,9 +23,9 @@ HEAD_SIZES: tuple[int, ...] = (64, 80, 96, 128, 256, 512)
 #: KV-cache dtypes the kernels read (canonical spellings; fp8 caches hold bytes).
 KV_DTYPES: tuple[str, ...] = ("float16", "fp8_e5m2", "fp8_e4m3")
 
-#: The lowest compute capability that converts fp8 e4m3 in hardware: Triton's ``fp8e4nv`` does
-#: not compile below SM89 (docs/kernels.md#sm70-facts), so e4m3 is declared from there only.
-E4M3_MIN_CAPABILITY = (8, 9)
+#: The lowest compute capability that converts fp8 e4m3 in hardware, the host's rule
+#: (:data:`volta_core.FP8_E4M3_MIN_CAPABILITY`): e4m3 is declared from there only.
+E4M3_MIN_CAPABILITY = FP8_E4M3_MIN_CAPABILITY
 
 #: Declared KV dtypes that need more than :data:`MIN_CAPABILITY`.
 KV_DTYPE_MIN_CAPABILITY: dict[str, tuple[int, int]] = {"fp8_e4m3": E4M3_MIN_CAPABILITY}
@@ -41,11 +44,6 @@ FP8_E5M2_SHIFT = 0
 FP8_E5M2_NATIVE = 1
 FP8_E4M3_NATIVE = 2
 FP8_E4M3_INTEGER = 3
-
-
-#: The host codec's ``FMT`` of each fp8 KV dtype (:mod:`volta_core.kernel_api`'s
-#: ``quantize_tile``/``dequantize_tile``), which the interpreter's e4m3 decode uses.
-FP8_CODEC_FORMATS: dict[str, int] = {"fp8_e5m2": 1, "fp8_e4m3": 2}
 
 
 def fp8_decode(kv_dtype: str, capability: tuple[int, int]) -> int:

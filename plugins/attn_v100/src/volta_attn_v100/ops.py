@@ -8,10 +8,11 @@ at the wrong place, and a block table pointing past the cache would read another
 :data:`~volta_attn_v100.limits.MAX_DECODE_QUERY_LEN` new tokens go to the split-KV decode
 kernel (one launch: its partitions combine themselves), anything longer to the prefill
 kernel. Both read all keys from the paged cache (vLLM writes the new tokens' K/V there
-first), which covers chunked prefill, prefix caching and mixed batches. Each launch's tiles and
-choices come from :mod:`volta_attn_v100.launch` over the device family's table
-(:mod:`volta_attn_v100.tables`), or over a table the caller passes (benchmark variants, tests
-that force a kernel form).
+first), which covers chunked prefill, prefix caching and mixed batches. Which kernel runs a
+call and its launch come from :func:`volta_attn_v100.dispatch.choose`, over the device family's
+table or over a table the caller passes (benchmark variants, tests that force a kernel form);
+the one thing decided here is whether a CUDA choice can run now (its build loaded on this
+device, tensors its vector loads can read), else its Triton fallback runs.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from dataclasses import dataclass
 
 import torch
 
+from volta_attn_v100.dispatch import AttentionCall, choose, table_for
 from volta_attn_v100.launch import (
     ATTENTION_DIVISIBLE,
+    CudaDecodeLaunch,
+    CudaPrefillLaunch,
     DecodeLaunch,
+    Launch,
     PrefillLaunch,
     aligned_strides_required,
-    decode_launch,
-    prefill_launch,
     split_count,
 )
 from volta_attn_v100.limits import (
@@ -36,8 +39,8 @@ from volta_attn_v100.limits import (
     head_pad,
     kv_dtype_refusal,
 )
-from volta_attn_v100.tables import LaunchTable, table_for
-from volta_core.kernel_api import arrival_counters, device_facts
+from volta_attn_v100.tables import LaunchTable
+from volta_core.kernel_api import Choice, arrival_counters, device_facts
 
 #: Storage dtype of the cache tensor for each KV dtype (fp8 caches are bytes in vLLM).
 KV_STORAGE: dict[str, torch.dtype] = {
@@ -315,7 +318,7 @@ def default_num_splits(
     table: LaunchTable | None = None,
 ) -> int:
     """Decode partitions per sequence on ``device`` under ``table``'s split policy for the KV
-    dtype (default: the device family's table, :func:`volta_attn_v100.tables.table_for`)."""
+    dtype (default: the device family's table, :func:`volta_attn_v100.dispatch.table_for`)."""
     if kv_cache_dtype not in KV_STORAGE:
         _fail(f"KV-cache dtype must be one of {', '.join(KV_STORAGE)}, got {kv_cache_dtype!r}")
     facts = device_facts(torch.device(device))
@@ -416,39 +419,21 @@ def paged_attention(
         window=int(sliding_window or 0),
     )
     num_tokens, num_heads, head_size = query.shape
-    if path == "decode":
-        decode = decode_launch(
-            table,
-            facts.capability,
-            facts.sm_count,
-            kv_dtype=kv_cache_dtype,
-            head_size=head_size,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            num_seqs=num_seqs,
-            max_query_len=max_query_len,
-            max_seq_len=max_seq_len,
-            num_splits=num_splits,
-            cache_span=cache_span(kv),
-            page_size=kv.shape[2],
-        )
-        if not _cuda_decode(args, decode, max_query_len):
-            _launch_decode(args, decode)
-    else:
-        prefill = prefill_launch(
-            table,
-            facts.capability,
-            kv_dtype=kv_cache_dtype,
-            head_size=head_size,
-            num_heads=num_heads,
-            num_kv_heads=num_kv_heads,
-            num_seqs=num_seqs,
-            num_tokens=num_tokens,
-            max_query_len=max_query_len,
-            cache_span=cache_span(kv),
-            page_size=kv.shape[2],
-        )
-        _launch_prefill(args, prefill)
+    call = AttentionCall(
+        head_size=head_size,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        kv_dtype=kv_cache_dtype,
+        num_seqs=num_seqs,
+        num_tokens=num_tokens,
+        max_query_len=max_query_len,
+        max_seq_len=max_seq_len,
+        cache_span=cache_span(kv),
+        page_size=kv.shape[2],
+        num_splits=num_splits,
+        path=path,
+    )
+    _run(args, choose(call, facts.capability, facts.sm_count, table))
     return out
 
 
@@ -543,57 +528,62 @@ def _launch_decode(a: _Common, launch: DecodeLaunch) -> None:
     )
 
 
-def _cuda_decode(a: _Common, launch: DecodeLaunch, max_query_len: int) -> bool:
-    """Run the decode on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.decode`) where
-    :func:`~volta_attn_v100.tables.takes_cuda_decode` takes it, its build loads and the tensors
-    allow its vector loads, with the launch's partitions; False leaves it to the Triton kernel."""
-    from volta_attn_v100.tables import takes_cuda_decode
+def _run(a: _Common, choice: Choice[Launch]) -> None:
+    """Run ``choice``'s launch: a CUDA one where it can run now (:func:`_cuda_decode`,
+    :func:`_cuda_prefill`), else its Triton fallback; a Triton one as it is."""
+    launch = choice.launch
+    if isinstance(launch, CudaDecodeLaunch) and _cuda_decode(a, launch):
+        return
+    if isinstance(launch, CudaPrefillLaunch) and _cuda_prefill(a, launch):
+        return
+    if choice.fallback is not None:
+        launch = choice.fallback.launch
+    if isinstance(launch, DecodeLaunch):
+        _launch_decode(a, launch)
+    elif isinstance(launch, PrefillLaunch):
+        _launch_prefill(a, launch)
+    else:
+        raise TypeError(f"a CUDA choice needs a Triton fallback, got {choice!r}")
 
+
+def _cuda_decode(a: _Common, launch: CudaDecodeLaunch) -> bool:
+    """Run the decode on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.decode`) as
+    ``launch`` says where the tensors are on a CUDA device, the build loads there and the
+    tensors allow its vector loads; False leaves it to the Triton fallback."""
     if not a.query.is_cuda:
-        return False
-    head_size = launch.build.head_size
-    # An fp8 cache below SM89 is e5m2: cache_view refuses e4m3 there.
-    kv_dtype = "fp8_e5m2" if launch.build.kv_fp8 else "float16"
-    capability = device_facts(a.query.device).capability
-    if not takes_cuda_decode(capability, head_size, kv_dtype, a.group, max_query_len):
         return False
     from volta_attn_v100.cuda import decode
 
-    if not decode.ready(a.query.device, head_size, kv_dtype) or not decode.vector_aligned(
-        a.query, a.kv
-    ):
+    if not decode.ready(a.query.device, launch.head_size, launch.kv_dtype):
+        return False
+    if not decode.vector_aligned(a.query, a.kv):
         return False
     decode.launch(
         a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
         k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
         has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
-        kv_cache_dtype=kv_dtype, max_query_len=max_query_len, num_splits=launch.num_splits,
+        launch=launch,
     )  # fmt: skip
     return True
 
 
-def _cuda_prefill(a: _Common, launch: PrefillLaunch) -> bool:
-    """Run the prefill on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.prefill`) where
-    :func:`~volta_attn_v100.tables.takes_cuda_prefill` takes it, its build loads and the cache
-    allows its vector loads; False leaves it to the Triton kernel."""
-    from volta_attn_v100.tables import takes_cuda_prefill
-
+def _cuda_prefill(a: _Common, launch: CudaPrefillLaunch) -> bool:
+    """Run the prefill on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.prefill`) as
+    ``launch`` says where the tensors are on a CUDA device, the build loads there and the cache
+    allows its vector loads; False leaves it to the Triton fallback."""
     if not a.query.is_cuda:
-        return False
-    head_size = launch.build.head_size
-    # An fp8 cache below SM89 is e5m2: cache_view refuses e4m3 there.
-    kv_dtype = "fp8_e5m2" if launch.build.kv_fp8 else "float16"
-    if not takes_cuda_prefill(device_facts(a.query.device).capability, head_size, kv_dtype):
         return False
     from volta_attn_v100.cuda import prefill
 
-    if not prefill.ready(a.query.device, head_size, kv_dtype) or not prefill.vector_aligned(a.kv):
+    if not prefill.ready(a.query.device, launch.head_size, launch.kv_dtype):
+        return False
+    if not prefill.vector_aligned(a.kv):
         return False
     prefill.launch(
         a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
         k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
         has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
-        kv_cache_dtype=kv_dtype,
+        launch=launch,
     )  # fmt: skip
     return True
 
@@ -601,8 +591,6 @@ def _cuda_prefill(a: _Common, launch: PrefillLaunch) -> bool:
 def _launch_prefill(a: _Common, launch: PrefillLaunch) -> None:
     from volta_attn_v100.kernels import paged_prefill_kernel
 
-    if _cuda_prefill(a, launch):
-        return
     build = launch.build
     paged_prefill_kernel[launch.grid](
         a.query,

@@ -4,14 +4,16 @@ The declaration states exactly what the kernels are tested for (Gemma-4's 512-di
 included, e4m3 KV from SM89); everything else (other head sizes, e4m3 KV below SM89, ALiBi,
 encoder attention) falls back per layer through the host. The cache is written in the packed
 layout by the plugin that owns each format (vllm-volta-fp8kv), through the host. The kernels and
-the vLLM classes are named by import path and imported only when a layer uses them.
+the vLLM classes are named by import path and imported only when a layer uses them. Which
+kernel runs, what the gates compile, the plan's kernel paths and their costs are
+:mod:`volta_attn_v100.dispatch`'s answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from volta_attn_v100.gate_configs import cuda_builds, kernel_configs
+from volta_attn_v100 import dispatch
 from volta_attn_v100.limits import (
     DTYPES,
     HEAD_SIZES,
@@ -20,7 +22,6 @@ from volta_attn_v100.limits import (
     MAX_CAPABILITY,
     MIN_CAPABILITY,
 )
-from volta_attn_v100.paths import attention_paths
 from volta_core import (
     PACKED_KV_LAYOUT,
     AttentionBackendSpec,
@@ -34,8 +35,9 @@ from volta_core import (
     QuantLayer,
     hookimpl,
 )
+from volta_core.kernel_api import StageCost, Workload
 
-VOLTA_HOST_API = "1.1"
+VOLTA_HOST_API = "1.2"
 
 #: The backend's name in plans and listings.
 BACKEND_NAME = "VOLTA_ATTN_V100"
@@ -76,12 +78,12 @@ def volta_attention_backends() -> Iterable[AttentionBackendSpec]:
 
 @hookimpl
 def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
-    return kernel_configs(device.capability)
+    return dispatch.kernel_configs(device.capability)
 
 
 @hookimpl
 def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
-    return cuda_builds(device)
+    return dispatch.cuda_kernel_configs(device.capability)
 
 
 @hookimpl
@@ -90,4 +92,18 @@ def volta_kernel_paths(
 ) -> Iterable[KernelPath]:
     if served_by != BACKEND_NAME or not isinstance(layer, AttentionLayer):
         return []
-    return attention_paths(layer, device.capability)
+    return dispatch.attention_paths(layer, device.capability)
+
+
+@hookimpl
+def volta_kernel_cost(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> StageCost | None:
+    if served_by != BACKEND_NAME or not isinstance(layer, AttentionLayer):
+        return None
+    capability = device.capability
+    return dispatch.stage_cost(layer, capability, dispatch.plan_sm_count(capability), work)

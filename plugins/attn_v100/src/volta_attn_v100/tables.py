@@ -1,9 +1,11 @@
-"""Launch tables: the tiles and policies of each device family, as data.
+"""Launch tables: the tiles and policies of each device family, and the SM70 CUDA kernels' tiles,
+as data, with the dataclasses of their entries.
 
-Pure Python (no torch, no triton). :mod:`volta_attn_v100.launch` reads a table to pick every
-launch, and :mod:`volta_attn_v100.gate_configs` reads the same table to list what the compile
-gate checks, so the gate compiles exactly what runs. A benchmark or a test that wants another
-choice passes a changed copy of a table (``dataclasses.replace``) to the launcher.
+Pure Python (no torch, no triton) and no choosing: :mod:`volta_attn_v100.launch` says what
+follows from an entry (builds, constants, grids) and :mod:`volta_attn_v100.dispatch` which table
+and which kernel a call gets, and lists what the compile gates check, so the gates compile
+exactly what runs. A benchmark or a test that wants another choice passes a changed copy of a
+table (``dataclasses.replace``) to the launcher.
 
 Two families: on SM70 ``tl.dot`` runs on the FMA units and the register file is the limit
 (docs/kernels.md#sm70-facts), so tiles are small and every loop has one stage; from SM80 on it
@@ -40,11 +42,6 @@ class DecodeTile:
     num_warps: int
     num_stages: int
 
-    def tiles(self, block_m: int, kv_fp8: bool) -> Tiles:
-        """The tile for ``block_m`` rows and the cache's dtype."""
-        keys = self.fp8_block_n if kv_fp8 else self.block_n
-        return Tiles(block_m, keys, self.num_warps, self.num_stages)
-
 
 @dataclass(frozen=True)
 class PrefillTiles:
@@ -55,25 +52,11 @@ class PrefillTiles:
     long: Tiles | None = None
     long_query: int = 1024
 
-    def choices(self) -> list[Tiles]:
-        """Every tile a prefill of this head pad may take."""
-        return [self.short] if self.long in (None, self.short) else [self.short, self.long]
-
-    def for_query(self, max_query_len: int) -> Tiles:
-        if self.long is not None and max_query_len >= self.long_query:
-            return self.long
-        return self.short
-
-
-def last_wave_fill(programs: int, slots: int) -> float:
-    """How full the waves of ``programs`` are on ``slots`` resident places, the last one
-    included: 1.0 when the count is a whole number of waves."""
-    return programs / (-(-programs // slots) * slots)
-
 
 @dataclass(frozen=True)
 class SplitPolicy:
-    """How many partitions a decode sequence's keys are cut into (split-KV).
+    """How many partitions a decode sequence's keys are cut into (split-KV), by
+    :func:`volta_attn_v100.launch.policy_splits`.
 
     Enough partitions to fill the ``programs_per_sm`` decode programs each SM holds, none
     shorter than ``min_keys_per_split`` keys and at most ``max_splits``; of the counts just
@@ -95,20 +78,6 @@ class SplitPolicy:
             raise ValueError(
                 f"SplitPolicy.max_splits must be at most {MAX_SPLITS}, got {self.max_splits}"
             )
-
-    def num_splits(self, num_programs: int, max_seq_len: int, num_sms: int) -> int:
-        """Partitions per sequence for ``num_programs`` (sequences x KV programs) programs."""
-        slots = self.programs_per_sm * num_sms
-        programs = max(1, num_programs)
-        if programs >= slots:
-            return 1
-        by_length = -(-max_seq_len // self.min_keys_per_split)
-        limit = max(1, min(self.max_splits, by_length))
-        fewer = min(limit, max(1, slots // programs))
-        more = min(limit, fewer + 1)
-        if last_wave_fill(programs * more, slots) >= last_wave_fill(programs * fewer, slots):
-            return more
-        return fewer
 
 
 #: Two decode programs per SM: fp8 decode from SM80 (255 registers a thread at sm_90) and
@@ -208,6 +177,7 @@ class LaunchTable:
     """The gate's list also holds every attention build with 64-bit offsets."""
 
     def policy(self, kv_fp8: bool) -> KVPolicy:
+        """The policy of an fp8 or an fp16 cache."""
         return self.fp8 if kv_fp8 else self.fp16
 
 
@@ -285,11 +255,6 @@ SM80 = LaunchTable(
 )
 
 
-def table_for(capability: tuple[int, int]) -> LaunchTable:
-    """SM70 tiles below SM80 (FMA ``tl.dot`` with Triton 3.3+), SM80 tiles from there."""
-    return SM70 if capability < (8, 0) else SM80
-
-
 # -- the tensor-core prefill on SM70 (CUDA C++, volta_attn_v100/cuda/prefill.cu) ---------------
 
 
@@ -329,19 +294,6 @@ SM70_CUDA_PREFILL: Mapping[int, CudaPrefillTile] = {
 }
 
 
-def takes_cuda_prefill(capability: tuple[int, int], head_size: int, kv_cache_dtype: str) -> bool:
-    """Whether a prefill of this head size and KV dtype runs on the SM70 tensor cores (the
-    CUDA prefill) on a device of ``capability``: on a V100, for every head size the table
-    lists and fp16 or e5m2 KV, since its products there take an eighth of the FMA path's time
-    (125 against 15.7 TFLOP/s, V100 whitepaper). The launcher also needs the build to load
-    (NVRTC present, the compile passing); otherwise the Triton kernel serves."""
-    return (
-        capability == CUDA_PREFILL_CAPABILITY
-        and head_size in SM70_CUDA_PREFILL
-        and kv_cache_dtype in CUDA_PREFILL_KV_DTYPES
-    )
-
-
 # -- the tensor-core decode on SM70 (CUDA C++, volta_attn_v100/cuda/decode.cu) ----------------
 
 
@@ -379,23 +331,3 @@ SM70_CUDA_DECODE: Mapping[int, CudaDecodeTile] = {
     128: CudaDecodeTile(4, 3),
     256: CudaDecodeTile(4, 2),
 }
-
-
-def takes_cuda_decode(
-    capability: tuple[int, int], head_size: int, kv_cache_dtype: str, group: int, q_len_max: int
-) -> bool:
-    """Whether a decode of this head size, KV dtype, query group (query heads per KV head) and
-    longest query (1..8 tokens, MTP) runs on the SM70 tensor cores (the CUDA decode) on a device of
-    ``capability``: on a V100, for the table's head sizes, fp16 or e5m2 KV, groups up to 8 and at
-    most :data:`CUDA_DECODE_MAX_ROW_CHUNKS` chunks of 8 rows. There its products pad the group to
-    8 rows on HMMA instead of 16 on the FMA units, so the SM70 estimate is bound by the bytes
-    (benchmarks/bench.py). The launcher also needs the build to load (NVRTC present, the compile
-    passing) and a cache that allows 16-byte loads; otherwise the Triton kernel serves."""
-    rows = max(q_len_max, 1) * group
-    return (
-        capability == CUDA_DECODE_CAPABILITY
-        and head_size in SM70_CUDA_DECODE
-        and kv_cache_dtype in CUDA_DECODE_KV_DTYPES
-        and 1 <= group <= 8
-        and -(-rows // CUDA_DECODE_ROWS) <= CUDA_DECODE_MAX_ROW_CHUNKS
-    )

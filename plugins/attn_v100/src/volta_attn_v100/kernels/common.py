@@ -16,14 +16,14 @@ import triton
 import triton.language as tl
 
 from volta_attn_v100 import limits
-from volta_core.kernel_api import dequantize_tile
+from volta_core.kernel_api import FP8_FORMAT_CODES, dequantize_tile
 
 #: ``FP8_DECODE`` values (:func:`volta_attn_v100.limits.fp8_decode`) as kernel constants.
 E5M2_NATIVE = tl.constexpr(limits.FP8_E5M2_NATIVE)
 E4M3_NATIVE = tl.constexpr(limits.FP8_E4M3_NATIVE)
 E4M3_INTEGER = tl.constexpr(limits.FP8_E4M3_INTEGER)
-#: The host codec's ``FMT`` of e4m3 (:data:`volta_attn_v100.limits.FP8_CODEC_FORMATS`).
-E4M3_FORMAT = tl.constexpr(limits.FP8_CODEC_FORMATS["fp8_e4m3"])
+#: The host codec's ``FMT`` of e4m3 (:data:`volta_core.kernel_api.FP8_FORMAT_CODES`).
+E4M3_FORMAT = tl.constexpr(FP8_FORMAT_CODES["fp8_e4m3"])
 
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
 #: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
@@ -401,22 +401,15 @@ def attend(
     (``[BLOCK_M, 1]``: per-head scales of several heads).
 
     ``ONE_LOOP``: whole and masked tiles in one loop, the masks behind a branch the whole
-    program takes alike (prefill). As two loops, the masked one (for a prefill program the
-    diagonal, usually one tile) refilled the load pipeline from empty, the block table and
-    then the keys, after the whole tiles: 32 x 512 prefill took 0.466 ms with two loops and
-    0.425 with one (H100). Otherwise (decode) the whole tiles run in their own loop, on the
-    launch's software pipeline, and the masked ones after it: with the branch in the whole
-    tiles' loop, bandwidth-bound fp8 decode lost 5% (64 x 8K 438 -> 462 us). By default the
-    masked tiles' loop is pipelined too. ``ONE_STAGE_TAIL``
-    (:func:`volta_attn_v100.launch.takes_one_stage_tail` says where) runs them in one loop of one
-    stage instead: those below the whole range (with a window, the tiles its start cuts) and
-    those above it (the sequence's last tile, the speculative queries' diagonal). A masked
-    loop on the pipeline cost 1 x 8K fp16 decode 1.4 us even where it ran no tile, its
-    prologue and drain after the whole tiles' (19.4 -> 18.0 us at 32/8 heads on the H100, in a
-    copy of this loop: docs/perf/attn_v100/PERFORMANCE_HISTORY.md#decode_generality); with one
-    stage it costs nothing there. A
-    tile is then whole, window or not, when every key in it is inside the window of the
-    highest query, ``seq_len - 1``, hence of all the rows.
+    program takes alike (prefill). Otherwise (decode) the whole tiles run in their own loop, on
+    the launch's software pipeline, and the masked ones after it, pipelined too by default;
+    ``ONE_STAGE_TAIL`` (:func:`volta_attn_v100.launch.takes_one_stage_tail` says where) runs them
+    in one loop of one stage instead: those below the whole range (with a window, the tiles its
+    start cuts) and those above it (the sequence's last tile, the speculative queries'
+    diagonal). Each form is the faster one where it is taken
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#loop_forms). A tile is then whole, window or
+    not, when every key in it is inside the window of the highest query, ``seq_len - 1``, hence
+    of all the rows.
     """
     whole_hi = (lowest_q_abs + 1) // BLOCK_N
     if ONE_LOOP:

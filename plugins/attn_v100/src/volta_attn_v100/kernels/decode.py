@@ -294,9 +294,8 @@ def combine_splits(
 
     ``rows_base[r]`` is row ``r``'s first partial (partition 0), counted from the pointers.
     ``SPLIT_CHUNK`` partitions are loaded as one ``[rows, SPLIT_CHUNK, HEAD_PAD]`` tile (past
-    L1), so their loads issue together: one L2 round trip per chunk. (Unrolled per-partition
-    loads let ptxas place each partition's loads after the previous partition's arithmetic,
-    which waits for its data: one round trip per partition, about 0.17 us each on the H100.)
+    L1), so their loads issue together: one L2 round trip per chunk, not one per partition
+    (docs/perf/attn_v100/PERFORMANCE_HISTORY.md#loop_forms).
     Rows come first so that each warp sums its own rows' partitions in registers, with no
     exchange between warps.
 

@@ -28,6 +28,9 @@ from volta_core.types import AttentionFeature, LayerKind, QuantConfig, QuantLaye
 #: Layer types (``config.layer_types``) that attend with a paged KV cache.
 ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "attention"})
 
+#: Model types whose full-attention q_proj also produces an output gate (twice the width).
+GATED_QUERY_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
+
 _EXAMPLES = "volta_core.examples"
 
 
@@ -310,6 +313,7 @@ def _layer_attention(text: Any, index: int, layer_type: str) -> SimpleNamespace:
 def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[QuantLayer, ...]:
     """One representative module per linear-layer kind (from the first layer of each type)."""
     hidden = int(text.hidden_size)
+    gated = 2 if str(getattr(text, "model_type", "")) in GATED_QUERY_MODEL_TYPES else 1
     modules: list[QuantLayer] = []
     seen: set[str] = set()
     for layer in layers:
@@ -319,7 +323,7 @@ def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[Qua
         prefix = f"{base}.layers.{layer.index}"
         if layer.is_attention:
             q, kv = layer.num_heads * layer.head_size, layer.num_kv_heads * layer.head_size
-            for proj, inp, out in (("q", hidden, q), ("k", hidden, kv), ("v", hidden, kv)):
+            for proj, inp, out in (("q", hidden, gated * q), ("k", hidden, kv), ("v", hidden, kv)):
                 modules.append(
                     QuantLayer(LayerKind.LINEAR, f"{prefix}.self_attn.{proj}_proj", inp, out)
                 )

@@ -36,12 +36,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from volta_core.checkpoint import is_ignored
-from volta_core.model import ModelLayer
+from volta_core.model import GATED_QUERY_MODEL_TYPES, ModelLayer
 from volta_core.safetensors_header import DTYPE_BYTES, TensorEntry
 from volta_core.types import QuantConfig
-
-#: Model types whose full-attention q_proj also produces an output gate (twice the width).
-GATED_QUERY_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 
 #: Part kinds: what a decode step reads of them differs (experts: only the routed ones).
 KINDS = (

@@ -311,7 +311,8 @@ class _Step:
         """Add ``runs`` times ``cost`` to term ``name`` and to its kernel line."""
         seconds = cost.seconds(self.rates) * runs
         bound = cost.bound(self.rates)
-        label = f"{cost.kernel} ({cost.unit.value})"
+        unit = cost.unit.value
+        label = cost.kernel if unit in cost.kernel else f"{cost.kernel} on {unit}"
         self.term(name).add(key, cost.bytes * runs, cost.flops * runs, seconds, bound, label)
         line = self.lines.setdefault(
             (name, module, stage, cost.kernel),

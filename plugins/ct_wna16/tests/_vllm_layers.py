@@ -67,7 +67,7 @@ def vllm_process(rank: int = 0, world: int = 1, init_file: str | None = None) ->
 
 def engine_config(raw: dict[str, Any], capability: tuple[int, int] = (7, 0)) -> Any:
     """The adapter's compressed-tensors config, with a host holding only this plugin."""
-    from volta_core.vllm.compat import make_quantization_overrides
+    from volta_core.vllm.quantization import make_quantization_overrides
 
     manager = VoltaPluginManager(strict=True)
     manager.register(plugin, "ct_wna16", distribution="vllm-volta-ct-wna16", version="0.1.0")
@@ -150,7 +150,7 @@ def _fused_moe_layer(quant_config: Any, num_experts: int, **args: Any) -> MoELay
     ``make_expert_params_mapping`` and handed to the parameter's ``weight_loader`` with the
     shard and expert id. The layer's own ``load_weights`` (the Transformers backend's path,
     given the same mapping) calls the layer's ``weight_loader`` instead."""
-    from volta_core.vllm.compat import routed_experts_class
+    from volta_core.vllm.quantization import routed_experts_class
 
     cls = routed_experts_class()
     # (param_name, weight_name, expert_id, shard_id), names under the model's ``experts`` child.
@@ -202,7 +202,7 @@ def _moe_factory_layer(quant_config: Any, num_experts: int, **args: Any) -> MoEL
     return MoELayer(experts, runner.load_weights, experts.load_weights)
 
 
-#: How each family builds a fused-MoE layer (``compat.Family.name``).
+#: How each family builds a fused-MoE layer (``volta_core.vllm.families.Family.name``).
 MOE_BUILDERS: dict[str, Callable[..., MoELayer]] = {
     "vLLM 0.19": _fused_moe_layer,
     "1Cat-vLLM 1.2-1.3": _fused_moe_layer,
@@ -216,7 +216,7 @@ def build_moe(quant_config: Any, *, num_experts: int, prefix: str, **args: Any) 
     (``top_k``, ``hidden_size``, ``intermediate_size``, ``params_dtype``, ``activation``...)."""
     from vllm.config import get_current_vllm_config
 
-    from volta_core.vllm.compat import family
+    from volta_core.vllm.families import family
 
     # A model registers each MoE layer by name once; the tests build the same one again.
     get_current_vllm_config().compilation_config.static_forward_context.pop(prefix, None)

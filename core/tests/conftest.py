@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
-from volta_core import hookimpl, hookspecs
-from volta_core.manager import HOST_API_VERSION, VoltaPluginManager
-from volta_core.types import AttentionBackendSpec
+from volta_core import hookimpl
+from volta_core.host import hookspecs
+from volta_core.host.manager import HOST_API_VERSION, VoltaPluginManager
+from volta_core.host.types import AttentionBackendSpec
 
 #: The test-only plugins (``tests/plugins`` at the repository root, installed by pip).
 TEST_PLUGINS = "vllm-volta-test-healthy"

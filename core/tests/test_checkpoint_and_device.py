@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from volta_core import parse_device
-from volta_core.checkpoint import checkpoint_kv, is_ignored, quant_config, weight_format
 from volta_core.errors import UsageError
-from volta_core.types import KVScaleScheme
+from volta_core.host.checkpoint import checkpoint_kv, is_ignored, quant_config, weight_format
+from volta_core.host.types import KVScaleScheme
 
 W4A16 = {
     "quant_method": "compressed-tensors",

@@ -1,4 +1,4 @@
-"""The dispatch contract (:mod:`volta_core.dispatch`) and the ``volta_kernel_cost`` hook.
+"""The dispatch contract (:mod:`volta_core.host.dispatch`) and the ``volta_kernel_cost`` hook.
 
 A plugin's dispatch answers which kernel runs a call and what it costs; the plan prints the
 kernels (``volta_kernel_paths``) and the estimate prices them (``volta_kernel_cost``) from that
@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 
 from volta_core import V100, AttentionLayer, Device, QuantLayer
-from volta_core import plan as plan_module
-from volta_core.capacity import SpeedRequest, assess
-from volta_core.dispatch import (
+from volta_core.host.dispatch import (
     V100_RATES,
     Choice,
     KernelCost,
@@ -29,11 +27,13 @@ from volta_core.dispatch import (
     stage_ranges,
     token_stage,
 )
-from volta_core.fit import FitOptions
-from volta_core.manager import VoltaPluginManager
-from volta_core.model import describe_model, read_config
-from volta_core.plan import PlanOptions, make_plan
-from volta_core.types import KernelPath, QuantClaim, QuantConfig, QuantMethodSpec
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import KernelPath, QuantClaim, QuantConfig, QuantMethodSpec
+from volta_core.planner import plan as plan_module
+from volta_core.planner.capacity import SpeedRequest, assess
+from volta_core.planner.fit import FitOptions
+from volta_core.planner.model import describe_model, read_config
+from volta_core.planner.plan import PlanOptions, make_plan
 
 GB = 1e9
 
@@ -257,7 +257,7 @@ def test_layers_nobody_serves_keep_the_hosts_model(manager: VoltaPluginManager) 
 
 
 def test_the_device_rates_are_stated_once() -> None:
-    from volta_core.estimate import SpeedAssumptions
+    from volta_core.planner.estimate import SpeedAssumptions
 
     rates = SpeedAssumptions().rates()
     assert (rates.bandwidth, rates.tensor_flops, rates.fma_flops) == (

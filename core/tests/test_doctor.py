@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from volta_core import doctor
 from volta_core.cli import main
-from volta_core.doctor import Check, Gpu, GpuProbe, Status
-from volta_core.manager import HOST_API_VERSION, PluginRecord, PluginStatus, VoltaPluginManager
-from volta_core.types import KVVerdict
+from volta_core.doctor import checks as doctor
+from volta_core.doctor.checks import Check, Gpu, GpuProbe, Status
+from volta_core.host.manager import HOST_API_VERSION, PluginRecord, PluginStatus, VoltaPluginManager
+from volta_core.host.types import KVVerdict
 
 _spec = importlib.util.spec_from_file_location(
     "volta_test_fatbin_builders", Path(__file__).with_name("test_fatbin.py")

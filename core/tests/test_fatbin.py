@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from volta_core import doctor, fatbin
+from volta_core.doctor import checks as doctor
+from volta_core.doctor import fatbin
 
 KERNEL_CU = "__global__ void volta_probe(float *x) { x[threadIdx.x] *= 2.0f; }\n"
 

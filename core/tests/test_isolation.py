@@ -13,8 +13,8 @@ import pytest
 
 from volta_core import V100
 from volta_core.errors import DuplicateDeclarationError, PluginError
-from volta_core.manager import PluginStatus, VoltaPluginManager
-from volta_core.types import (
+from volta_core.host.manager import PluginStatus, VoltaPluginManager
+from volta_core.host.types import (
     AttentionLayer,
     CheckpointKV,
     KernelConfig,
@@ -217,8 +217,8 @@ def test_a_replaced_builtin_backend_is_not_also_a_fallback(
 def test_the_plan_says_when_a_plugin_replaces_a_vllm_name(
     manager: VoltaPluginManager, fake_plugin: Any
 ) -> None:
-    from volta_core.model import describe_model, read_config
-    from volta_core.plan import PlanOptions, make_plan
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan
 
     parser = ReasoningParserSpec("qwen3", "m:P", replaces_builtin=True)
     manager.register(fake_plugin(volta_reasoning_parsers=[parser]), "mine")

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 
 from volta_core import V100, AttentionLayer, Device, QuantLayer
-from volta_core import plan as plan_module
-from volta_core.manager import VoltaPluginManager
-from volta_core.model import describe_model, read_config
-from volta_core.plan import PlanOptions, make_plan, plan_as_dict, render_text
-from volta_core.types import (
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import (
     CudaKernelConfig,
     KernelPath,
     QuantClaim,
     QuantConfig,
     QuantMethodSpec,
 )
+from volta_core.planner import plan as plan_module
+from volta_core.planner.model import describe_model, read_config
+from volta_core.planner.plan import PlanOptions, make_plan, plan_as_dict, render_text
 
 TENSOR = "tensor cores (CUDA, mma.m8n8k4)"
 PATHS = (

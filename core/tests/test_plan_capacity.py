@@ -34,8 +34,8 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.manager import get_plugin_manager
-from volta_core.model import read_config
+from volta_core.host.manager import get_plugin_manager
+from volta_core.planner.model import read_config
 
 GIB = 1 << 30
 #: The field report's serving flags (both models).

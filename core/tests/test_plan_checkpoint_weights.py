@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.manager import get_plugin_manager
-from volta_core.safetensors_header import read_header
+from volta_core.host.manager import get_plugin_manager
+from volta_core.planner.safetensors_header import read_header
 
 torch = pytest.importorskip("torch")
 safetensors_torch = pytest.importorskip("safetensors.torch")

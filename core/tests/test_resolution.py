@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 
 from volta_core import V100, Device
-from volta_core.builtins import TRITON_ATTN
 from volta_core.errors import (
     KVCacheDtypeRejected,
     NoAttentionBackendError,
     PluginError,
     ReasoningTextLost,
 )
-from volta_core.resolution import (
+from volta_core.host.builtins import TRITON_ATTN
+from volta_core.host.resolution import (
     candidate_order,
     check_no_text_lost,
     combine_verdicts,
@@ -23,7 +23,7 @@ from volta_core.resolution import (
     resolve_quant,
     select_backend,
 )
-from volta_core.types import (
+from volta_core.host.types import (
     AttentionFeature,
     AttentionLayer,
     CheckpointKV,

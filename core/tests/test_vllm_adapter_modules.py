@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from volta_core.device import Device
-from volta_core.types import (
+from volta_core.host.types import (
     CheckpointKV,
     KVDecision,
     KVRequest,

@@ -24,7 +24,7 @@ from e2e_support import config_engine_args, requires_vllm, selector_flags
 
 from volta_core import Device, VoltaPluginManager, hookimpl
 from volta_core.errors import KVCacheDtypeRejected, NoAttentionBackendError
-from volta_core.types import (
+from volta_core.host.types import (
     AttentionBackendSpec,
     AttentionFeature,
     KVRequest,

@@ -967,7 +967,7 @@ def test_plan_reads_gemma4_layers_with_this_environments_transformers() -> None:
     """The families before 0.32 serve Gemma-4 with transformers before 5.14 (no per-layer
     configs; ``scripts/check_vllm.sh`` installs such a release for them): the plan reads the
     same layers there as with per-layer configs, 256-dim sliding and 512-dim global."""
-    from volta_core.model import describe_model, read_config
+    from volta_core.planner.model import describe_model, read_config
 
     name, raw = read_config("gemma-4-dual-head")
     layers = [layer for layer in describe_model(name, raw).layers if layer.is_attention]

@@ -14,7 +14,7 @@ import pytest
 triton = pytest.importorskip("triton")
 tl = triton.language
 
-from volta_core.types import KernelConfig  # noqa: E402
+from volta_core.host.types import KernelConfig  # noqa: E402
 from volta_devkit import example  # noqa: E402
 from volta_devkit.gate import (  # noqa: E402
     MAX_SHARED_BYTES,

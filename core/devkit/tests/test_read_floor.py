@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from volta_core.types import KernelConfig  # noqa: E402
+from volta_core.host.types import KernelConfig  # noqa: E402
 from volta_devkit.gate import (  # noqa: E402
     assert_gate_passes,
     check_kernel_config,

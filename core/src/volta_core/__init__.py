@@ -17,9 +17,9 @@ from volta_core.errors import (
     UsageError,
     VoltaError,
 )
-from volta_core.hookspecs import hookimpl
-from volta_core.kv_cache_ops import KVCacheWriter, kv_cache_writer
-from volta_core.manager import (
+from volta_core.host.hookspecs import hookimpl
+from volta_core.host.kv_cache_ops import KVCacheWriter, kv_cache_writer
+from volta_core.host.manager import (
     ENTRY_POINT_GROUP,
     HOST_API_VERSION,
     PluginRecord,
@@ -28,8 +28,8 @@ from volta_core.manager import (
     get_plugin_manager,
     strict_mode,
 )
-from volta_core.resolution.reasoning import check_no_text_lost
-from volta_core.types import (
+from volta_core.host.resolution.reasoning import check_no_text_lost
+from volta_core.host.types import (
     ACTIVATION_DTYPES,
     FP8_KV_CACHE_DTYPES,
     KV_CACHE_DTYPES,

@@ -19,7 +19,7 @@ from typing import NoReturn
 from volta_core import __version__
 from volta_core.device import parse_device
 from volta_core.errors import UsageError, VoltaError
-from volta_core.manager import PluginRecord, get_plugin_manager
+from volta_core.host.manager import PluginRecord, get_plugin_manager
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -62,8 +62,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
     """The memory fit's and the speed estimate's options of ``plan``."""
-    from volta_core.estimate import SpeedAssumptions
-    from volta_core.fit import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, V100_32GB
+    from volta_core.planner.estimate import SpeedAssumptions
+    from volta_core.planner.fit import (
+        DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        DEFAULT_MAX_NUM_SEQS,
+        V100_32GB,
+    )
 
     fit = plan.add_argument_group("memory fit (per rank)")
     fit.add_argument(
@@ -131,11 +135,11 @@ def _cmd_plugins(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from volta_core.capacity import SpeedRequest, assess
-    from volta_core.estimate import SpeedAssumptions
-    from volta_core.fit import FitOptions, parse_size
-    from volta_core.model import describe_model, read_config
-    from volta_core.plan import PlanOptions, make_plan, plan_as_dict, render_text
+    from volta_core.planner.capacity import SpeedRequest, assess
+    from volta_core.planner.estimate import SpeedAssumptions
+    from volta_core.planner.fit import FitOptions, parse_size
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan, plan_as_dict, render_text
 
     # Either defaults to the other: -tp 2 alone plans two GPUs, --gpus 2 alone plans TP 2.
     gpus = args.gpus if args.gpus is not None else (args.tensor_parallel_size or 1)
@@ -186,14 +190,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_examples(_args: argparse.Namespace) -> int:
-    from volta_core.model import example_names
+    from volta_core.planner.model import example_names
 
     print("\n".join(example_names()))
     return EXIT_OK
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from volta_core.doctor import load_model, run_checks
+    from volta_core.doctor.checks import load_model, run_checks
 
     model = load_model(args.model) if args.model is not None else None
     report = run_checks(get_plugin_manager, model)

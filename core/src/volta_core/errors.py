@@ -40,7 +40,7 @@ class NoAttentionBackendError(VoltaError):
     """No candidate backend admits an attention layer; the message lists every refusal.
 
     ``summary`` is the message without the layer's name, so a plan can group identical layers;
-    ``refusals`` holds each backend's :class:`~volta_core.types.BackendRefusal`.
+    ``refusals`` holds each backend's :class:`~volta_core.host.types.BackendRefusal`.
     """
 
     def __init__(self, layer_prefix: str, summary: str, refusals: tuple[Any, ...]) -> None:

@@ -93,9 +93,9 @@ def model(tmp_path_factory, global_head) -> Path:
 def plan(model):
     """The host's plan for the model on a V100, as ``vllm-volta plan`` makes it."""
     from volta_core.device import parse_device
-    from volta_core.manager import get_plugin_manager
-    from volta_core.model import describe_model, read_config
-    from volta_core.plan import PlanOptions, make_plan
+    from volta_core.host.manager import get_plugin_manager
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan
 
     name, raw = read_config(str(model))
     options = PlanOptions(device=parse_device("sm70"), dtype="float16", block_size=32)

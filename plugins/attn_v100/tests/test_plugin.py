@@ -28,7 +28,7 @@ from volta_core import (
     kv_cache_writer,
 )
 from volta_core.errors import NoAttentionBackendError
-from volta_core.types import AttentionFeature, AttentionLayer, KernelPath
+from volta_core.host.types import AttentionFeature, AttentionLayer, KernelPath
 
 
 def test_loading_the_plugin_imports_no_heavy_module() -> None:

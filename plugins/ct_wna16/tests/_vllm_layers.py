@@ -30,7 +30,7 @@ os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 from ct_wna16_checkpoints import Checkpoint
 
 from volta_core.device import Device
-from volta_core.manager import VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
 from volta_ct_wna16 import plugin
 
 

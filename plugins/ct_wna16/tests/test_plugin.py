@@ -11,9 +11,8 @@ import pytest
 from ct_wna16_checkpoints import fresh_checkpoint, quantization_config
 
 from volta_core.device import Device
-from volta_core.kernel_api import StageCost, Unit, Workload
-from volta_core.manager import ENTRY_POINT_GROUP, VoltaPluginManager
-from volta_core.types import (
+from volta_core.host.manager import ENTRY_POINT_GROUP, VoltaPluginManager
+from volta_core.host.types import (
     KernelPath,
     LayerKind,
     QuantClaim,
@@ -21,6 +20,7 @@ from volta_core.types import (
     QuantDecline,
     QuantLayer,
 )
+from volta_core.kernel_api import StageCost, Unit, Workload
 from volta_ct_wna16 import plugin
 from volta_ct_wna16.dispatch import (
     KERNEL_NAMES,

@@ -94,7 +94,7 @@ def test_ignored_modules_get_vllms_unquantized_method() -> None:
     raw = quantization_config(SCHEMES[0], ignore=["re:.*mlp.down_proj$"])
     layer = vl.build("row", [40], K, raw, bias=False)
     assert isinstance(layer.quant_method, UnquantizedLinearMethod)
-    from volta_core.types import LayerKind, QuantConfig, QuantLayer
+    from volta_core.host.types import LayerKind, QuantConfig, QuantLayer
 
     qkv = QuantLayer(LayerKind.LINEAR, "model.layers.0.self_attn.qkv_proj", K, 128)
     raw = quantization_config(SCHEMES[0], ignore=["re:.*self_attn.[qkv]_proj$"])

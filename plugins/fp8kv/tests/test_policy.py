@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from volta_core.checkpoint import checkpoint_kv, quant_config
 from volta_core.device import V100, Device
 from volta_core.errors import KVCacheDtypeRejected
-from volta_core.manager import VoltaPluginManager
-from volta_core.resolution.kv_cache import require_accepted
-from volta_core.types import CheckpointKV, KVRequest, KVScaleScheme, VerdictStatus
+from volta_core.host.checkpoint import checkpoint_kv, quant_config
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.resolution.kv_cache import require_accepted
+from volta_core.host.types import CheckpointKV, KVRequest, KVScaleScheme, VerdictStatus
 from volta_fp8kv import __version__, plugin
 from volta_fp8kv.policy import SCALES_CHECKPOINT, SCALES_UNIT
 

@@ -7,8 +7,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from volta_core.resolution.reasoning import check_no_text_lost
-from volta_core.types import ReasoningSplit
+from volta_core.host.resolution.reasoning import check_no_text_lost
+from volta_core.host.types import ReasoningSplit
 from volta_reasoning.parser import Qwen3ReasoningParser
 
 PARSER = Qwen3ReasoningParser()

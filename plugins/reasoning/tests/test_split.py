@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from volta_core.types import ReasoningSplit
+from volta_core.host.types import ReasoningSplit
 from volta_reasoning.parser import Qwen3ReasoningParser
 
 PARSER = Qwen3ReasoningParser()

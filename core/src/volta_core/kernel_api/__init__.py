@@ -24,7 +24,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable, nvrtc_version
-from volta_core.dispatch import (
+from volta_core.host.dispatch import (
     V100_RATES,
     Choice,
     DeviceRates,

@@ -4,7 +4,7 @@ vLLM asks its platform for a backend once per distinct layer configuration
 (``Platform.get_attn_backend_cls``). The Volta platform
 (:mod:`volta_core.vllm.platform_class`) turns vLLM's selector configuration into plain values,
 and this module answers through the host's
-:meth:`~volta_core.manager.VoltaPluginManager.select_attention`: the one selection the plan
+:meth:`~volta_core.host.manager.VoltaPluginManager.select_attention`: the one selection the plan
 command shows.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from volta_core import builtins
 from volta_core.device import Device
-from volta_core.manager import VoltaPluginManager
-from volta_core.types import AttentionBackendSpec, AttentionFeature, AttentionLayer
+from volta_core.host import builtins
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import AttentionBackendSpec, AttentionFeature, AttentionLayer
 
 #: Compute capability majors the Volta platform routes (Volta 7.0/7.2, Turing 7.5).
 ROUTED_MAJORS = (7,)

@@ -9,7 +9,7 @@ inside the functions.
 from __future__ import annotations
 
 from volta_core.errors import PluginError
-from volta_core.types import AttentionBackendSpec
+from volta_core.host.types import AttentionBackendSpec
 from volta_core.vllm import report
 from volta_core.vllm.reasoning import load_object
 

@@ -14,11 +14,11 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from volta_core.checkpoint import checkpoint_kv, quant_config
 from volta_core.device import Device
-from volta_core.manager import VoltaPluginManager
-from volta_core.resolution import require_accepted
-from volta_core.types import (
+from volta_core.host.checkpoint import checkpoint_kv, quant_config
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.resolution import require_accepted
+from volta_core.host.types import (
     KVDecision,
     KVRequest,
     KVScaleScheme,
@@ -55,7 +55,7 @@ class ScaleSource(enum.Enum):
 
 #: Every ``KVVerdict.scales`` spelling with a meaning for the adapter, word for word: ``unit``,
 #: ``checkpoint``, and ``checkpoint:<layout>`` for each scale layout a checkpoint can ship
-#: (:class:`~volta_core.types.KVScaleScheme`; fp8kv says which one it keeps).
+#: (:class:`~volta_core.host.types.KVScaleScheme`; fp8kv says which one it keeps).
 _SCALE_SOURCES: dict[str, ScaleSource] = {
     "unit": ScaleSource.UNIT,
     "checkpoint": ScaleSource.CHECKPOINT,

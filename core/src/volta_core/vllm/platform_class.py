@@ -16,7 +16,7 @@ from types import FrameType
 from typing import Any
 
 from volta_core.device import Device
-from volta_core.manager import VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
 from volta_core.vllm import attention, kv_cache, report
 from volta_core.vllm.backend_binding import backend_class_path
 from volta_core.vllm.engine_config import activation_dtype

@@ -38,7 +38,7 @@ import logging
 import os
 import sys
 
-from volta_core.manager import VoltaPluginManager, get_plugin_manager, strict_mode
+from volta_core.host.manager import VoltaPluginManager, get_plugin_manager, strict_mode
 from volta_core.vllm import (
     attention,
     backend_binding,

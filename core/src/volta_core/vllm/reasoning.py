@@ -5,7 +5,7 @@ A plugin declares an engine-independent parser (``ReasoningParserSpec.impl``) wi
 ``stream(in_reasoning=...)``. :class:`ReasoningSession` holds what one request needs: whether
 the prompt left a think block open, the streaming state, and the text and token ids seen so
 far, and it runs the host's post-processing hook
-(:meth:`~volta_core.manager.VoltaPluginManager.postprocess_reasoning`) on every split it
+(:meth:`~volta_core.host.manager.VoltaPluginManager.postprocess_reasoning`) on every split it
 returns, non-streaming and streaming alike.
 """
 
@@ -16,8 +16,8 @@ import importlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from volta_core.manager import VoltaPluginManager
-from volta_core.types import ReasoningContext, ReasoningParserSpec, ReasoningSplit
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import ReasoningContext, ReasoningParserSpec, ReasoningSplit
 
 #: Environment variable naming extra vLLM names for Volta parsers: ``qwen3=qwen3-volta,...``.
 ENV_ALIASES = "VLLM_VOLTA_REASONING_ALIASES"

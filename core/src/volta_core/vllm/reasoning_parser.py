@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from volta_core.manager import VoltaPluginManager
-from volta_core.types import ReasoningParserSpec, ReasoningSplit
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import ReasoningParserSpec, ReasoningSplit
 from volta_core.vllm.families import Streaming, family
 from volta_core.vllm.reasoning import ReasoningSession, default_in_reasoning, load_object
 

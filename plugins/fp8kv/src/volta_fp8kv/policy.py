@@ -1,6 +1,6 @@
 """The KV-cache dtype rules of this plugin: which FP8 KV format runs where, and with which scales.
 
-Pure functions of a :class:`~volta_core.types.KVRequest`, so the plan and the vLLM adapter see the
+Pure functions of a :class:`~volta_core.KVRequest`, so the plan and the vLLM adapter see the
 same verdict. The rules (README, "KV-dtype policy"):
 
 * ``fp8`` / ``fp8_e4m3`` needs SM89: below it Triton cannot convert e4m3 (``fp8e4nv``), so the

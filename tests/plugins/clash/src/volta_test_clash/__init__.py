@@ -7,7 +7,7 @@ fictitious capability 1.0, so no real model is affected.
 
 from __future__ import annotations
 
-from volta_core.types import AttentionBackendSpec
+from volta_core.host.types import AttentionBackendSpec
 
 VOLTA_HOST_API = "1.0"
 

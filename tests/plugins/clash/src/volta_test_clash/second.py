@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from volta_core import hookimpl
-from volta_core.types import AttentionBackendSpec
+from volta_core.host.types import AttentionBackendSpec
 from volta_test_clash import SPEC
 
 VOLTA_HOST_API = "1.0"

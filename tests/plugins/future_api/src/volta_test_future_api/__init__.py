@@ -1,7 +1,7 @@
 """A plugin written for a host API this host does not speak (2.0)."""
 
 from volta_core import hookimpl
-from volta_core.types import ReasoningParserSpec
+from volta_core.host.types import ReasoningParserSpec
 
 VOLTA_HOST_API = "2.0"
 

@@ -7,7 +7,7 @@ Inert for real models: it answers only for checkpoints whose ``quant_method`` is
 from __future__ import annotations
 
 from volta_core import Device, hookimpl
-from volta_core.types import (
+from volta_core.host.types import (
     KVRequest,
     QuantConfig,
     QuantLayer,

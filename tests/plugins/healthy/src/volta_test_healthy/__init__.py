@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from volta_core import Device, hookimpl
-from volta_core.types import (
+from volta_core.host.types import (
     AttentionBackendSpec,
     KVRequest,
     KVVerdict,

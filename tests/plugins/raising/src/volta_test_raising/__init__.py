@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from volta_core import Device, hookimpl
-from volta_core.types import (
+from volta_core.host.types import (
     KernelConfig,
     KVRequest,
     KVVerdict,

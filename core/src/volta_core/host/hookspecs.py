@@ -3,8 +3,9 @@
 A plugin is a module (or object) named by an entry point in the ``vllm_volta.plugins`` group.
 It sets ``VOLTA_HOST_API`` to the host API version it was written for and implements any of the
 hooks below with the :data:`hookimpl` marker. Hooks return declarations (see
-:mod:`volta_core.types`); the host checks them and resolves choices in pure functions
-(:mod:`volta_core.resolution`), which the ``vllm-volta plan`` command and the vLLM adapter share.
+:mod:`volta_core.host.types`); the host checks them and resolves choices in pure functions
+(:mod:`volta_core.host.resolution`), which the ``vllm-volta plan`` command and the vLLM adapter
+share.
 
 No hook is ``firstresult`` except :func:`volta_reasoning_postprocess`: the host needs every
 plugin's answer to rank claims by priority, to list every refusal, and to combine verdicts.
@@ -14,7 +15,7 @@ the host resolves something (the plan command, or vLLM building a layer). None i
 import, so loading plugins imports no kernel.
 
 Every answer is checked against the return type below before the host reads it
-(:mod:`volta_core.answers`), and every exception a hook raises is caught: either way the plugin
+(:mod:`volta_core.host.answers`), and every exception a hook raises is caught: either way the plugin
 is recorded as failed in that hook and disabled, and the other plugins' answers stand
 (``VLLM_VOLTA_STRICT=1`` makes it an error).
 
@@ -31,8 +32,8 @@ from collections.abc import Iterable
 import pluggy
 
 from volta_core.device import Device
-from volta_core.dispatch import StageCost, Workload
-from volta_core.types import (
+from volta_core.host.dispatch import StageCost, Workload
+from volta_core.host.types import (
     AttentionBackendSpec,
     AttentionLayer,
     CudaKernelConfig,
@@ -89,9 +90,9 @@ def volta_quant_method(
     :param config: the checkpoint's quantization section, as the checkpoint states it.
     :param layer: the module's kind, dotted prefix and full (unsharded) shape.
     :param device: the device the engine runs on.
-    :return: a :class:`~volta_core.types.QuantClaim` to take the layer (among several claims the
+    :return: a :class:`~volta_core.QuantClaim` to take the layer (among several claims the
         highest ``priority`` wins; equal priorities are an error naming both plugins); a
-        :class:`~volta_core.types.QuantDecline` when the plugin recognises the layer but cannot
+        :class:`~volta_core.QuantDecline` when the plugin recognises the layer but cannot
         run it (the reason is shown by the plan); ``None`` when the layer is not its business.
         With no claim, the engine's own lookup decides.
     """

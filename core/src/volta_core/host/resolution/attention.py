@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from volta_core.device import Device
 from volta_core.errors import NoAttentionBackendError
-from volta_core.types import (
+from volta_core.host.types import (
     AttentionBackendSpec,
     AttentionChoice,
     AttentionLayer,

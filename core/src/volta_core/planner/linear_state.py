@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from volta_core.model import ModelLayer
+from volta_core.planner.model import ModelLayer
 
 
 def state_bytes_per_sequence(text: Any, layer: ModelLayer, tp: int, dtype_bytes: int) -> int | None:

@@ -12,7 +12,7 @@ exact fix) or ``info``. The rules, and where they come from:
   Matrix"): 2.10's default CUDA 12.8 wheel and the ``+cu126`` wheels carry ``sm_70``.
 - vLLM: inside the adapter's supported range (:mod:`volta_core.vllm.families`) and with compiled
   extensions carrying ``sm_70`` SASS or ``compute_70`` PTX, read from their ``.nv_fatbin``
-  sections (:mod:`volta_core.fatbin`) without importing vLLM. vLLM removed 7.0 from its
+  sections (:mod:`volta_core.doctor.fatbin`) without importing vLLM. vLLM removed 7.0 from its
   CUDA >= 12.8 architecture list (vllm-project/vllm#39878), so its 0.20+ wheels carry none.
 - Triton: the ``ptxas`` it would use must assemble for ``sm_70``; CUDA 13's ``ptxas`` cannot
   (the CUDA 13.0 release notes remove offline compilation for Maxwell, Pascal and Volta).
@@ -40,10 +40,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from volta_core import fatbin
 from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
-from volta_core.manager import HOST_API_VERSION, PluginStatus, VoltaPluginManager
-from volta_core.model import ModelDescription
+from volta_core.doctor import fatbin
+from volta_core.host.manager import HOST_API_VERSION, PluginStatus, VoltaPluginManager
+from volta_core.planner.model import ModelDescription
 
 #: Most plan problems listed for ``--model`` (``vllm-volta plan`` shows them all).
 MAX_PLAN_PROBLEMS = 5
@@ -536,7 +536,7 @@ def load_model(target: str) -> ModelTarget:
 
     Raises :class:`~volta_core.errors.UsageError` for bad input, before any check runs.
     """
-    from volta_core.model import describe_model, read_config
+    from volta_core.planner.model import describe_model, read_config
 
     name, raw = read_config(target)
     return ModelTarget(target, describe_model(name, raw))
@@ -585,7 +585,7 @@ def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
     """The first problems of ``vllm-volta plan`` for the model on sm_70, default settings, and
     what the installed vLLM family refuses of it (:func:`family_problems`)."""
     from volta_core.device import parse_device
-    from volta_core.plan import PlanOptions, make_plan
+    from volta_core.planner.plan import PlanOptions, make_plan
 
     plan = make_plan(model.description, PlanOptions(device=parse_device("sm70")), manager)
     name = f"plan {model.target}"

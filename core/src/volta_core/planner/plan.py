@@ -11,15 +11,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from volta_core import builtins
-from volta_core.checkpoint import checkpoint_kv, is_ignored
 from volta_core.cuda_toolkit import nvrtc_found
-from volta_core.declarations import FAMILIES
 from volta_core.device import Device
 from volta_core.errors import NoAttentionBackendError, PluginError, UsageError
-from volta_core.manager import VoltaPluginManager
-from volta_core.model import ModelDescription, ModelLayer
-from volta_core.types import (
+from volta_core.host import builtins
+from volta_core.host.checkpoint import checkpoint_kv, is_ignored
+from volta_core.host.declarations import FAMILIES
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import (
     ACTIVATION_DTYPES,
     FP8_KV_CACHE_DTYPES,
     KV_CACHE_DTYPES,
@@ -33,6 +32,7 @@ from volta_core.types import (
     QuantResolution,
     canonical_kv_dtype,
 )
+from volta_core.planner.model import ModelDescription, ModelLayer
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from volta_core.errors import PluginError
-from volta_core.types import QuantClaim, QuantDecline, QuantLayer, QuantResolution
+from volta_core.host.types import QuantClaim, QuantDecline, QuantLayer, QuantResolution
 
 
 def resolve_quant(

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from volta_core import builtins
-from volta_core.answers import InvalidAnswer, check_names
 from volta_core.errors import DuplicateDeclarationError
-from volta_core.types import AttentionBackendSpec, KVCacheOpsSpec
+from volta_core.host import builtins
+from volta_core.host.answers import InvalidAnswer, check_names
+from volta_core.host.types import AttentionBackendSpec, KVCacheOpsSpec
 
 #: The canonical dtypes a KV cache stores (``auto`` and ``fp8`` are spelled out first).
 CACHE_DTYPES = frozenset({"float16", "bfloat16", "float32", "fp8_e4m3", "fp8_e5m2"})
@@ -52,7 +52,7 @@ def check_own(family: Family, declarations: Sequence[Any]) -> tuple[str, ...]:
         if isinstance(decl, AttentionBackendSpec) and decl.builtin:
             raise InvalidAnswer(
                 f"attention backend {decl.name!r} is marked builtin, which only vLLM's own "
-                "backends are (volta_core.builtins)"
+                "backends are (volta_core.host.builtins)"
             )
         if isinstance(decl, KVCacheOpsSpec) and decl.kv_cache_dtype not in CACHE_DTYPES:
             raise InvalidAnswer(

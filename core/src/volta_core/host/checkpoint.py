@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from volta_core.errors import UsageError
-from volta_core.types import CheckpointKV, KVScaleScheme, QuantConfig
+from volta_core.host.types import CheckpointKV, KVScaleScheme, QuantConfig
 
 #: compressed-tensors ``kv_cache_scheme.strategy`` values and the scale layout each means.
 _CT_KV_STRATEGIES: dict[str, KVScaleScheme] = {
@@ -25,7 +25,7 @@ def quant_config(raw: object) -> QuantConfig | None:
     """Wrap a ``quantization_config`` section; None for an unquantized checkpoint.
 
     A section that is not a mapping is treated as absent here; ``vllm-volta plan`` refuses it
-    beforehand (:mod:`volta_core.config_check`) with a line naming the field.
+    beforehand (:mod:`volta_core.planner.config_check`) with a line naming the field.
     """
     if not isinstance(raw, Mapping) or not raw:
         return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from volta_core.errors import ReasoningTextLost
-from volta_core.types import ReasoningSplit
+from volta_core.host.types import ReasoningSplit
 
 
 def _letters(text: str, tags: tuple[str, ...]) -> str:

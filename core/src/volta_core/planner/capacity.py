@@ -1,8 +1,9 @@
 """The memory fit and the decode-speed estimate of ``vllm-volta plan``, put together.
 
-:func:`assess` sizes the planned model (:mod:`volta_core.fit`), looks for the knobs that make it
-fit when it does not, and estimates its V100 decode speed (:mod:`volta_core.estimate`; only for
-an SM7x device). A model that fits at no setting adds a problem to the plan (exit 1).
+:func:`assess` sizes the planned model (:mod:`volta_core.planner.fit`), looks for the knobs that
+make it fit when it does not, and estimates its V100 decode speed
+(:mod:`volta_core.planner.estimate`; only for an SM7x device). A model that fits at no setting
+adds a problem to the plan (exit 1).
 """
 
 from __future__ import annotations
@@ -13,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from volta_core.errors import UsageError
-from volta_core.estimate import SpeedAssumptions, SpeedEstimate, estimate_decode, render_speed
-from volta_core.fit import Fit, FitOptions, Sizer, render_fit
-from volta_core.manager import VoltaPluginManager
-from volta_core.model import ModelDescription, text_config
-from volta_core.plan import Plan
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.planner.estimate import (
+    SpeedAssumptions,
+    SpeedEstimate,
+    estimate_decode,
+    render_speed,
+)
+from volta_core.planner.fit import Fit, FitOptions, Sizer, render_fit
+from volta_core.planner.model import ModelDescription, text_config
+from volta_core.planner.plan import Plan
 
 
 @dataclass(frozen=True)

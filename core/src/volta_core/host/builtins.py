@@ -11,7 +11,7 @@ would fail.
 from __future__ import annotations
 
 from volta_core.device import BF16_MIN_CAPABILITY, FP8_E4M3_MIN_CAPABILITY
-from volta_core.types import AttentionBackendSpec, AttentionFeature
+from volta_core.host.types import AttentionBackendSpec, AttentionFeature
 
 TRITON_ATTN = AttentionBackendSpec(
     name="TRITON_ATTN",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from volta_core.types import KernelPath
+from volta_core.host.types import KernelPath
 
 
 class Unit(str, Enum):

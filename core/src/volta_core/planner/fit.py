@@ -3,7 +3,7 @@
 Per rank (all ranks hold the same under tensor parallelism)::
 
     budget      = gpu_memory x gpu_memory_utilization
-    KV memory   = budget - weights - engine reserve            (volta_core.reserve)
+    KV memory   = budget - weights - engine reserve            (volta_core.planner.reserve)
     need(L)     = sum over attention layers of bytes_per_token(layer) x held(layer, L)
                   + sum over linear-attention layers of their per-sequence state
     held(layer, L) = min(L, window + block_size) for a sliding-window layer, else L
@@ -13,8 +13,9 @@ Per rank (all ranks hold the same under tensor parallelism)::
                   in whole blocks
 
 ``bytes_per_token(layer)`` is the plan's per-layer KV computation
-(:attr:`volta_core.plan.Plan.kv_layers`): ``2 x head_size x max(1, kv_heads // tp)`` elements
-of the cache dtype. A layer that reuses another's cache (Gemma's KV-shared layers) holds none.
+(:attr:`volta_core.planner.plan.Plan.kv_layers`): ``2 x head_size x max(1, kv_heads // tp)``
+elements of the cache dtype. A layer that reuses another's cache (Gemma's KV-shared layers) holds
+none.
 
 When it does not fit, each knob is tried and suggested only if the fit recomputed with it
 holds: ``--kv-cache-dtype fp8_e5m2`` (if the plugins accept it for this checkpoint), a larger
@@ -31,15 +32,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from volta_core.checkpoint import weight_format
 from volta_core.errors import UsageError
-from volta_core.linear_state import state_bytes_per_sequence
-from volta_core.manager import VoltaPluginManager
-from volta_core.model import ModelDescription
-from volta_core.plan import Plan, PlanOptions, make_plan
-from volta_core.reserve import RESERVE_MODEL, Reserve, engine_reserve
-from volta_core.safetensors_header import TensorEntry, checkpoint_files, checkpoint_tensors
-from volta_core.weights import WeightReport, weights_from_config, weights_from_tensors
+from volta_core.host.checkpoint import weight_format
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.planner.linear_state import state_bytes_per_sequence
+from volta_core.planner.model import ModelDescription
+from volta_core.planner.plan import Plan, PlanOptions, make_plan
+from volta_core.planner.reserve import RESERVE_MODEL, Reserve, engine_reserve
+from volta_core.planner.safetensors_header import TensorEntry, checkpoint_files, checkpoint_tensors
+from volta_core.planner.weights import WeightReport, weights_from_config, weights_from_tensors
 
 GIB = 1 << 30
 #: What a V100-32GB reports to CUDA (nvidia-smi: 32510MiB); the default ``--gpu-memory``.

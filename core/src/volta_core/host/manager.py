@@ -4,7 +4,7 @@ Plugins are found through the ``vllm_volta.plugins`` entry-point group (stevedor
 (names filtered before import by ``VLLM_VOLTA_PLUGINS``), checked (host API version, hook names,
 every declaration's type and name, names unique across plugins) and registered into one pluggy
 ``PluginManager``. Every hook is then called through the manager, which checks each answer's
-type at the boundary (:mod:`volta_core.answers`).
+type at the boundary (:mod:`volta_core.host.answers`).
 
 Isolation, the one rule for every failure: whatever a plugin raises while loading, declaring
 or answering, and every answer of the wrong type, is caught and recorded against that plugin
@@ -27,11 +27,7 @@ from typing import Any
 
 import pluggy
 
-from volta_core import builtins, hookspecs
-from volta_core.answers import InvalidAnswer, check_answer
-from volta_core.declarations import FAMILIES, NameRegistry, check_own
 from volta_core.device import Device
-from volta_core.dispatch import StageCost, Workload
 from volta_core.errors import (
     DuplicateDeclarationError,
     IncompatiblePluginError,
@@ -39,13 +35,17 @@ from volta_core.errors import (
     ReasoningTextLost,
     UsageError,
 )
-from volta_core.resolution import (
+from volta_core.host import builtins, hookspecs
+from volta_core.host.answers import InvalidAnswer, check_answer
+from volta_core.host.declarations import FAMILIES, NameRegistry, check_own
+from volta_core.host.dispatch import StageCost, Workload
+from volta_core.host.resolution import (
     check_no_text_lost,
     combine_verdicts,
     resolve_quant,
     select_backend,
 )
-from volta_core.types import (
+from volta_core.host.types import (
     AttentionBackendSpec,
     AttentionChoice,
     AttentionLayer,
@@ -243,7 +243,7 @@ class VoltaPluginManager:
 
         On failure nothing of the plugin stays registered, and the error names the plugin (and
         the hook, for a declaration hook that raised or answered garbage). A name clash also
-        disables the plugin already holding the name (:mod:`volta_core.declarations`).
+        disables the plugin already holding the name (:mod:`volta_core.host.declarations`).
         """
         host_api = getattr(plugin, HOST_API_ATTRIBUTE, None)
         record = PluginRecord(name, distribution, version, host_api=host_api)

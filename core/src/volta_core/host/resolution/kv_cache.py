@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from volta_core.errors import KVCacheDtypeRejected
-from volta_core.types import KVDecision, KVRequest, KVVerdict, VerdictStatus
+from volta_core.host.types import KVDecision, KVRequest, KVVerdict, VerdictStatus
 
 
 def combine_verdicts(

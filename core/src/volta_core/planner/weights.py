@@ -35,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from volta_core.checkpoint import is_ignored
-from volta_core.model import GATED_QUERY_MODEL_TYPES, ModelLayer
-from volta_core.safetensors_header import DTYPE_BYTES, TensorEntry
-from volta_core.types import QuantConfig
+from volta_core.host.checkpoint import is_ignored
+from volta_core.host.types import QuantConfig
+from volta_core.planner.model import GATED_QUERY_MODEL_TYPES, ModelLayer
+from volta_core.planner.safetensors_header import DTYPE_BYTES, TensorEntry
 
 #: Part kinds: what a decode step reads of them differs (experts: only the routed ones).
 KINDS = (

@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from volta_core.dispatch import KernelCost, LaunchCost, StageCost
 from volta_core.errors import PluginError
-from volta_core.types import (
+from volta_core.host.dispatch import KernelCost, LaunchCost, StageCost
+from volta_core.host.types import (
     AttentionBackendSpec,
     CudaKernelConfig,
     KernelConfig,

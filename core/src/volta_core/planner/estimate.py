@@ -28,7 +28,7 @@ summed over the layers that have it:
   (tp - 1) / tp x tokens x vocab x 2 bytes / PCIe;
 * launches: (layers x KERNELS_PER_LAYER + 4) x launch gap (inside a CUDA graph).
 
-Rates are :data:`volta_core.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
+Rates are :data:`volta_core.host.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
 choose their kernels by), overridable; PCIe, all-reduce latency and launch gap are named
 assumptions. A roofline: real kernels reach a fraction of 900 GB/s, so it is optimistic.
 """
@@ -40,12 +40,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from volta_core.dispatch import V100_RATES, DeviceRates, KernelCost, LaunchCost, Unit, Workload
-from volta_core.fit import Fit
-from volta_core.manager import VoltaPluginManager
-from volta_core.plan import LayerPlan, Plan, QuantPlan
-from volta_core.types import QuantLayer
-from volta_core.weights import WeightPart, linear_format, tensor_kind
+from volta_core.host.dispatch import V100_RATES, DeviceRates, KernelCost, LaunchCost, Unit, Workload
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import QuantLayer
+from volta_core.planner.fit import Fit
+from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
+from volta_core.planner.weights import WeightPart, linear_format, tensor_kind
 
 #: Kernels a decoder layer launches in a decode step, as counted for the launch term (norm,
 #: projections, rotary or convolution, cache write, attention or recurrence, gate, activation,

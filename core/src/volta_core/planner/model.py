@@ -20,10 +20,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from volta_core.checkpoint import quant_config
-from volta_core.config_check import check_config
 from volta_core.errors import UsageError
-from volta_core.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
+from volta_core.host.checkpoint import quant_config
+from volta_core.host.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
+from volta_core.planner.config_check import check_config
 
 #: Layer types (``config.layer_types``) that attend with a paged KV cache.
 ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "attention"})
@@ -31,11 +31,11 @@ ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "atten
 #: Model types whose full-attention q_proj also produces an output gate (twice the width).
 GATED_QUERY_MODEL_TYPES = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 
-_EXAMPLES = "volta_core.examples"
+_EXAMPLES = "volta_core.planner.examples"
 
 
 def example_names() -> list[str]:
-    """Names of the bundled example configs (file stems under ``volta_core/examples``)."""
+    """Names of the bundled example configs (file stems under ``volta_core/planner/examples``)."""
     folder = resources.files(_EXAMPLES)
     return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
 
@@ -209,8 +209,8 @@ def _dtype_name(value: Any) -> str:
 def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
     """Describe a model from its parsed ``config.json``.
 
-    The config is checked first (:func:`volta_core.config_check.check_config`): a field of the
-    wrong type raises :class:`UsageError`; values the engine would refuse come back in
+    The config is checked first (:func:`volta_core.planner.config_check.check_config`): a field
+    of the wrong type raises :class:`UsageError`; values the engine would refuse come back in
     ``problems`` (with no layers when the layers cannot be built from them).
     """
     check = check_config(raw, name)

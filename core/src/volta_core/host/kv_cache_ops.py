@@ -11,11 +11,11 @@ import importlib
 from collections.abc import Callable
 
 from volta_core.errors import PluginError
-from volta_core.manager import VoltaPluginManager, get_plugin_manager
-from volta_core.types import canonical_kv_dtype
+from volta_core.host.manager import VoltaPluginManager, get_plugin_manager
+from volta_core.host.types import canonical_kv_dtype
 
 #: ``write(key, value, kv_cache, slot_mapping, *, kv_cache_dtype, k_scale, v_scale,
-#: check_values)``, as :class:`volta_core.types.KVCacheOpsSpec` describes it.
+#: check_values)``, as :class:`volta_core.host.types.KVCacheOpsSpec` describes it.
 KVCacheWriter = Callable[..., None]
 
 

@@ -1,0 +1,10 @@
+"""The plugin host: the hooks a plugin implements (:mod:`~volta_core.host.hookspecs`), the
+declarations it answers with (:mod:`~volta_core.host.types`), the dispatch contract its kernels
+answer (:mod:`~volta_core.host.dispatch`), the checks every answer passes
+(:mod:`~volta_core.host.answers`, :mod:`~volta_core.host.declarations`), vLLM's own
+declarations (:mod:`~volta_core.host.builtins`), the checkpoint's declared quantization
+(:mod:`~volta_core.host.checkpoint`), the pure resolutions (:mod:`~volta_core.host.resolution`)
+and the manager that discovers plugins and asks them (:mod:`~volta_core.host.manager`).
+
+Plugins read it through ``volta_core``'s ``__all__`` and :mod:`volta_core.kernel_api` only.
+"""

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One device call that re-proves both kernel plugins after a change to how they choose their
+# launches: every GPU test of attn_v100 (Triton kernels, the CUDA decode and prefill routed as on
+# a V100, the backend's steps) and of ct_wna16 (split-K, GEMM, tensor-core GEMM, MoE), side by
+# side, with compute-sanitizer memcheck on each plugin's small launches. Logs under $OUT.
+#   OUT=/some/dir bash scripts/gpu_check.sh
+set -uo pipefail
+out=${OUT:?set OUT}
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+python3 -c 'import sys, torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, sys.version.split()[0])' | tee -a "$out/device.txt"
+attn=core/src:core/devkit/src:plugins/fp8kv/src:plugins/attn_v100/src:plugins/attn_v100/tests
+ct=core/src:core/devkit/src:plugins/ct_wna16/src:plugins/ct_wna16/tests
+T="python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning"
+a=plugins/attn_v100/tests
+c=plugins/ct_wna16/tests
+limit=${LIMIT:-480}
+PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_a timeout "$limit" $T -n 5 \
+  $a/test_kernels.py $a/test_errors.py $a/test_backend_steps.py $a/test_cuda_decode.py \
+  $a/test_cuda_prefill.py > "$out/attn_gpu.log" 2>&1 &
+PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "$limit" $T -n 4 --rootdir=plugins/ct_wna16 \
+  $c/test_kernels.py $c/test_moe_gpu.py $c/test_mma.py $c/test_moe_decode.py > "$out/ct_gpu.log" 2>&1 &
+PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_am timeout "$limit" compute-sanitizer --tool memcheck \
+  --error-exitcode 9 $T $a/test_kernels.py $a/test_cuda_decode.py $a/test_cuda_prefill.py \
+  -k sanitizer > "$out/attn_memcheck.log" 2>&1 &
+PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_cm timeout "$limit" compute-sanitizer --tool memcheck \
+  --error-exitcode 9 $T --rootdir=plugins/ct_wna16 $c/test_kernels.py $c/test_mma.py \
+  -k sanitizer > "$out/ct_memcheck.log" 2>&1 &
+wait
+for f in attn_gpu ct_gpu attn_memcheck ct_memcheck; do
+  echo "$f: $(grep -E 'passed|failed|ERROR SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
+done
+grep -hE "^FAILED|^ERROR" "$out/attn_gpu.log" "$out/ct_gpu.log" | head -20

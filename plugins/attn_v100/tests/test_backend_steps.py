@@ -28,7 +28,7 @@ import torch
 import vllm_stand_in
 from attn_v100_cases import TORCH_FP8, PagedCase, make_case, reference
 
-from volta_attn_v100.ops import AttentionInputError
+from volta_attn_v100.inputs import AttentionInputError
 from volta_core import VoltaPluginManager, kv_cache_writer
 
 vllm_stand_in.install()

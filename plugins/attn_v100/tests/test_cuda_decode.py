@@ -29,7 +29,7 @@ import pytest
 import torch
 from attn_v100_cases import make_case, reference
 
-from volta_attn_v100 import ops
+from volta_attn_v100 import inputs, ops
 from volta_attn_v100.cuda import decode
 from volta_attn_v100.dispatch import (
     TRITON,
@@ -38,6 +38,7 @@ from volta_attn_v100.dispatch import (
     cuda_kernel_configs,
     takes_cuda_decode,
 )
+from volta_attn_v100.inputs import AttentionInputError
 from volta_attn_v100.launch import (
     DECODE_KERNEL,
     CudaDecodeLaunch,
@@ -46,7 +47,7 @@ from volta_attn_v100.launch import (
     decode_options,
 )
 from volta_attn_v100.limits import HEAD_SIZES, MAX_DECODE_QUERY_LEN
-from volta_attn_v100.ops import AttentionInputError, paged_attention
+from volta_attn_v100.ops import paged_attention
 from volta_attn_v100.tables import SM70_CUDA_DECODE
 from volta_core import V100, Device
 from volta_core.kernel_api import (
@@ -483,11 +484,11 @@ def paged_decode(
     Triton): ``paged_attention``'s checks and arguments, then the CUDA launch
     (:func:`volta_attn_v100.launch.cuda_decode_launch`) with the device's split policy's
     partitions unless ``num_splits`` is given; a build that cannot load raises."""
-    kv = ops.cache_view(kv_cache, kv_cache_dtype)
-    ops.check_inputs(
+    kv = inputs.cache_view(kv_cache, kv_cache_dtype)
+    inputs.check_inputs(
         query, kv, block_table, seq_lens, query_start_loc, out, sinks, check_bounds=check_bounds
     )
-    ops.check_masking(sliding_window, logits_soft_cap)
+    inputs.check_masking(sliding_window, logits_soft_cap)
     if max_query_len > MAX_DECODE_QUERY_LEN:
         raise AttentionInputError(
             f"the decode kernel takes at most {MAX_DECODE_QUERY_LEN} query tokens per sequence, "
@@ -499,7 +500,9 @@ def paged_decode(
     if not decode.vector_aligned(query, kv):
         raise ValueError("the tensor-core decode needs 16-byte aligned cache rows, 8-byte Q rows")
     num_seqs, num_kv_heads = seq_lens.shape[0], kv.shape[1]
-    scales = ops.kv_scales(k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds)
+    scales = inputs.kv_scales(
+        k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds
+    )
     if num_splits is None:
         num_splits = ops.default_num_splits(
             num_seqs, num_kv_heads, max_seq_len, query.device, kv_cache_dtype

@@ -27,6 +27,7 @@ from attn_v100_cases import make_case, reference
 from volta_attn_v100 import ops
 from volta_attn_v100.cuda import prefill
 from volta_attn_v100.dispatch import cuda_kernel_configs, takes_cuda_prefill
+from volta_attn_v100.inputs import AttentionInputError
 from volta_attn_v100.launch import (
     PREFILL_KERNEL,
     cuda_prefill_launch,
@@ -35,7 +36,7 @@ from volta_attn_v100.launch import (
     prefill_shared_bytes,
 )
 from volta_attn_v100.limits import HEAD_SIZES
-from volta_attn_v100.ops import AttentionInputError, paged_attention
+from volta_attn_v100.ops import paged_attention
 from volta_attn_v100.tables import SM70_CUDA_PREFILL, CudaPrefillTile
 from volta_core import V100, CudaKernelConfig, Device
 from volta_core.kernel_api import (

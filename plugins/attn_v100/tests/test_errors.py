@@ -12,8 +12,9 @@ import pytest
 import torch
 from attn_v100_cases import make_case
 
-from volta_attn_v100 import ops
-from volta_attn_v100.ops import AttentionInputError, paged_attention
+from volta_attn_v100 import inputs, ops
+from volta_attn_v100.inputs import AttentionInputError
+from volta_attn_v100.ops import paged_attention
 from volta_core.kernel_api import DeviceFacts
 
 
@@ -182,6 +183,7 @@ def test_e4m3_cache_refused_on_a_gpu_below_sm89(monkeypatch) -> None:
     case = make_case(
         [(1, 40), (3, 20)], head_size=64, kv_cache_dtype="fp8_e4m3", scales="head", device="cuda"
     )
-    monkeypatch.setattr(ops, "device_facts", lambda device: DeviceFacts((7, 0), 80))
+    for module in (ops, inputs):
+        monkeypatch.setattr(module, "device_facts", lambda device: DeviceFacts((7, 0), 80))
     with pytest.raises(AttentionInputError, match=r"'fp8_e4m3' needs compute capability 8\.9"):
         attempt(case)

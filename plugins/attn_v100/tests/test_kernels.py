@@ -26,10 +26,11 @@ from attn_v100_cases import (
 )
 
 from volta_attn_v100.dispatch import table_for
+from volta_attn_v100.inputs import cache_span
 from volta_attn_v100.kernels.prefill import SEQ_CHUNK
 from volta_attn_v100.launch import cache_offsets_32
 from volta_attn_v100.limits import E4M3_MIN_CAPABILITY
-from volta_attn_v100.ops import cache_span, default_num_splits, paged_attention
+from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_attn_v100.plugin import SPEC
 from volta_attn_v100.tables import SM70, SM80, LaunchTable
 from volta_core.kernel_api import arrival_counters

@@ -92,7 +92,7 @@ def test_shipped_policy_follows_the_kv_dtype_and_device() -> None:
 
 
 def test_an_unknown_kv_dtype_is_refused() -> None:
-    from volta_attn_v100.ops import AttentionInputError
+    from volta_attn_v100.inputs import AttentionInputError
 
     with pytest.raises(AttentionInputError, match="KV-cache dtype must be one of"):
         default_num_splits(1, 2, 8192, "cpu", "int8_per_token_head")

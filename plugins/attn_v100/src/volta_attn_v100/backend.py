@@ -41,6 +41,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_interface import AttentionSpec
 
 from volta_attn_v100.dispatch import takes_cuda_decode, takes_cuda_prefill
+from volta_attn_v100.inputs import AttentionInputError, check_lengths, kv_scales
 from volta_attn_v100.limits import (
     HEAD_SIZES,
     MAX_CAPABILITY,
@@ -48,13 +49,7 @@ from volta_attn_v100.limits import (
     MIN_CAPABILITY,
     kv_dtype_refusal,
 )
-from volta_attn_v100.ops import (
-    AttentionInputError,
-    check_lengths,
-    default_num_splits,
-    kv_scales,
-    paged_attention,
-)
+from volta_attn_v100.ops import default_num_splits, paged_attention
 from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, canonical_kv_dtype, kv_cache_writer
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.planner import plan as plan_module
 from volta_core.planner.model import example_names, read_config
 

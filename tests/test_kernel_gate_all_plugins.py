@@ -23,7 +23,7 @@ import pytest
 
 import volta_core
 from volta_core import Device
-from volta_core.host.manager import discover
+from volta_core.host.discovery import discover
 from volta_core.host.types import CudaKernelConfig, KernelConfig
 from volta_core.kernel_api import CudaToolkitUnavailable, nvrtc_version
 from volta_devkit.cuda_gate import check_cuda_config

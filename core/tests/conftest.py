@@ -18,7 +18,8 @@ import pytest
 
 from volta_core import hookimpl
 from volta_core.host import hookspecs
-from volta_core.host.manager import HOST_API_VERSION, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import HOST_API_VERSION
 from volta_core.host.types import AttentionBackendSpec
 
 #: The test-only plugins (``tests/plugins`` at the repository root, installed by pip).

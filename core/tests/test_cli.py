@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from volta_core.cli import main
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.planner.model import example_names
 
 EXAMPLES = example_names()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 
 #: A tiny valid Qwen3 config, shared by the CLI tests (``data/tiny-qwen3.json``).
 BASE: dict[str, Any] = json.loads((Path(__file__).parent / "data" / "tiny-qwen3.json").read_text())

@@ -17,14 +17,15 @@ import pytest
 
 from volta_core import Device
 from volta_core.errors import PluginError, UsageError
-from volta_core.host.manager import HOST_API_VERSION, PluginStatus, discover
+from volta_core.host.discovery import discover
+from volta_core.host.records import HOST_API_VERSION, PluginStatus
 
 TEST_PLUGINS = {"VLLM_VOLTA_TEST_PLUGINS": "1"}
 
 SCRIPT = """
 import json, logging, sys
 logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-from volta_core.host.manager import discover
+from volta_core.host.discovery import discover
 m = discover()
 print(json.dumps({
     "records": {n: r.as_dict() for n, r in m.records.items()},
@@ -91,8 +92,8 @@ def test_in_process_discovery_keeps_working_plugins() -> None:
 def test_importing_the_host_imports_no_heavy_package() -> None:
     heavy = "{'torch', 'triton', 'vllm', 'transformers'}"
     code = (
-        "import sys, volta_core, volta_core.cli, volta_core.planner.plan, volta_core.host.manager;"
-        "from volta_core.host.manager import discover; discover();"
+        "import sys, volta_core, volta_core.cli, volta_core.planner.plan;"
+        "from volta_core.host.discovery import discover; discover();"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {heavy}))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

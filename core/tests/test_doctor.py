@@ -19,7 +19,8 @@ import pytest
 from volta_core.cli import main
 from volta_core.doctor import checks as doctor
 from volta_core.doctor.checks import Check, Gpu, GpuProbe, Status
-from volta_core.host.manager import HOST_API_VERSION, PluginRecord, PluginStatus, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import HOST_API_VERSION, PluginRecord, PluginStatus
 from volta_core.host.types import KVVerdict
 
 _spec = importlib.util.spec_from_file_location(

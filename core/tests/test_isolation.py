@@ -13,7 +13,8 @@ import pytest
 
 from volta_core import V100
 from volta_core.errors import DuplicateDeclarationError, PluginError
-from volta_core.host.manager import PluginStatus, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import PluginStatus
 from volta_core.host.types import (
     AttentionLayer,
     CheckpointKV,

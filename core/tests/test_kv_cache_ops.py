@@ -20,7 +20,8 @@ from volta_core import (
     kv_cache_writer,
 )
 from volta_core.errors import DuplicateDeclarationError, NoAttentionBackendError
-from volta_core.host.manager import PluginStatus, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import PluginStatus
 
 WRITER_MODULE = "volta_test_kv_writer"
 

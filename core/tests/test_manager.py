@@ -10,12 +10,8 @@ import pytest
 
 from volta_core import V100, Device, hookimpl
 from volta_core.errors import DuplicateDeclarationError, IncompatiblePluginError, PluginError
-from volta_core.host.manager import (
-    HOST_API_VERSION,
-    PluginStatus,
-    VoltaPluginManager,
-    is_compatible,
-)
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import HOST_API_VERSION, PluginStatus, is_compatible
 from volta_core.host.types import (
     AttentionLayer,
     CheckpointKV,

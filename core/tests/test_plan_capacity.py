@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.planner.model import read_config
 
 GIB = 1 << 30

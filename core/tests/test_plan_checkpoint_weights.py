@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from volta_core.cli import main
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.planner.safetensors_header import read_header
 
 torch = pytest.importorskip("torch")

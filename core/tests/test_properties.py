@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 from volta_core import V100
 from volta_core.cli import main
 from volta_core.errors import PluginError
-from volta_core.host.manager import PluginStatus, VoltaPluginManager, get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import PluginStatus
 from volta_core.host.types import (
     AttentionBackendSpec,
     AttentionLayer,

@@ -17,15 +17,15 @@ from volta_core.errors import (
     UsageError,
     VoltaError,
 )
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.hookspecs import hookimpl
 from volta_core.host.kv_cache_ops import KVCacheWriter, kv_cache_writer
-from volta_core.host.manager import (
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import (
     ENTRY_POINT_GROUP,
     HOST_API_VERSION,
     PluginRecord,
     PluginStatus,
-    VoltaPluginManager,
-    get_plugin_manager,
     strict_mode,
 )
 from volta_core.host.resolution.reasoning import check_no_text_lost

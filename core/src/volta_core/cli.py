@@ -19,7 +19,8 @@ from typing import NoReturn
 from volta_core import __version__
 from volta_core.device import parse_device
 from volta_core.errors import UsageError, VoltaError
-from volta_core.host.manager import PluginRecord, get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.host.records import PluginRecord
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 

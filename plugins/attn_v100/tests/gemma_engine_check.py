@@ -49,7 +49,7 @@ def install_judged_v100_platform() -> None:
     from vllm.platforms.interface import DeviceCapability
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from volta_core.host.manager import get_plugin_manager
+    from volta_core.host.discovery import get_plugin_manager
     from volta_core.vllm.platform_class import make_platform_class
 
     adapter_cls = make_platform_class(CpuPlatform, get_plugin_manager)

@@ -93,7 +93,7 @@ def model(tmp_path_factory, global_head) -> Path:
 def plan(model):
     """The host's plan for the model on a V100, as ``vllm-volta plan`` makes it."""
     from volta_core.device import parse_device
-    from volta_core.host.manager import get_plugin_manager
+    from volta_core.host.discovery import get_plugin_manager
     from volta_core.planner.model import describe_model, read_config
     from volta_core.planner.plan import PlanOptions, make_plan
 

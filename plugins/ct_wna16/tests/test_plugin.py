@@ -11,7 +11,8 @@ import pytest
 from ct_wna16_checkpoints import fresh_checkpoint, quantization_config
 
 from volta_core.device import Device
-from volta_core.host.manager import ENTRY_POINT_GROUP, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import ENTRY_POINT_GROUP
 from volta_core.host.types import (
     KernelPath,
     LayerKind,

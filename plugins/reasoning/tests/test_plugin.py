@@ -13,7 +13,9 @@ import pytest
 
 import volta_reasoning
 import volta_reasoning.plugin
-from volta_core.host.manager import PluginStatus, VoltaPluginManager, discover
+from volta_core.host.discovery import discover
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import PluginStatus
 from volta_core.host.resolution.reasoning import check_no_text_lost
 from volta_core.host.types import ReasoningContext, ReasoningSplit
 from volta_reasoning.parser import Qwen3ReasoningParser

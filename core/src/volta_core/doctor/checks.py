@@ -42,7 +42,8 @@ from typing import Any
 
 from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
 from volta_core.doctor import fatbin
-from volta_core.host.manager import HOST_API_VERSION, PluginStatus, VoltaPluginManager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import HOST_API_VERSION, PluginStatus
 from volta_core.planner.model import ModelDescription
 
 #: Most plan problems listed for ``--model`` (``vllm-volta plan`` shows them all).

@@ -11,7 +11,8 @@ import importlib
 from collections.abc import Callable
 
 from volta_core.errors import PluginError
-from volta_core.host.manager import VoltaPluginManager, get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import canonical_kv_dtype
 
 #: ``write(key, value, kv_cache, slot_mapping, *, kv_cache_dtype, k_scale, v_scale,

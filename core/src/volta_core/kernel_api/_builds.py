@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable
-from volta_core.host.manager import strict_mode
+from volta_core.host.records import strict_mode
 from volta_core.kernel_api._nvrtc import CudaCompileError, CudaKernel, load_cuda_kernel
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ Only importable where vLLM's CUDA platform is (a CUDA build of vLLM); the behavi
 
 from __future__ import annotations
 
-from volta_core.host.manager import get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
 from volta_core.vllm.platform_class import cuda_platform_base, make_platform_class
 
 VoltaCudaPlatform = make_platform_class(cuda_platform_base(), get_plugin_manager)

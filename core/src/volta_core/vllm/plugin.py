@@ -38,7 +38,9 @@ import logging
 import os
 import sys
 
-from volta_core.host.manager import VoltaPluginManager, get_plugin_manager, strict_mode
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.records import strict_mode
 from volta_core.vllm import (
     attention,
     backend_binding,

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from volta_core.device import Device
-from volta_core.host.manager import VoltaPluginManager, get_plugin_manager
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import LayerKind, QuantConfig, QuantLayer
 from volta_core.vllm import attention, devices, kv_cache, report
 from volta_core.vllm.engine_config import explicit_backend, layer_kv_dtype

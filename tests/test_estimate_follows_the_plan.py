@@ -10,6 +10,7 @@ dispatch does not read) makes this fail.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,18 +54,46 @@ CASES = [
 ]
 
 
+def _moe_config(tmp_path: Path) -> str:
+    """The W4A16 example made a Qwen3.5-MoE (256 experts, 8 a token, 512-wide, a shared
+    expert): no bundled example has routed experts."""
+    _, raw = read_config("qwen3.5-27b-w4a16")
+    raw["model_type"], raw["architectures"] = "qwen3_5_moe", ["Qwen3_5MoeForConditionalGeneration"]
+    text = raw["text_config"]
+    text.update(
+        model_type="qwen3_5_moe_text",
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+        hidden_size=2048,
+        num_hidden_layers=40,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        layer_types=text["layer_types"][:40],
+    )
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
 @pytest.mark.parametrize("nvrtc", [True, False], ids=["nvrtc", "no-nvrtc"])
-@pytest.mark.parametrize(("example", "workload"), CASES)
+@pytest.mark.parametrize(
+    ("example", "workload"),
+    [*CASES, *(("routed experts", w) for w in ("one token", "tensor-core batch"))],
+)
 def test_every_priced_stage_runs_where_the_plan_says(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
     example: str,
     workload: str,
     nvrtc: bool,
 ) -> None:
     found = ("12.9", "") if nvrtc else (None, "cuda-bindings is missing")
     monkeypatch.setattr(plan_module, "nvrtc_found", lambda: found)
-    argv = [example, "--max-model-len", "8192", "--context", "4096", "--gpus", "4"]
+    model = _moe_config(tmp_path) if example == "routed experts" else example
+    argv = [model, "--max-model-len", "8192", "--context", "4096", "--gpus", "4"]
     data = _plan(capsys, *argv, *WORKLOADS[workload])
     speed = data["speed"]
     assert speed["nvrtc"] is (nvrtc or data["nvrtc"] is not None)
@@ -85,3 +114,6 @@ def test_every_priced_stage_runs_where_the_plan_says(
     units = {line["unit"] for line in priced}
     if workload == "tensor-core batch" and nvrtc:
         assert "tensor cores" in units
+    if example == "routed experts":
+        (experts,) = [line for line in priced if line["term"] == "MoE experts (routed)"]
+        assert experts["served_by"] == "ct_wna16"

@@ -117,3 +117,33 @@ def test_every_priced_stage_runs_where_the_plan_says(
     if example == "routed experts":
         (experts,) = [line for line in priced if line["term"] == "MoE experts (routed)"]
         assert experts["served_by"] == "ct_wna16"
+
+
+def test_w4a16_mlp_is_priced_by_the_kernels_ct_wna16_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The W4A16 MLP as ct_wna16's dispatch runs it on a V100, stage by stage: at one token
+    its split-K GEMV reads the packed int4 words and fp16 group scales (a quarter of fp16, and
+    1/64 for the scales at group 128) and the activations, on the FMA units, bound by the
+    bytes; at 16 tokens the tensor-core GEMM (CUDA mma.m8n8k4) reads the same weights, still
+    bound by them; above 256 tokens the plugin dequantizes to fp16 first (4 more bytes per
+    weight: fp16 written, then read by cuBLAS), bound by the tensor cores."""
+    monkeypatch.setattr(plan_module, "nvrtc_found", lambda: ("12.9", ""))
+    base = ["qwen3.5-27b-w4a16", "--max-model-len", "4096", "--context", "1024"]
+    mlp = {}
+    for batch in (1, 16, 300):
+        plan = _plan(capsys, *base, "--batch", str(batch))
+        mlp[batch] = {t["kernel"]: t for t in plan["speed"]["terms"]}["MLP"]
+    params = 64 * 3 * 5120 * 17408
+    packed = params // 2 + params // 128 * 2
+
+    def activations(m: int) -> int:  # fp16 inputs read and outputs written, 3 modules a layer
+        return 64 * 3 * (2 * m * 5120 + 2 * m * 17408)
+
+    assert mlp[1]["kernels"] == ["Triton split-K on FMA"]
+    assert (mlp[1]["bytes"], mlp[1]["bound"]) == (packed + activations(1), "HBM")
+    assert mlp[16]["kernels"] == ["tensor cores (CUDA, mma.m8n8k4)"]
+    assert (mlp[16]["bytes"], mlp[16]["bound"]) == (packed + activations(16), "HBM")
+    assert mlp[300]["kernels"] == ["dequantize, then cuBLAS on tensor cores"]
+    assert mlp[300]["bytes"] == packed + 4 * params + activations(300)
+    assert mlp[300]["bound"] == "tensor cores"

@@ -184,11 +184,11 @@ def test_speed_terms_add_up_and_scale_with_their_assumptions(
     assert reduce["ms"] == pytest.approx(129 * (30e-3 + 10240 / 12e9 * 1e3), rel=1e-3)
     # Weights stream at 900 GB/s: the MLP term is its bytes over the bandwidth.
     assert terms["MLP"]["ms"] == pytest.approx(terms["MLP"]["bytes"] / 900e9 * 1e3, rel=1e-3)
-    # KV reads at the default context (max-model-len): 16 layers x 32 KiB per token per rank,
-    # plus the query, the output and the split decode's partials (under 5 %).
+    # KV reads at the default context (max-model-len): 16 layers x 32 KiB per token per rank;
+    # a plugin backend also counts the query, the output and a split decode's partials (< 5 %).
     attention = terms["paged attention (KV reads)"]
     kv = 16 * 2 * 256 * 2 * 2 * 8192
-    assert kv < attention["bytes"] < 1.05 * kv
+    assert kv <= attention["bytes"] < 1.05 * kv
 
     _, slow = plan_json(
         capsys,
@@ -207,35 +207,6 @@ def test_speed_terms_add_up_and_scale_with_their_assumptions(
 
     _, single = plan_json(capsys, "qwen3.6-27b-fp8", "--max-model-len", "8192")
     assert not any("all-reduce" in t["kernel"] for t in single["speed"]["terms"])
-
-
-def test_w4a16_mlp_is_priced_by_the_kernels_ct_wna16_runs(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """The W4A16 MLP as ct_wna16's dispatch runs it on a V100, stage by stage: at one token
-    its split-K GEMV reads the packed int4 words and fp16 group scales (a quarter of fp16, and
-    1/64 for the scales at group 128) and the activations, on the FMA units, bound by the
-    bytes; at 16 tokens the tensor-core GEMM (CUDA mma.m8n8k4) reads the same weights, still
-    bound by them; above 256 tokens the plugin dequantizes to fp16 first (4 more bytes per
-    weight: fp16 written, then read by cuBLAS), bound by the tensor cores."""
-    base = ["qwen3.5-27b-w4a16", "--max-model-len", "4096", "--context", "1024"]
-    mlp = {}
-    for batch in (1, 16, 300):
-        _, plan = plan_json(capsys, *base, "--batch", str(batch))
-        mlp[batch] = {t["kernel"]: t for t in plan["speed"]["terms"]}["MLP"]
-    params = 64 * 3 * 5120 * 17408
-    packed = params // 2 + params // 128 * 2
-
-    def activations(m: int) -> int:  # fp16 inputs read and outputs written, 3 modules a layer
-        return 64 * 3 * (2 * m * 5120 + 2 * m * 17408)
-
-    assert mlp[1]["kernels"] == ["Triton split-K on FMA"]
-    assert (mlp[1]["bytes"], mlp[1]["bound"]) == (packed + activations(1), "HBM")
-    assert mlp[16]["kernels"] == ["tensor cores (CUDA, mma.m8n8k4)"]
-    assert (mlp[16]["bytes"], mlp[16]["bound"]) == (packed + activations(16), "HBM")
-    assert mlp[300]["kernels"] == ["dequantize, then cuBLAS on tensor cores"]
-    assert mlp[300]["bytes"] == packed + 4 * params + activations(300)
-    assert mlp[300]["bound"] == "tensor cores"
 
 
 def test_kv_per_token_is_the_plans_and_sliding_layers_hold_their_window(

@@ -45,7 +45,7 @@ from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import QuantLayer
 from volta_core.planner.fit import Fit
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
-from volta_core.planner.weights import WeightPart, linear_format, tensor_kind
+from volta_core.planner.weights import WeightPart, linear_format, rank_share, tensor_kind
 
 #: Kernels a decoder layer launches in a decode step, as counted for the launch term (norm,
 #: projections, rotary or convolution, cache write, attention or recurrence, gate, activation,
@@ -252,14 +252,12 @@ def _rank_module(
         per_expert = 2 * expert.nbytes(inter, k) + expert.nbytes(k, inter)
         rank = replace(module, output_size=inter)
         return rank, module.experts * per_expert, module.experts * 3 * k * inter
+    layer = _layer_of(q.prefix, plan)
+    share = rank_share(f"{q.prefix}.weight", tp, layer.layer.num_kv_heads if layer else 0)
     if name in _ROW_PARALLEL:
-        k = math.ceil(k / tp)
-    elif name in ("k_proj", "v_proj"):
-        layer = _layer_of(q.prefix, plan)
-        kv = layer.layer.num_kv_heads if layer is not None else 0
-        n = math.ceil(n * max(1, kv // tp) / kv) if kv else math.ceil(n / tp)
-    elif name != "gate":
-        n = math.ceil(n / tp)
+        k = math.ceil(k * share)
+    else:
+        n = math.ceil(n * share)
     return replace(module, output_size=n, input_size=k), fmt.nbytes(n, k), n * k
 
 

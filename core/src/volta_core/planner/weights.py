@@ -320,12 +320,19 @@ def tensor_kind(name: str) -> tuple[str, int | None]:
     return ("norm" if "norm" in name else "other"), layer
 
 
-def _tensor_share(entry: TensorEntry, kind: str, tp: int, kv_heads: int) -> float:
-    if kind == "norm" or entry.name.endswith(("mlp.gate.weight", "shared_expert_gate.weight")):
+def rank_share(name: str, tp: int, kv_heads: int) -> float:
+    """The part of the linear tensor or module ``name`` one of ``tp`` ranks holds, as vLLM
+    shards it: the MoE router and the shared expert's gate replicated, K and V by KV heads
+    (replicated when fewer than the ranks), every other projection split evenly."""
+    if name.endswith(("mlp.gate.weight", "shared_expert_gate.weight")):
         return 1.0
-    if re.search(r"\.(k_proj|v_proj)\.", entry.name) and kv_heads:
+    if re.search(r"\.(k_proj|v_proj)\.", name) and kv_heads:
         return max(1, kv_heads // tp) / kv_heads
     return 1 / tp
+
+
+def _tensor_share(entry: TensorEntry, kind: str, tp: int, kv_heads: int) -> float:
+    return 1.0 if kind == "norm" else rank_share(entry.name, tp, kv_heads)
 
 
 def weights_from_tensors(

@@ -490,12 +490,14 @@ def decode_options(
     )
 
 
+@functools.cache
 def cuda_prefill_options(head_size: int, kv_dtype: str) -> tuple[str, ...]:
     """The options of the prefill build :data:`~volta_attn_v100.tables.SM70_CUDA_PREFILL` lists
     for a head size and KV dtype (fp16 or e5m2)."""
     return prefill_options(head_size, kv_dtype != "float16", SM70_CUDA_PREFILL[head_size])
 
 
+@functools.cache
 def cuda_decode_options(head_size: int, kv_dtype: str) -> tuple[str, ...]:
     """The options of the decode build :data:`~volta_attn_v100.tables.SM70_CUDA_DECODE` lists
     for a head size and KV dtype (fp16 or e5m2)."""

@@ -140,6 +140,7 @@ def mma_launches(capability: tuple[int, int]) -> tuple[Launch, ...]:
     return tuple(launch for _, launch in SM70_MMA) if capability == MMA_CAPABILITY else ()
 
 
+@functools.lru_cache(maxsize=4096)
 def linear_choice(
     m: int, n: int, k: int, bits: int, weight_bytes: int, capability: tuple[int, int]
 ) -> Choice[Launch]:
@@ -150,7 +151,8 @@ def linear_choice(
     where its cost (:func:`linear_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no
     more than the table launch's. A tie (both bound by the same bytes, 8-bit weights at 8
     tokens) goes to the tensor cores, whose arithmetic is further from binding. Elsewhere
-    :func:`table_choice`."""
+    :func:`table_choice`. The launcher asks once per call, so answers are kept (a model has a
+    handful of layer shapes, and a step's token count repeats)."""
     table = table_choice(m, n, k, bits, capability)
     if capability != MMA_CAPABILITY or not MMA_MIN_M <= m <= MMA_MAX_M:
         return table

@@ -17,6 +17,13 @@ from volta_core.errors import (
     UsageError,
     VoltaError,
 )
+from volta_core.host.ct_targets import (
+    DEFAULT_FUSED,
+    ignored_module,
+    match_name,
+    matching_group,
+    shard_names,
+)
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.hookspecs import hookimpl
 from volta_core.host.kv_cache_ops import KVCacheWriter, kv_cache_writer
@@ -58,10 +65,11 @@ from volta_core.host.types import (
     canonical_kv_dtype,
 )
 
-__version__ = "0.7.0"
+__version__ = "0.8.0"
 
 __all__ = [
     "ACTIVATION_DTYPES",
+    "DEFAULT_FUSED",
     "ENTRY_POINT_GROUP",
     "FP8_E4M3_MIN_CAPABILITY",
     "FP8_KV_CACHE_DTYPES",
@@ -104,7 +112,11 @@ __all__ = [
     "check_no_text_lost",
     "get_plugin_manager",
     "hookimpl",
+    "ignored_module",
     "kv_cache_writer",
+    "match_name",
+    "matching_group",
     "parse_device",
+    "shard_names",
     "strict_mode",
 ]

@@ -34,7 +34,7 @@ from vllm.model_executor.parameter import (
     PackedvLLMParameter,
 )
 
-from volta_core import QuantConfig, QuantLayer
+from volta_core import DEFAULT_FUSED, QuantConfig, QuantLayer, ignored_module
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import (
     SCALE_DTYPES,
@@ -44,10 +44,8 @@ from volta_ct_wna16.layout import (
     require_whole_groups,
 )
 from volta_ct_wna16.scheme import (
-    DEFAULT_FUSED,
     Unsupported,
     WeightScheme,
-    ignored,
     quant_layer_scheme,
 )
 
@@ -65,7 +63,7 @@ def make_linear_method(
         getattr(engine_config, "packed_modules_mapping", None) or DEFAULT_FUSED
     )
     engine_ignore = getattr(engine_config, "ignore", None)
-    if engine_ignore and ignored(layer.prefix, engine_ignore, fused):
+    if engine_ignore and ignored_module(layer.prefix, engine_ignore, fused):
         return UnquantizedLinearMethod()
     scheme = quant_layer_scheme(volta_config.raw, layer, fused=fused)
     if scheme is None:

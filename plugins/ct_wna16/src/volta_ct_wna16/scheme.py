@@ -1,14 +1,10 @@
 """Reading a compressed-tensors ``quantization_config`` for one layer, without torch.
 
 The plugin decides whether to claim a layer from the checkpoint's config alone (the host calls
-the hook while vLLM builds the model and when ``vllm-volta plan`` runs on a machine with no GPU),
-so this module mirrors the two matching rules the checkpoint's writers and vLLM apply:
-
-* ``ignore`` entries and ``targets`` are exact module names or ``re:`` patterns matched with
-  :func:`re.match` (compressed-tensors' ``match_name``); the class-name target ``Linear`` matches
-  every linear layer.
-* vLLM fuses ``q/k/v_proj`` into ``qkv_proj`` and ``gate/up_proj`` into ``gate_up_proj``; a fused
-  layer is ignored when every shard is, and vLLM refuses shards that disagree.
+the hook while vLLM builds the model and when ``vllm-volta plan`` runs on a machine with no GPU).
+Which config group covers a module, and whether ``ignore`` names it, follows compressed-tensors'
+and vLLM's rules as the host states them for every plugin (:func:`volta_core.matching_group`,
+:func:`volta_core.ignored_module`).
 
 A layer's scheme is read by one function, :func:`quant_layer_scheme`, which the claim, the plan's
 hooks and the layer factories all call, so a claim and the method built for it agree.
@@ -16,19 +12,18 @@ hooks and the layer factories all call, so a claim and the method built for it a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from volta_core import LayerKind, QuantLayer
+from volta_core import (
+    DEFAULT_FUSED,
+    LayerKind,
+    QuantLayer,
+    ignored_module,
+    matching_group,
+)
 from volta_ct_wna16.limits import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
-
-#: vLLM's usual fused-module names and their checkpoint shards (``packed_modules_mapping``).
-DEFAULT_FUSED: Mapping[str, Sequence[str]] = {
-    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
-    "gate_up_proj": ("gate_proj", "up_proj"),
-}
 
 #: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
 EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
@@ -68,56 +63,6 @@ class Unsupported:
     """A layer the checkpoint quantizes in a way this plugin does not run, and why."""
 
     reason: str
-
-
-def match_name(name: str, target: str) -> bool:
-    """compressed-tensors' rule: ``re:`` patterns use :func:`re.match`, others are exact."""
-    if target.startswith("re:"):
-        return re.match(target.removeprefix("re:"), name) is not None
-    return target == name
-
-
-def shard_names(prefix: str, fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED) -> list[str]:
-    """The checkpoint module names behind one vLLM module name (itself when not fused)."""
-    for fused_suffix, shards in fused.items():
-        if prefix.endswith(fused_suffix):
-            stem = prefix.removesuffix(fused_suffix)
-            return [stem + shard for shard in shards]
-    return [prefix]
-
-
-def ignored(
-    prefix: str, ignore: Iterable[str], fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED
-) -> bool | None:
-    """Whether the checkpoint keeps this module unquantized.
-
-    Returns None when the shards of a fused module disagree (vLLM refuses such a checkpoint).
-    """
-    patterns = list(ignore)
-    hits = [any(match_name(s, p) for p in patterns) for s in shard_names(prefix, fused)]
-    if all(hits):
-        return True
-    if any(hits):
-        return None
-    return False
-
-
-def matching_group(
-    raw: Mapping[str, Any],
-    prefix: str,
-    is_linear: bool,
-    fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
-) -> tuple[str, Mapping[str, Any]] | None:
-    """The first config group whose targets cover this module (every shard of a fused one)."""
-    groups = raw.get("config_groups") or {}
-    shards = shard_names(prefix, fused)
-    for name, group in groups.items():
-        targets = list(group.get("targets") or ())
-        if is_linear and "Linear" in targets:
-            return name, group
-        if all(any(match_name(s, t) for t in targets) for s in shards):
-            return name, group
-    return None
 
 
 def weight_scheme(raw: Mapping[str, Any], group: Mapping[str, Any]) -> WeightScheme | Unsupported:
@@ -162,7 +107,7 @@ def layer_scheme(
     fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
 ) -> WeightScheme | Unsupported | None:
     """The scheme of one module: None when the checkpoint leaves it unquantized."""
-    verdict = ignored(prefix, raw.get("ignore") or (), fused)
+    verdict = ignored_module(prefix, raw.get("ignore") or (), fused)
     if verdict is None:
         return Unsupported("the shards of this fused module disagree with the ignore list")
     if verdict:

@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))  # tiny_model: the scripted chec
 from e2e_support import config_engine_args  # noqa: E402
 
 SM70 = Device((7, 0))
-PLUGINS = ("attn_v100", "fp8kv", "ct_wna16", "reasoning")
+PLUGINS = ("attn_v100", "fp8kv", "ct_wna16", "fp8w", "reasoning")
 VOLTA_BACKEND = "volta_attn_v100.backend.VoltaAttentionBackend"
 TRITON_BACKEND = "vllm.v1.attention.backends.triton_attn.TritonAttentionBackend"
 #: How vLLM lays out a layer's cache: in 0.32+ by a ``KVCacheLayout`` member
@@ -135,7 +135,7 @@ def cuda_platform_module() -> types.ModuleType:
 
 @pytest.fixture(scope="module")
 def manager() -> VoltaPluginManager:
-    """A host with the four real plugins, loaded from their entry points."""
+    """A host with the five real plugins, loaded from their entry points."""
     m = VoltaPluginManager()
     m.load_entrypoints(list(PLUGINS))
     statuses = {name: m.records[name].status.value for name in PLUGINS}
@@ -507,6 +507,45 @@ def test_dense_fp8_checkpoint_gets_e5m2_with_unit_scales(manager: VoltaPluginMan
     layer = kv_gate(fp8.from_config(dict(raw)))
     assert not hasattr(layer, "quant_method")
     assert float(layer._k_scale) == 1.0
+
+
+#: Qwen's official FP8 releases state exactly this ``quantization_config``.
+QWEN_FP8 = {
+    "quant_method": "fp8",
+    "fmt": "e4m3",
+    "activation_scheme": "dynamic",
+    "weight_block_size": [128, 128],
+}
+
+
+@pytest.mark.parametrize("runner", ["", "engine", "plugin"])
+def test_dense_fp8_checkpoint_passes_the_capability_gate_where_fp8w_serves_it(
+    manager: VoltaPluginManager, monkeypatch: pytest.MonkeyPatch, runner: str
+) -> None:
+    """vLLM checks ``quant_config.get_min_capability()`` on the instance at start-up (75 for
+    ``fp8``): a checkpoint fp8w serves on a V100 answers 70, and its linear layers get fp8w's
+    method. On 1Cat-vLLM its own SM70 FP8 path keeps them unless ``VLLM_VOLTA_FP8_WEIGHTS=plugin``
+    asks for fp8w; ``engine`` is 1Cat's default and changes nothing elsewhere."""
+    from vllm.config import VllmConfig
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+    from vllm.model_executor.layers.quantization.fp8 import Fp8Config
+
+    from volta_fp8w.linear import Fp8LinearMethod
+
+    monkeypatch.setenv(quantization.ENV_FP8_WEIGHTS, runner)
+    gate = inspect.getsource(VllmConfig._get_quantization_config)
+    assert "capability < quant_config.get_min_capability()" in gate
+    fp8 = quantization.make_quantization_overrides(manager, lambda: SM70)["fp8"]
+    config = fp8.from_config(dict(QWEN_FP8))
+    plugin_serves = runner == "plugin" or not families.family().fp8_weights_on_sm70
+    assert fp8.get_min_capability() == Fp8Config.get_min_capability() == 75
+    assert config.get_min_capability() == (70 if plugin_serves else 75)
+    layer = ReplicatedLinear.__new__(ReplicatedLinear)
+    torch.nn.Module.__init__(layer)
+    layer.input_size, layer.output_size = 256, 128
+    method = config.get_quant_method(layer, "model.layers.0.mlp.down_proj")
+    assert isinstance(method, Fp8LinearMethod) is plugin_serves
+    assert pickle.loads(pickle.dumps(config)).get_min_capability() == config.get_min_capability()
 
 
 # -- platform and backend binding -----------------------------------------------------------

@@ -44,6 +44,7 @@ from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
 from volta_core.doctor import fatbin
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.records import HOST_API_VERSION, PluginStatus
+from volta_core.host.types import LayerKind
 from volta_core.planner.model import ModelDescription
 
 #: Most plan problems listed for ``--model`` (``vllm-volta plan`` shows them all).
@@ -543,9 +544,10 @@ def load_model(target: str) -> ModelTarget:
     return ModelTarget(target, describe_model(name, raw))
 
 
-def family_problems(model: ModelDescription) -> list[tuple[str, str]]:
+def family_problems(model: ModelDescription, plan: Any = None) -> list[tuple[str, str]]:
     """What the installed vLLM family itself refuses of this model on SM70, with the fix: the
-    limits no Volta plugin routes around (``families.Family``)."""
+    limits no Volta plugin routes around (``families.Family``). ``plan`` (the model's plan on
+    sm_70) tells which quantized layers a plugin serves."""
     from volta_core.vllm import families
 
     family = families.family_of(families.installed_vllm())
@@ -565,14 +567,31 @@ def family_problems(model: ModelDescription) -> list[tuple[str, str]]:
                 )
             )
     if model.quant is not None and model.quant.method == "fp8" and not family.fp8_weights_on_sm70:
-        found.append(
-            (
-                f"{family.name} runs dense FP8-weight checkpoints from compute capability 7.5 "
-                "(vLLM's Fp8Config) and no Volta plugin runs FP8 weights",
-                "use 1Cat-vLLM 1.3 (it dequantizes FP8 weights on SM70), or a W4A16 checkpoint",
+        unserved = engine_quant_layers(plan)
+        if plan is None or unserved:
+            shown = f" ({len(unserved)} layer kind(s), first {unserved[0]})" if unserved else ""
+            found.append(
+                (
+                    f"{family.name} runs dense FP8-weight checkpoints from compute capability "
+                    f"7.5 (vLLM's Fp8Config) and no Volta plugin serves these layers{shown}",
+                    "pip install vllm-volta-fp8w (FP8 weights on SM70, no fork)",
+                )
             )
-        )
     return found
+
+
+def engine_quant_layers(plan: Any) -> list[str]:
+    """The linear and expert layers of ``plan`` that the engine's own quant lookup would run
+    (no plugin claims them and the checkpoint does not keep them unquantized)."""
+    if plan is None:
+        return []
+    return [
+        row.prefix
+        for row in plan.quant
+        if row.plugin is None
+        and row.kind in (LayerKind.LINEAR.value, LayerKind.FUSED_MOE.value)
+        and row.decision.startswith("engine's own lookup")
+    ]
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -592,7 +611,7 @@ def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
     name = f"plan {model.target}"
     family_rows = [
         Check(name, Status.PROBLEM, problem, fix=fix)
-        for problem, fix in family_problems(model.description)
+        for problem, fix in family_problems(model.description, plan)
     ]
     return family_rows + check_plan_problems(name, plan, model.target)
 

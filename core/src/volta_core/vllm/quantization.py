@@ -11,10 +11,12 @@ process. vLLM is imported lazily, inside the functions.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from volta_core.device import Device
+from volta_core.errors import UsageError
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import LayerKind, QuantConfig, QuantLayer
@@ -22,6 +24,34 @@ from volta_core.vllm import attention, devices, kv_cache, report
 from volta_core.vllm.engine_config import explicit_backend, layer_kv_dtype
 from volta_core.vllm.families import family
 from volta_core.vllm.reasoning import load_object
+
+#: Who runs a dense FP8 checkpoint's weights where the installed vLLM family has its own SM70 FP8
+#: path (1Cat-vLLM): ``engine`` (the default there) or ``plugin``. Elsewhere plugins always serve
+#: them, since upstream's ``Fp8Config`` refuses compute capability below 7.5.
+ENV_FP8_WEIGHTS = "VLLM_VOLTA_FP8_WEIGHTS"
+FP8_WEIGHT_RUNNERS = ("engine", "plugin")
+
+
+def fp8_weights_to_plugins(own_fp8_path: bool) -> bool:
+    """Whether the host is asked for an ``fp8`` checkpoint's layers: always on a family without
+    its own SM70 FP8 path, on one with it only when ``VLLM_VOLTA_FP8_WEIGHTS=plugin``.
+
+    :raises UsageError: ``VLLM_VOLTA_FP8_WEIGHTS`` is neither ``engine`` nor ``plugin``.
+    """
+    chosen = os.environ.get(ENV_FP8_WEIGHTS, "").strip().lower()
+    if chosen and chosen not in FP8_WEIGHT_RUNNERS:
+        raise UsageError(
+            f"{ENV_FP8_WEIGHTS}={chosen!r} is not one of: {', '.join(FP8_WEIGHT_RUNNERS)}"
+        )
+    if not own_fp8_path:
+        return True
+    return chosen == "plugin"
+
+
+def _asks_host(config: QuantConfig) -> bool:
+    """Whether plugins are asked for this checkpoint's layers (:func:`fp8_weights_to_plugins`
+    decides for ``fp8``; every other method always)."""
+    return config.method != "fp8" or fp8_weights_to_plugins(family().fp8_weights_on_sm70)
 
 
 def routed_experts_class() -> type:
@@ -53,6 +83,10 @@ def _quant_layer(kind: LayerKind, layer: Any, prefix: str) -> QuantLayer:
     )
 
 
+#: The module name :meth:`_HostQuant.serves_linear_layers` asks about: no checkpoint ignores it.
+PROBE_PREFIX = "model.layers.0.mlp.volta_probe_proj"
+
+
 class _HostQuant:
     """What the quantization-config subclasses ask the host, shared by both."""
 
@@ -69,6 +103,8 @@ class _HostQuant:
         if kind not in (LayerKind.LINEAR, LayerKind.FUSED_MOE) or device is None:
             return None
         volta_config = QuantConfig(str(raw.get("quant_method", "")), raw)
+        if not _asks_host(volta_config):
+            return None
         quant_layer = _quant_layer(kind, layer, prefix)
         resolution = self.manager.resolve_quant(volta_config, quant_layer, device)
         if resolution.claim is None:
@@ -76,6 +112,18 @@ class _HostQuant:
         factory = load_object(resolution.claim.impl)
         report.event("quant_claim", method=resolution.claim.method, plugin=resolution.source)
         return factory(volta_config=volta_config, layer=quant_layer, engine_config=engine_config)
+
+    def serves_linear_layers(self, raw: dict[str, Any]) -> bool:
+        """Whether a plugin claims this checkpoint's quantized linear layers on the device (a
+        probe layer no ignore list names), so the config's capability gate is the plugin's."""
+        device = self.judge_device()
+        if device is None:
+            return False
+        config = QuantConfig(str(raw.get("quant_method", "")), raw)
+        if not _asks_host(config):
+            return False
+        probe = QuantLayer(LayerKind.LINEAR, PROBE_PREFIX, input_size=4096, output_size=4096)
+        return self.manager.resolve_quant(config, probe, device).claim is not None
 
     def kv_method(self, raw: dict[str, Any], layer: Any) -> kv_cache.KVMethod:
         """The KV-cache method of an attention layer, after the host's verdict."""
@@ -99,6 +147,16 @@ class _HostQuant:
             method = kv_cache.KVMethod.ENGINE
         report.event("attention_kv_method", method=method.value, quant_method=config.method)
         return method
+
+
+class _PluginMinCapability:
+    """``get_min_capability`` of :data:`VoltaFp8Config`: the upstream classmethod on the class,
+    the instance's :meth:`volta_min_capability` on an instance (a checkpoint a plugin serves)."""
+
+    def __get__(self, instance: Any, owner: type) -> Callable[[], int]:
+        if instance is None:
+            return super(owner, owner).get_min_capability  # type: ignore[misc,no-any-return]
+        return instance.volta_min_capability  # type: ignore[no-any-return]
 
 
 def make_checkpoint_scales_kv_method() -> type:
@@ -174,11 +232,26 @@ def make_quantization_overrides(
             instance.volta_raw = dict(config, quant_method="fp8")
             return instance
 
+        get_min_capability = _PluginMinCapability()
+
+        def volta_min_capability(self) -> int:
+            """Upstream's minimum, or this GPU's capability where a plugin serves the
+            checkpoint's layers (vLLM checks it once, on the instance, at start-up)."""
+            upstream = int(Fp8Config.get_min_capability())
+            raw = getattr(self, "volta_raw", None)
+            device = host.judge_device()
+            if raw is None or device is None or not host.serves_linear_layers(raw):
+                return upstream
+            return min(upstream, device.capability[0] * 10 + device.capability[1])
+
         def get_quant_method(self, layer: Any, prefix: str) -> Any:
-            raw = getattr(self, "volta_raw", {"quant_method": "fp8"})
+            raw = getattr(self, "volta_raw", None)
             if _layer_kind(layer) is LayerKind.ATTENTION:
-                if host.kv_method(raw, layer) is not kv_cache.KVMethod.ENGINE:
+                kv = host.kv_method(raw or {"quant_method": "fp8"}, layer)
+                if kv is not kv_cache.KVMethod.ENGINE:
                     return None
+                return super().get_quant_method(layer, prefix)
+            if raw is None:  # --quantization fp8 on an unquantized checkpoint: vLLM quantizes
                 return super().get_quant_method(layer, prefix)
             claimed = host.claim(self, raw, layer, prefix)
             if claimed is not None:

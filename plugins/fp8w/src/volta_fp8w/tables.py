@@ -38,6 +38,14 @@ class Launch:
     may have (a multiple of :data:`volta_fp8w.limits.BLOCK_K_QUANTUM`), so one scale serves a
     tile. ``programs_per_sm``: split-K cuts the input until the grid has about this many
     programs per SM.
+
+    The tensor-core GEMM (``MMA``, :mod:`volta_fp8w.cuda`): ``block_m`` tokens by ``block_n``
+    outputs (``num_warps`` warps of 32 outputs per group,
+    :func:`volta_fp8w.cuda.launch_args.mma_groups`), k-tiles of ``block_k`` inputs;
+    ``programs_per_sm`` is the blocks an SM holds at once (the build's ``__launch_bounds__``),
+    and ``split_cost`` a block's fixed cost in k-tiles (its start, and its atomic sums after
+    the last tile), by which :func:`volta_fp8w.cuda.launch_args.mma_splits` balances the
+    split count. None on every other path.
     """
 
     path: str
@@ -47,6 +55,7 @@ class Launch:
     num_warps: int = 4
     programs_per_sm: int = 4
     group_m: int = 8
+    split_cost: float | None = None
 
     def __post_init__(self) -> None:
         if self.path not in (SPLITK, GEMM, DEQUANT_MATMUL, MMA):
@@ -55,6 +64,8 @@ class Launch:
             raise ValueError(f"an input tile of 32, 64 or 128 elements: {self}")
         if self.path == MMA and self.block_m % MMA_ROWS:
             raise ValueError(f"a tensor-core launch has rows a multiple of {MMA_ROWS}: {self}")
+        if self.split_cost is not None and (self.path != MMA or self.split_cost < 0):
+            raise ValueError(f"split_cost is a tensor-core launch's cost in k-tiles, >= 0: {self}")
 
 
 @dataclass(frozen=True)
@@ -88,9 +99,34 @@ SM90 = Table(
     dequant=Launch(DEQUANT_MATMUL, block_n=64, block_k=128),
 )
 
+
+def _mma(block_m: int, block_n: int, programs_per_sm: int) -> Launch:
+    return Launch(
+        MMA,
+        block_m=block_m,
+        block_n=block_n,
+        block_k=32,
+        num_warps=4,
+        programs_per_sm=programs_per_sm,
+        split_cost=2.0,
+    )
+
+
 #: The tensor-core GEMM's launches on a V100, ``(most tokens, launch)`` in token order
-#: (:mod:`volta_fp8w.cuda`).
-SM70_MMA: tuple[tuple[int, Launch], ...] = ()
+#: (:mod:`volta_fp8w.cuda`). Four warps; k-tiles of 32 inputs (a lane loads 32 bytes of its
+#: weight row, one whole sector, and 32 divides every scale block a layer may have). Up to 16
+#: tokens two output groups a warp (256 outputs a block, each activation fragment serving two
+#: products), above that one (128 outputs), 32 or 64 tokens a block (more tokens take several
+#: row blocks, which read the same weights from L2). ``programs_per_sm`` is the build's
+#: ``__launch_bounds__`` minimum, which the sm_70 builds meet without spilling (168, 148 and
+#: 238 registers: 3, 3 and 2 blocks of 128 threads); the split count balances them with a fixed
+#: cost of 2 k-tiles a block (its start and its atomic sums), as ct_wna16's rows do. Estimated,
+#: not measured on a V100.
+SM70_MMA: tuple[tuple[int, Launch], ...] = (
+    (16, _mma(16, 256, 3)),
+    (32, _mma(32, 128, 3)),
+    (256, _mma(64, 128, 2)),
+)
 
 
 def table_for(capability: tuple[int, int]) -> Table:

@@ -1,0 +1,130 @@
+"""What follows from one tensor-core launch (``fp8_mma.cu``): its output groups per warp, its
+NVRTC options, its grid and split count for a layer, and the SM70 gate's configuration of its
+build.
+
+The launcher (:mod:`.mma`) and the compile gate both derive a launch's build here, so the gate
+compiles what runs. Torch-free: reads :mod:`volta_fp8w.tables` and the kernel source.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from volta_core import CudaKernelConfig
+from volta_core.kernel_api import with_prelude
+from volta_fp8w.cuda import KERNEL, SOURCE
+from volta_fp8w.tables import MMA, MMA_ROWS, Launch
+
+#: Outputs one warp covers per group: its four quad pairs of 8 (PTX ISA, "Matrix Fragments for
+#: mma.m8n8k4"), a lane one row of the weights.
+MMA_WARP_OUTPUTS = 32
+
+#: The k-tiles ``fp8_mma.cu`` builds (``BK``): whole 16-byte loads of a lane's weight row.
+MMA_TILE_KS = (32, 64, 128)
+
+
+def check_mma_launch(launch: Launch) -> None:
+    """Refuse a launch ``fp8_mma.cu`` has no build for.
+
+    :raises ValueError: not the tensor-core path, rows not a multiple of 8, outputs not whole
+        groups of 32 per warp, a k-tile other than 32, 64 or 128, or no split cost.
+    """
+    if launch.path != MMA:
+        raise ValueError(f"not a tensor-core launch: {launch}")
+    if (
+        launch.block_m % MMA_ROWS
+        or launch.num_warps < 1
+        or launch.block_n % (MMA_WARP_OUTPUTS * launch.num_warps)
+        or launch.block_k not in MMA_TILE_KS
+        or launch.programs_per_sm < 1
+        or launch.split_cost is None
+    ):
+        raise ValueError(
+            f"a tensor-core launch has rows a multiple of {MMA_ROWS}, {MMA_WARP_OUTPUTS} outputs "
+            f"per warp and group, a k-tile of {' / '.join(map(str, MMA_TILE_KS))} inputs, at "
+            f"least one program per SM and a split cost: {launch}"
+        )
+
+
+def mma_groups(launch: Launch) -> int:
+    """Output groups of 32 a warp covers (the kernel's ``J``): a lane loads one weight row per
+    group, 32 rows apart."""
+    check_mma_launch(launch)
+    return launch.block_n // (MMA_WARP_OUTPUTS * launch.num_warps)
+
+
+@functools.cache
+def mma_options(launch: Launch) -> tuple[str, ...]:
+    """The NVRTC options of ``launch``'s build (``fp8_mma.cu``'s macros): the launcher and the
+    gate both build them here."""
+    return (
+        f"-DBM={launch.block_m}",
+        f"-DWARPS={launch.num_warps}",
+        f"-DJ={mma_groups(launch)}",
+        f"-DBK={launch.block_k}",
+        f"-DMIN_BLOCKS={launch.programs_per_sm}",
+    )
+
+
+def mma_config(launch: Launch) -> CudaKernelConfig:
+    """The SM70 compile gate's configuration of ``launch``'s build: the source behind the
+    host's prelude, as the launcher compiles it."""
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}w{launch.num_warps}"
+    return CudaKernelConfig(
+        name=f"fp8w_mma_{tile}",
+        source=with_prelude(SOURCE),
+        kernel=KERNEL,
+        block_threads=launch.num_warps * 32,
+        options=mma_options(launch),
+        claims_tensor_cores=True,
+    )
+
+
+def mma_grid(m: int, n: int, launch: Launch, splits: int) -> tuple[int, int, int]:
+    """``(row blocks, output blocks, splits)``: row blocks first, so the blocks reading one
+    weight tile for different tokens run side by side and share it in L2."""
+    return -(-m // launch.block_m), -(-n // launch.block_n), splits
+
+
+def mma_splits(n: int, k: int, launch: Launch, sm_count: int, m: int) -> tuple[int, int]:
+    """How many input splits the tensor-core GEMM makes for ``m`` tokens of an ``n x k``
+    layer, and the input length of each (a multiple of ``launch.block_k``, so every split
+    starts on a tile and a tile never crosses a scale block): the count
+    :func:`balanced_splits` finds for the launch's output tiles. ``(splits, per_split)`` with
+    ``splits = ceil(k / per_split)``, every split at least one tile."""
+    check_mma_launch(launch)
+    tiles = -(-m // launch.block_m) * -(-n // launch.block_n)
+    k_tiles = max(1, -(-k // launch.block_k))
+    steps = balanced_splits(
+        tiles, k_tiles, launch.programs_per_sm, float(launch.split_cost or 0.0), sm_count
+    )
+    per_split = steps * launch.block_k
+    return max(1, -(-k // per_split)), per_split
+
+
+@functools.cache
+def balanced_splits(tiles: int, k_tiles: int, resident: int, cost: float, sm_count: int) -> int:
+    """The k-tiles per split that let the SMs finish ``tiles`` output tiles soonest.
+
+    Cutting each tile's ``k_tiles`` into ``s`` splits makes ``tiles * s`` blocks of
+    ``ceil(k_tiles / s)`` k-tiles. An SM runs about ``ceil(blocks / sm_count)`` of them,
+    ``resident`` at a time, each paying a fixed cost of ``cost`` k-tiles (its start, and the
+    atomic sums after its last tile), and one with fewer than ``resident`` blocks gains nothing
+    from it (a lone block waits on its own loads). So the time is taken as
+    ``max(ceil(blocks / sm_count), resident) * (steps + cost)``; ties go to fewer splits (the
+    model ct_wna16's tensor-core GEMM splits by). Cached: the search walks every step count.
+    """
+    if min(tiles, k_tiles, resident, sm_count) < 1:
+        raise ValueError(
+            f"balanced_splits needs at least one tile, k-tile, resident block and SM, got "
+            f"tiles={tiles}, k_tiles={k_tiles}, resident={resident}, sm_count={sm_count}"
+        )
+    best = (float("inf"), 0)
+    for steps in range(1, k_tiles + 1):
+        splits = -(-k_tiles // steps)
+        if -(-k_tiles // splits) != steps:
+            continue  # the same splits as fewer steps each
+        time = max(-(-tiles * splits // sm_count), resident) * (steps + cost)
+        if time < best[0] or (time == best[0] and steps > best[1]):
+            best = (time, steps)
+    return best[1]

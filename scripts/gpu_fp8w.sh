@@ -8,9 +8,10 @@
 # under LIMIT seconds; the driver's own probes answer CUDA API errors that are not the kernels'
 # (--report-api-errors no).
 # bench: plugins/fp8w/benchmarks/fp8w_bench.py alone on the GPU under BENCH_LIMIT seconds
-# (QUICK=1: --quick), with vLLM's Triton block-FP8 GEMM from VLLM_FP8_UTILS (the venv's
-# vllm/model_executor/layers/quantization/utils/fp8_utils.py, carried: the GPU machine has no
-# vLLM; unset, the benchmark skips that column with a note); its table printed last.
+# (QUICK=1: --quick), after its --self-check, with vLLM's Triton block-FP8 GEMM from
+# VLLM_FP8_UTILS (the venv's vllm/model_executor/layers/quantization/utils/fp8_utils.py,
+# carried: the GPU machine has no vLLM; unset, the benchmark skips that column with a note);
+# its table printed last. Exits 1 if a phase failed.
 # all (the default): both, in that order; keep LIMIT + BENCH_LIMIT under a call's 600 s, or run
 # the parts in two calls. Logs, the benchmark's JSON and markdown land under $OUT/fp8w/.
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
@@ -31,22 +32,27 @@ K=(); [ -n "$select" ] && K=(-k "$select")
 gpu_tests=(); for f in test_kernels.py test_mma.py test_moe.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
 kernel_tests=(); for f in test_kernels.py test_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
 san=${SAN_SELECT:-sanitizer or every_code_is_exact}
+status=0
 if [ "$part" = tests ] || [ "$part" = all ]; then
+  pids=()
   if [ ${#gpu_tests[@]} -eq 0 ]; then
     echo "no fp8w GPU test files yet (test_kernels.py, test_mma.py, test_moe.py)" | tee "$out/gpu_tests.log"
   else
     TRITON_CACHE_DIR=/tmp/tc_f timeout "$limit" $T -vv -rfE -n "${WORKERS:-4}" "${K[@]}" \
       "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1 &
+    pids+=($!)
   fi
   if [ ${#kernel_tests[@]} -gt 0 ]; then
     TRITON_CACHE_DIR=/tmp/tc_fm timeout "$limit" compute-sanitizer --tool memcheck \
       --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
       > "$out/memcheck.log" 2>&1 &
+    pids+=($!)
     TRITON_CACHE_DIR=/tmp/tc_fr timeout "$limit" compute-sanitizer --tool racecheck \
       --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
       > "$out/racecheck.log" 2>&1 &
+    pids+=($!)
   fi
-  wait
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
   for f in gpu_tests memcheck racecheck; do
     [ -f "$out/$f.log" ] || continue
     echo "$f: $(grep -E 'passed|failed|no tests ran|deselected|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
@@ -54,13 +60,19 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   [ -f "$out/gpu_tests.log" ] && grep -hE "FAILED|^ERROR" "$out/gpu_tests.log" | head -20
 fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
-  args=(--out "$out")
+  vllm=(); [ -n "${VLLM_FP8_UTILS:-}" ] && vllm=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
+  # The benchmark's own checks on small layers with partial tiles first (seconds), then the run.
+  TRITON_CACHE_DIR=/tmp/tc_f timeout 120 python3 plugins/fp8w/benchmarks/fp8w_bench.py \
+    --self-check "${vllm[@]}" > "$out/selfcheck.log" 2>&1 || status=1
+  echo "self-check: $(tail -1 "$out/selfcheck.log")"
+  args=(--out "$out" "${vllm[@]}")
   [ "${QUICK:-0}" = 1 ] && args+=(--quick)
-  [ -n "${VLLM_FP8_UTILS:-}" ] && args+=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
   TRITON_CACHE_DIR=/tmp/tc_f timeout "${BENCH_LIMIT:-300}" \
     python3 plugins/fp8w/benchmarks/fp8w_bench.py "${args[@]}" > "$out/bench.log" 2>&1
-  echo "bench exit $?"
+  rc=$?
+  echo "bench exit $rc"
+  [ $rc -eq 0 ] || { status=1; tail -15 "$out/bench.log"; }
   # The per-row lines printed as rows complete are left out; the summary and table are last.
   sed -n '/^fp8w_bench on /,$p' "$out/bench.log" | tail -80
-  grep -E "Error|Traceback" "$out/bench.log" | head -10
 fi
+exit $status

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The FP8 weight plugin (fp8w) alone on the GPU machine, from the repository root:
-#   OUT=/some/dir [PART=tests|bench|all] [QUICK=1] [VLLM_FP8_UTILS=path/to/fp8_utils.py] \
+#   OUT=/some/dir [PART=tests|bench|all] [QUICK=1] [MMA=1] [VLLM_FP8_UTILS=path/fp8_utils.py] \
 #     [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
 # tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py exist)
 # on WORKERS processes, with compute-sanitizer memcheck and racecheck beside them on the kernel
@@ -11,7 +11,8 @@
 # (QUICK=1: --quick), after its --self-check, with vLLM's Triton block-FP8 GEMM from
 # VLLM_FP8_UTILS (the venv's vllm/model_executor/layers/quantization/utils/fp8_utils.py,
 # carried: the GPU machine has no vLLM; unset, the benchmark skips that column with a note);
-# its table printed last. Exits 1 if a phase failed.
+# its table printed last; MMA=1 times the CUDA tensor-core GEMM's compute_70 build too (needs
+# a CUDA 12 NVRTC; elsewhere its column says err). Exits 1 if a phase failed.
 # all (the default): both, in that order; keep LIMIT + BENCH_LIMIT under a call's 600 s, or run
 # the parts in two calls. Logs, the benchmark's JSON and markdown land under $OUT/fp8w/.
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
@@ -67,6 +68,7 @@ if [ "$part" = bench ] || [ "$part" = all ]; then
   echo "self-check: $(tail -1 "$out/selfcheck.log")"
   args=(--out "$out" "${vllm[@]}")
   [ "${QUICK:-0}" = 1 ] && args+=(--quick)
+  [ "${MMA:-0}" = 1 ] && args+=(--mma)
   TRITON_CACHE_DIR=/tmp/tc_f timeout "${BENCH_LIMIT:-300}" \
     python3 plugins/fp8w/benchmarks/fp8w_bench.py "${args[@]}" > "$out/bench.log" 2>&1
   rc=$?

@@ -108,9 +108,7 @@ def _quantized_names(state: Mapping[str, torch.Tensor]) -> list[str]:
     return [
         name
         for name, tensor in state.items()
-        if name.startswith("model.layers.")
-        and name.endswith("_proj.weight")
-        and tensor.dim() == 2
+        if name.startswith("model.layers.") and name.endswith("_proj.weight") and tensor.dim() == 2
     ]
 
 

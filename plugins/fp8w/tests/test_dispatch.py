@@ -7,23 +7,31 @@ from dataclasses import replace
 
 import pytest
 
-from volta_core.kernel_api import V100_RATES, DeviceFacts, Unit
+from volta_core import LayerKind, QuantLayer
+from volta_core.kernel_api import V100_RATES, DeviceFacts, Unit, Workload
 from volta_fp8w.dispatch import (
     KERNEL_NAMES,
+    MMA_MIN_M,
     linear_choice,
     linear_cost,
+    linear_paths,
+    mma_launch,
+    stage_cost,
     table_choice,
     table_launch,
+    tensor_core_builds,
     triton_builds,
     triton_unit,
 )
 from volta_fp8w.launch import fitted, split_count
+from volta_fp8w.scheme import Fp8Scheme
 from volta_fp8w.tables import (
     DECODE_MAX_M,
     DEQUANT_MATMUL,
     GEMM,
     MMA,
     SM70,
+    SM70_MMA,
     SM90,
     SPLITK,
     Launch,
@@ -33,6 +41,7 @@ from volta_fp8w.tables import (
 V100 = (7, 0)
 H100 = (9, 0)
 BLOCK = (128, 128)
+CHANNEL = Fp8Scheme("channel", None, "compressed-tensors")
 
 
 @pytest.mark.parametrize("capability", [V100, (7, 5), (8, 0), H100])
@@ -56,12 +65,81 @@ def test_sm70_choices_name_their_kernel_and_unit() -> None:
         assert (choice.launch.path, choice.unit) == (path, unit)
         assert choice.kernel == KERNEL_NAMES[path]
         assert choice.fallback is None
-        assert linear_choice(m, 4096, 4096, V100) == choice
     assert table_choice(64, 4096, 4096, V100).unit is Unit.TENSOR_CORES
     assert triton_unit(SM90.gemv, H100) is Unit.FMA
     assert triton_unit(SM90.small, H100) is Unit.TENSOR_CORES
     assert triton_unit(SM90.gemm, H100) is Unit.TENSOR_CORES
     assert set(KERNEL_NAMES) == {SPLITK, GEMM, DEQUANT_MATMUL, MMA}
+
+
+@pytest.mark.parametrize(("n", "k"), [(4096, 4096), (27648, 5120), (5120, 27648), (768, 2048)])
+def test_a_v100_takes_the_tensor_cores_from_eight_tokens(n: int, k: int) -> None:
+    """Below :data:`MMA_MIN_M` the GEMVs (memory-bound, one byte a weight); from there on the
+    tensor-core GEMM wherever the V100 model prices it no higher than the table's launch, with
+    the table's choice as the fallback where NVRTC is missing: at 8 tokens both read the same
+    bytes (a tie goes to the tensor cores), above that the FMA GEMM and dequantize-then-cuBLAS
+    cost more. Off the V100 the table's launch, no CUDA build."""
+    for m in range(1, MMA_MIN_M):
+        assert linear_choice(m, n, k, V100) == table_choice(m, n, k, V100)
+    for m in (MMA_MIN_M, 9, 16, 17, 33, 256, 257, 2048):
+        choice = linear_choice(m, n, k, V100)
+        assert choice.launch == mma_launch(m)
+        assert choice.unit is Unit.TENSOR_CORES
+        assert choice.fallback == table_choice(m, n, k, V100)
+        mma = linear_cost(choice.launch, m, n, k, BLOCK).seconds(V100_RATES)
+        table = linear_cost(choice.fallback.launch, m, n, k, BLOCK).seconds(V100_RATES)
+        assert mma <= table, (m, mma, table)
+    for capability in ((7, 5), H100):
+        for m in (1, 8, 64, 2048):
+            assert linear_choice(m, n, k, capability) == table_choice(m, n, k, capability)
+
+
+def test_tensor_core_rows_by_token_count() -> None:
+    assert [mma_launch(m) for m in (8, 16)] == [SM70_MMA[0][1]] * 2
+    assert mma_launch(17) == SM70_MMA[1][1]
+    assert mma_launch(256) == mma_launch(4096) == SM70_MMA[-1][1]
+    assert tensor_core_builds(V100) == [launch for _, launch in SM70_MMA]
+    assert tensor_core_builds((7, 5)) == tensor_core_builds(H100) == []
+
+
+def test_plan_paths_are_the_launchers_choices() -> None:
+    """The plan's stages walk :func:`linear_choice`: contiguous ranges from one token, open
+    above the last; each stage's kernel and fallback are the choice's at every count in it."""
+    n, k = 5120, 27648
+    paths = linear_paths(n, k, V100)
+    assert paths[0].stage in ("1 token", f"1-{MMA_MIN_M - 1} tokens")
+    assert paths[-1].stage.endswith("+ tokens")
+    firsts = [int(p.stage.split()[0].split("-")[0].rstrip("+")) for p in paths]
+    assert firsts == sorted(firsts)
+    for path, first in zip(paths, firsts, strict=True):
+        choice = linear_choice(first, n, k, V100)
+        assert path.kernel == choice.kernel
+        assert path.needs_nvrtc is (choice.fallback is not None)
+        if choice.fallback is not None:
+            assert path.fallback == choice.fallback.kernel
+    assert any(p.kernel == KERNEL_NAMES[MMA] for p in paths)
+    assert all(p.kernel != KERNEL_NAMES[MMA] for p in linear_paths(n, k, H100))
+
+
+@pytest.mark.parametrize("scheme", [Fp8Scheme("block", (128, 128), "fp8"), CHANNEL])
+@pytest.mark.parametrize("m", [1, 4, 8, 64, 2048])
+def test_stage_cost_prices_the_chosen_launch_and_its_fallback(scheme, m: int) -> None:
+    layer = QuantLayer(LayerKind.LINEAR, "model.layers.0.mlp.down_proj", 17408, 5120)
+    stage = stage_cost(layer, scheme, V100, Workload(sequences=m))
+    assert stage is not None
+    choice = linear_choice(m, 5120, 17408, V100)
+    block = scheme.block or (1, 17408)
+    assert stage.cost == linear_cost(choice.launch, m, 5120, 17408, block)
+    if choice.fallback is None:
+        assert stage.fallback is None
+    else:
+        assert stage.fallback == linear_cost(choice.fallback.launch, m, 5120, 17408, block)
+    [path] = [p for p in linear_paths(5120, 17408, V100) if p.stage == stage.stage]
+    assert path.kernel == choice.kernel
+    assert (
+        stage_cost(QuantLayer(LayerKind.LINEAR, "x", 0, 0), scheme, V100, Workload(sequences=1))
+        is None
+    )
 
 
 def test_costs_count_bytes_and_flops() -> None:

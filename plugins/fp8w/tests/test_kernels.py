@@ -23,7 +23,7 @@ from volta_fp8w.dispatch import table_launch
 from volta_fp8w.launch import fitted, split_count
 from volta_fp8w.layout import Fp8Weights, block_weights, channel_weights
 from volta_fp8w.ops import dequantize, fp8_linear
-from volta_fp8w.tables import MMA, SM70, SM90, SPLITK, Launch
+from volta_fp8w.tables import SM70, SM70_MMA, SM90, SPLITK, Launch
 
 #: fp16 outputs of fp32 sums: one rounding of the output (2**-11 relative), and on the dot and
 #: cuBLAS paths one of each activation-weight product's operands (the weight, on cuBLAS's).
@@ -220,8 +220,8 @@ def _bad_inputs() -> dict[str, tuple[dict, str]]:
         "block": ({"w": replace(w, block_k=48)}, "block 32x48"),
         "no outputs": ({"w": replace(w, n=0)}, "w has 0 outputs"),
         "tensor-core launch": (
-            {"launch": Launch(MMA, block_m=16, block_n=256, block_k=32)},
-            "tensor-core GEMM is not",
+            {"launch": SM70_MMA[0][1]},
+            "the tensor-core GEMM runs on CUDA devices",
         ),
         "launch tile": ({"launch": Launch(SPLITK, block_n=48)}, "powers of two"),
         "32-bit weights": (

@@ -2,12 +2,17 @@
 and what a launch costs: the one answer the launcher (:mod:`volta_fp8w.ops`), the compile gate
 and the plan read.
 
-* The launch a call gets, as a :class:`volta_core.kernel_api.Choice` (:func:`linear_choice`;
-  for now the table's, :func:`table_choice`).
-* What a launch costs (:func:`linear_cost`), a :class:`volta_core.kernel_api.KernelCost` to
-  be priced at :data:`volta_core.kernel_api.V100_RATES`.
-* Every Triton build the tables ship on a family (:func:`triton_builds`): what the SM70 gate
-  compiles.
+* The launch a call gets, as a :class:`volta_core.kernel_api.Choice` (:func:`linear_choice`:
+  on a V100 from :data:`MMA_MIN_M` tokens on the CUDA tensor-core GEMM where its cost is no
+  more than the table's, carrying the table's launch as its fallback; else the table's,
+  :func:`table_choice`). Whether the CUDA build loads is the launcher's only decision
+  (:func:`volta_fp8w.cuda.mma.ready`).
+* What a launch costs (:func:`linear_cost`), a :class:`volta_core.kernel_api.KernelCost`
+  priced at :data:`volta_core.kernel_api.V100_RATES`: the tensor-core choice compares these
+  costs, and the plan's estimate reads them (:func:`stage_cost`) on the stages of the plan's
+  kernel paths (:func:`linear_paths`).
+* Every build the plugin ships on a family (:func:`triton_builds`, :func:`tensor_core_builds`):
+  what the SM70 gates compile.
 
 Reads the launch data (:mod:`volta_fp8w.tables`) and what follows from a launch
 (:mod:`volta_fp8w.launch`). Torch- and triton-free: the plugin's hooks import it.
@@ -15,9 +20,24 @@ Reads the launch data (:mod:`volta_fp8w.tables`) and what follows from a launch
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
-from volta_core.kernel_api import Choice, DeviceFacts, KernelCost, LaunchCost, Unit
+from volta_core import KernelPath, LayerKind, QuantLayer
+from volta_core.kernel_api import (
+    V100_RATES,
+    Choice,
+    DeviceFacts,
+    KernelCost,
+    LaunchCost,
+    StageCost,
+    Unit,
+    Workload,
+    kernel_paths,
+    stage_of,
+    stage_ranges,
+    token_stage,
+)
 from volta_fp8w.launch import (
     aligned_args,
     dequant_constexprs,
@@ -26,11 +46,14 @@ from volta_fp8w.launch import (
     split_count,
     splitk_constexprs,
 )
+from volta_fp8w.limits import MMA_CAPABILITY
+from volta_fp8w.scheme import Fp8Scheme
 from volta_fp8w.tables import (
     DECODE_MAX_M,
     DEQUANT_MATMUL,
     GEMM,
     MMA,
+    SM70_MMA,
     SPLITK,
     Launch,
     table_for,
@@ -52,6 +75,9 @@ DEQUANT_KERNEL = "volta_fp8w.kernels.dequant:fp8w_dequant_kernel"
 #: The device costs are priced for: a V100 SXM2 (80 SMs), the device of
 #: :data:`volta_core.kernel_api.V100_RATES`.
 V100 = DeviceFacts((7, 0), 80)
+
+#: The scale block choices are priced with (Qwen's FP8 releases and llm-compressor's FP8_BLOCK).
+PRICING_BLOCK = (128, 128)
 
 
 def triton_unit(launch: Launch, capability: tuple[int, int]) -> Unit:
@@ -87,9 +113,38 @@ def table_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice[
     return Choice(KERNEL_NAMES[launch.path], triton_unit(launch, capability), launch)
 
 
+#: The fewest tokens the tensor-core GEMM is weighed for: from here on the GEMV's FMAs are about
+#: as slow as its bytes on a V100 (``2mnk`` at 15.7 TFLOP/s against ``nk`` at 900 GB/s), so the
+#: tensor cores, whose arithmetic is 8 times faster, stop being a loss.
+MMA_MIN_M = DECODE_MAX_M
+
+
+def mma_launch(m: int) -> Launch:
+    """The tensor-core GEMM's row of :data:`~volta_fp8w.tables.SM70_MMA` for ``m`` tokens: the
+    first that takes them, the last (its largest tile) above them all."""
+    return next((row for most, row in SM70_MMA if m <= most), SM70_MMA[-1][1])
+
+
+@functools.cache
 def linear_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice[Launch]:
-    """The launch for ``m`` tokens on an ``n x k`` layer on ``capability``: the table's."""
-    return table_choice(m, n, k, capability)
+    """The launch for ``m`` tokens on an ``n x k`` layer on ``capability``: on a V100
+    (:data:`~volta_fp8w.limits.MMA_CAPABILITY`) from :data:`MMA_MIN_M` tokens the tensor-core
+    GEMM (:func:`mma_launch`), needing NVRTC and carrying :func:`table_choice` as its fallback,
+    where its cost (:func:`linear_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no more
+    than the table launch's: a tie (both bound by the same weight bytes) goes to the tensor
+    cores, whose arithmetic is further from binding; above the tensor-core table's rows this
+    weighs it against dequantize-then-cuBLAS. Elsewhere :func:`table_choice`. Kept per
+    (tokens, shape): the launcher asks on every call. Costs are priced with 128 x 128 blocks
+    (the scales are under 0.01% of the bytes at any block the checkpoints use)."""
+    table = table_choice(m, n, k, capability)
+    if capability != MMA_CAPABILITY or m < MMA_MIN_M:
+        return table
+    launch = mma_launch(m)
+    mma = linear_cost(launch, m, n, k, PRICING_BLOCK)
+    triton = linear_cost(table.launch, m, n, k, PRICING_BLOCK)
+    if mma.seconds(V100_RATES) <= triton.seconds(V100_RATES):
+        return Choice(KERNEL_NAMES[MMA], Unit.TENSOR_CORES, launch, fallback=table)
+    return table
 
 
 def linear_cost(
@@ -181,3 +236,65 @@ def triton_builds(capability: tuple[int, int]) -> list[TritonBuild]:
                 variants = [_build(DEQUANT_KERNEL, dequant_constexprs(launch), launch)]
             builds.extend(build for build in variants if build not in builds)
     return builds
+
+
+def tensor_core_builds(capability: tuple[int, int]) -> list[Launch]:
+    """The tensor-core GEMM's launches on ``capability``: every row of
+    :data:`~volta_fp8w.tables.SM70_MMA` on a V100, none elsewhere."""
+    return [launch for _, launch in SM70_MMA] if capability == MMA_CAPABILITY else []
+
+
+# -- the plan's kernel paths and their costs ------------------------------------------------------
+
+
+def scheme_block(scheme: Fp8Scheme, k: int) -> tuple[int, int]:
+    """The ``(block_n, block_k)`` a layer's scales cover: its blocks, or one row of the whole
+    input for channel and tensor scales (expanded per row at load)."""
+    return scheme.block if scheme.block is not None else (1, k)
+
+
+@functools.cache
+def _linear_stages(
+    n: int, k: int, capability: tuple[int, int]
+) -> tuple[tuple[int, int | None, Choice[Launch]], ...]:
+    """:func:`linear_choice` walked over every token count until it no longer changes, in runs
+    of the same kernels (:func:`volta_core.kernel_api.stage_ranges`)."""
+    table = table_for(capability)
+    last = max(SM70_MMA[-1][0], DECODE_MAX_M, table.dequant_from or 0) + 1
+
+    def choose(m: int) -> Choice[Launch]:
+        return linear_choice(m, n, k, capability)
+
+    return tuple(stage_ranges(range(1, last + 1), choose, open_ended=True))
+
+
+def linear_paths(n: int, k: int, capability: tuple[int, int]) -> list[KernelPath]:
+    """One :class:`~volta_core.KernelPath` per range of token counts with the same kernels
+    (:func:`linear_choice`), for an ``n`` outputs by ``k`` inputs layer: the tensor-core ranges
+    need NVRTC, and name the table's launch that serves without it."""
+    return kernel_paths(_linear_stages(n, k, capability), token_stage)
+
+
+def stage_cost(
+    layer: QuantLayer, scheme: Fp8Scheme, capability: tuple[int, int], work: Workload
+) -> StageCost | None:
+    """What ``work`` (``m = work.tokens`` tokens) costs on a linear ``layer`` (its rank's
+    ``output_size x input_size``) with ``scheme``: the :func:`linear_paths` stage holding ``m``,
+    the cost (:func:`linear_cost`) of the launch :func:`linear_choice` takes there and, where it
+    needs NVRTC, of its fallback. Fused experts: :func:`volta_fp8w.experts_dispatch.expert_cost`
+    on their stage. None where the layer's shape is not known."""
+    m = work.tokens
+    n, k = layer.output_size, layer.input_size
+    if not (n and k):
+        return None
+    if layer.kind is not LayerKind.LINEAR:
+        return None
+    stages = _linear_stages(n, k, capability)
+    first, last, _ = stages[stage_of(m, stages)]
+    block = scheme_block(scheme, k)
+    chosen = linear_choice(m, n, k, capability)
+    cost = linear_cost(chosen.launch, m, n, k, block)
+    fallback = None
+    if chosen.fallback is not None:
+        fallback = linear_cost(chosen.fallback.launch, m, n, k, block)
+    return StageCost(token_stage(first, last), cost, fallback)

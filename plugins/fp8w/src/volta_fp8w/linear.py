@@ -37,6 +37,7 @@ from vllm.model_executor.parameter import (
 from volta_core import DEFAULT_FUSED, QuantConfig, QuantLayer
 from volta_fp8w import ops
 from volta_fp8w.layout import (
+    NAN_CODES,
     Fp8Weights,
     WeightFormatError,
     block_weights,
@@ -125,8 +126,9 @@ class Fp8LinearMethod(LinearMethodBase):
         loader = functools.partial(
             _checked_load, layer_name=name, inner=extra_weight_attrs["weight_loader"]
         )
+        # NaN codes until loaded: a shard whose weight never arrives is refused at load.
         weight = ModelWeightParameter(
-            data=torch.empty(n, k, dtype=torch.float8_e4m3fn),
+            data=torch.full((n, k), NAN_CODES[0], dtype=torch.uint8).view(torch.float8_e4m3fn),
             input_dim=1,
             output_dim=0,
             weight_loader=functools.partial(loader, tensor="weight"),
@@ -265,5 +267,5 @@ def _checked_load(
     except (AssertionError, RuntimeError, IndexError) as exc:
         raise WeightFormatError(
             f"{where}: shape {tuple(loaded_weight.shape)} does not fit the layer's parameter "
-            f"{tuple(param.shape)}: {exc or type(exc).__name__}"
+            f"{tuple(param.shape)}: {str(exc) or type(exc).__name__}"
         ) from exc

@@ -19,7 +19,7 @@ from volta_core.kernel_api import (
     interpreting,
     zeroed_accumulators,
 )
-from volta_fp8w.dispatch import linear_choice
+from volta_fp8w.dispatch import linear_choice, tensor_core_builds
 from volta_fp8w.launch import (
     dequant_constexprs,
     dequant_grid,
@@ -121,9 +121,8 @@ def _check_inputs(
 
 
 def _check_launch(launch: Launch, m: int, w: Fp8Weights, sm_count: int) -> None:
-    """A Triton launch the kernels take (power-of-two tiles), whose grid fits CUDA's."""
-    if launch.path == MMA:
-        raise ValueError(f"fp8_linear runs Triton launches; the tensor-core GEMM is not: {launch}")
+    """A Triton launch the kernels take (power-of-two tiles), whose grid fits CUDA's (the
+    tensor-core GEMM checks its own, :func:`volta_fp8w.cuda.mma.mma_linear`)."""
     if not (_is_pow2(launch.block_m) and _is_pow2(launch.block_n) and _is_pow2(launch.num_warps)):
         raise ValueError(f"launch tiles and warps must be powers of two: {launch}")
     if launch.group_m < 1:
@@ -142,15 +141,22 @@ def _check_launch(launch: Launch, m: int, w: Fp8Weights, sm_count: int) -> None:
         )
 
 
-def _select(launch: Launch | None, m: int, w: Fp8Weights, device: torch.device) -> Launch:
-    """``launch``, or dispatch's choice for the device; a choice of the tensor-core GEMM runs
-    its fallback (the CUDA build is not wired here)."""
+def _select(launch: Launch | None, m: int, w: Fp8Weights, x: torch.Tensor) -> Launch:
+    """``launch``, or dispatch's choice for the device: the tensor-core GEMM where it chose it
+    and its CUDA build loads on this device (:func:`volta_fp8w.cuda.mma.ready`), else the
+    choice's Triton launch or fallback."""
     if launch is not None:
         return launch
-    choice = linear_choice(m, w.n, w.k, device_facts(device).capability)
-    if choice.launch.path == MMA and choice.fallback is not None:
-        return choice.fallback.launch
-    return choice.launch
+    choice = linear_choice(m, w.n, w.k, device_facts(x.device).capability)
+    if choice.launch.path != MMA:
+        return choice.launch
+    if x.is_cuda:
+        from volta_fp8w.cuda import mma
+
+        if mma.ready(x.device, choice.launch):
+            return choice.launch
+    assert choice.fallback is not None, "a tensor-core choice carries its Triton fallback"
+    return choice.fallback.launch
 
 
 def _runs_kernels(t: torch.Tensor) -> bool:
@@ -166,7 +172,7 @@ def fp8_linear(
 ) -> torch.Tensor:
     """``x @ W.T + bias`` in fp16 for ``x`` fp16 ``[..., k]``; returns ``[..., n]``.
 
-    ``launch`` overrides dispatch's choice (a Triton launch; benchmarks and tests); ``out``, a
+    ``launch`` overrides dispatch's choice (benchmarks and tests); ``out``, a
     contiguous fp16 ``[..., n]`` tensor, receives the result (tests poison it first). ``x`` is
     read in place when its rows are contiguous (any row stride), else copied. No tokens: the
     empty result, no launch.
@@ -178,8 +184,9 @@ def fp8_linear(
     lead = x.shape[:-1]
     m = x.numel() // w.k
     sm_count = device_facts(x.device).sm_count
-    chosen = _select(launch, m, w, x.device)
-    _check_launch(chosen, m, w, sm_count)
+    chosen = _select(launch, m, w, x)
+    if chosen.path != MMA:
+        _check_launch(chosen, m, w, sm_count)
     x2 = x.reshape(m, w.k)
     if x2.stride(1) != 1:
         x2 = x2.contiguous()
@@ -198,6 +205,11 @@ def fp8_linear(
         return out
     if bias is not None:
         bias = bias.contiguous()
+    if chosen.path == MMA:
+        from volta_fp8w.cuda import mma
+
+        mma.mma_linear(x2, w, bias, chosen, out2)
+        return out
     if chosen.path == DEQUANT_MATMUL:
         dense = _dequantize(w, chosen)
         if bias is None:
@@ -264,9 +276,17 @@ def dequantize(w: Fp8Weights) -> torch.Tensor:
 
 
 def warm_up(w: Fp8Weights) -> None:
-    """Load the CUDA builds ``w``'s layer can take on its device, before vLLM captures its CUDA
-    graphs: none, while :func:`volta_fp8w.dispatch.linear_choice` chooses Triton launches only
-    (they compile at their first call, which vLLM's warm-up makes outside capture)."""
+    """Load the CUDA builds ``w``'s layer can take on its device
+    (:func:`volta_fp8w.dispatch.tensor_core_builds`) before vLLM captures its CUDA graphs: a
+    build first asked for during capture is left to the Triton path. The Triton kernels compile
+    at their first call, which vLLM's warm-up makes outside capture."""
+    if not w.weight.is_cuda:
+        return
+    builds = tensor_core_builds(device_facts(w.weight.device).capability)
+    if builds:
+        from volta_fp8w.cuda import mma
+
+        mma.warm_up(w.weight.device, builds)
 
 
 @torch.library.custom_op("volta_fp8w::linear", mutates_args=())

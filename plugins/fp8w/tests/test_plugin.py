@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from volta_fp8w import plugin
-from volta_fp8w.plugin import FACTORY, METHOD, MOE_FACTORY
-from volta_fp8w.scheme import Fp8Scheme, quant_layer_scheme
 
 from volta_core.device import Device
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import LayerKind, QuantClaim, QuantConfig, QuantLayer
+from volta_fp8w import plugin
+from volta_fp8w.plugin import FACTORY, METHOD, MOE_FACTORY
+from volta_fp8w.scheme import Fp8Scheme, quant_layer_scheme
 
 V100 = Device((7, 0))
 T4 = Device((7, 5))

@@ -198,7 +198,7 @@ def test_the_gate_sees_an_fma_dot() -> None:
     """The loop rule can fail: the same source with the score product written as FMA code (no mma
     for Q.K^T) has too few HMMA steps and too many FFMA in its key loop."""
     fma_dot = DECODE_SOURCE.replace(
-        "mma(s, qf[2 * g], qf[2 * g + 1], kraw[2 * g], kraw[2 * g + 1]);",
+        "mma_m8n8k4(s, qf[2 * g], qf[2 * g + 1], kraw[2 * g], kraw[2 * g + 1]);",
         "fma_dot(s, qf[2 * g], qf[2 * g + 1], kraw[2 * g], kraw[2 * g + 1]);",
     ).replace(
         'extern "C" __global__',

@@ -136,7 +136,7 @@ def test_the_gate_sees_an_fma_dot() -> None:
     (no mma for Q.K^T) has too few HMMA steps and too many FFMA."""
     tile = SM70_CUDA_PREFILL[128]
     fma_dot = PREFILL_SOURCE.replace(
-        "mma(s[b], a.x, a.y, bk.x, bk.y);", "fma_dot(s[b], a, bk);"
+        "mma_m8n8k4(s[b], a.x, a.y, bk.x, bk.y);", "fma_dot(s[b], a, bk);"
     ).replace(
         'extern "C" __global__',
         "__device__ __forceinline__ float low(u32 v) {\n"

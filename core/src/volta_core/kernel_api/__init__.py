@@ -11,7 +11,10 @@
 * CUDA C++ kernels compiled at first use by NVRTC (:func:`load_cuda_kernel`,
   :func:`compile_cubin`, :func:`compile_ptx`), cached on disk and launched on torch's stream;
   they need the core's ``cuda`` extra, imported only when first used; :class:`CudaBuilds`, the
-  one rule for when a plugin's CUDA build runs and when its Triton path serves instead.
+  one rule for when a plugin's CUDA build runs and when its Triton path serves instead;
+  :data:`SM70_PRELUDE`, the device helpers those kernels share (``mma_m8n8k4``, ``pack_half2``,
+  ``ex2``, the ``u8``/``u16``/``u32`` typedefs), put in front of a kernel's source by
+  :func:`with_prelude`.
 
 The codec imports triton, so it is loaded on first use of one of its names (PEP 562): importing
 this package imports neither torch nor triton. Developer tooling (the SM70 compile gate, the
@@ -57,6 +60,7 @@ from volta_core.kernel_api._nvrtc import (
     load_cuda_kernel,
     nvrtc_build,
 )
+from volta_core.kernel_api._prelude import SM70_PRELUDE, with_prelude
 
 if TYPE_CHECKING:
     from volta_core.kernel_api._fp8 import (
@@ -85,6 +89,7 @@ __all__ = [
     "FP8_FORMAT_CODES",
     "INTERPRETER_FACTS",
     "MIN_COUNTERS",
+    "SM70_PRELUDE",
     "V100_RATES",
     "Choice",
     "CudaBuilds",
@@ -116,5 +121,6 @@ __all__ = [
     "stage_of",
     "stage_ranges",
     "token_stage",
+    "with_prelude",
     "zeroed_accumulators",
 ]

@@ -30,6 +30,7 @@ from volta_attn_v100.tables import (
     SplitPolicy,
     Tiles,
 )
+from volta_core.kernel_api import with_prelude
 
 #: Heads of a group the decode rows are sized for: the fewest rows that hold every query token
 #: of a sequence for this many heads (a larger group is split over programs).
@@ -448,8 +449,9 @@ _CUDA_FILES = {PREFILL_KERNEL: "prefill.cu", DECODE_KERNEL: "decode.cu"}
 @functools.cache
 def cuda_source(kernel: str) -> str:
     """The CUDA C++ source of ``kernel`` (:data:`PREFILL_KERNEL` or :data:`DECODE_KERNEL`),
-    package data read once, when first asked for."""
-    return files("volta_attn_v100").joinpath("cuda", _CUDA_FILES[kernel]).read_text()
+    package data read once, when first asked for, behind the core's SM70 prelude
+    (:func:`volta_core.kernel_api.with_prelude`: the launchers and the gate compile this text)."""
+    return with_prelude(files("volta_attn_v100").joinpath("cuda", _CUDA_FILES[kernel]).read_text())
 
 
 def prefill_options(head_size: int, kv_fp8: bool, tile: CudaPrefillTile) -> tuple[str, ...]:

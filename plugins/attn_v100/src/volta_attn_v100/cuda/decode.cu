@@ -45,9 +45,8 @@
 #error "HEAD must be 128 or 256"
 #endif
 
-typedef unsigned int u32;
-typedef unsigned short u16;
-typedef unsigned char u8;
+// u8, u16, u32, mma_m8n8k4, pack_half2 and ex2 come from the core's SM70 prelude
+// (volta_core/kernel_api/sm70_prelude.cuh), which the loader puts in front of this file.
 
 #define THREADS (WARPS * 32)
 #define ROWS 8
@@ -72,20 +71,6 @@ typedef u8 kv_t;
 typedef u16 kv_t;
 #endif
 
-// 2^x with denormal results flushed to zero: one MUFU.EX2, no range fix-up around it.
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
-  u16 a, b;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(a) : "f"(lo));
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(hi));
-  return (u32)a | ((u32)b << 16);
-}
-
 __device__ __forceinline__ u16 to_half(float x) {
   u16 a;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(a) : "f"(x));
@@ -95,16 +80,6 @@ __device__ __forceinline__ u16 to_half(float x) {
 // Bytes 0 and 1 (lo) or 2 and 3 of an e5m2 word as an fp16 pair: each byte under a zero byte.
 __device__ __forceinline__ u32 e5m2_lo(u32 w) { return __byte_perm(w, 0u, 0x1404); }
 __device__ __forceinline__ u32 e5m2_hi(u32 w) { return __byte_perm(w, 0u, 0x3424); }
-
-__device__ __forceinline__ void mma(float (&c)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
-      "{%0, %1, %2, %3, %4, %5, %6, %7};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]),
-        "+f"(c[7])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
-}
 
 // V_WORDS 32-bit words of one lane's V dims of a key (4, 8 or 16 contiguous bytes).
 __device__ __forceinline__ void load_words(const kv_t* p, u32 (&w)[V_WORDS]) {
@@ -261,9 +236,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) volta_decode_m
     for (int g = 0; g < QK_STEPS; ++g) {
 #if KV_FP8
       const u32 w = kraw[g];
-      mma(s, qf[2 * g], qf[2 * g + 1], e5m2_lo(w), e5m2_hi(w));
+      mma_m8n8k4(s, qf[2 * g], qf[2 * g + 1], e5m2_lo(w), e5m2_hi(w));
 #else
-      mma(s, qf[2 * g], qf[2 * g + 1], kraw[2 * g], kraw[2 * g + 1]);
+      mma_m8n8k4(s, qf[2 * g], qf[2 * g + 1], kraw[2 * g], kraw[2 * g + 1]);
 #endif
     }
     const kv_t* next_first = tile_row(next_page, slot);
@@ -346,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) volta_decode_m
         const u32 sel = (e & 1) ? 0x7632u : 0x5410u;
         const u32 b0 = __byte_perm(vh[k0][e >> 1], vh[k0 + 1][e >> 1], sel);
         const u32 b1 = __byte_perm(vh[k0 + 4][e >> 1], vh[k0 + 5][e >> 1], sel);
-        mma(o[e], a[set][0], a[set][1], b0, b1);
+        mma_m8n8k4(o[e], a[set][0], a[set][1], b0, b1);
       }
     }
   }

@@ -64,41 +64,18 @@
 #define NB (BLOCK_N / 32)
 #define NO (DV / 32)
 
-typedef unsigned int u32;
-typedef unsigned short u16;
+// u8, u16, u32, mma_m8n8k4, pack_half2 and ex2 come from the core's SM70 prelude
+// (volta_core/kernel_api/sm70_prelude.cuh), which the loader puts in front of this file.
 
 // A row that has seen no key yet: finite, so a fully masked tile gives exp2(-inf - NEG_BIG) = 0.
 #define NEG_BIG (-1.0e30f)
 #define LOG2E 1.4426950408889634f
-
-__device__ __forceinline__ void mma(float (&d)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
-  asm volatile(
-      "mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
-      "{%0, %1, %2, %3, %4, %5, %6, %7};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // 1 / x to about 1 ulp (the soft cap's tanh needs no correctly rounded division).
 __device__ __forceinline__ float rcp_approx(float x) {
   float y;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-__device__ __forceinline__ u32 pack_half2(float lo, float hi) {
-  u16 a, b;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(a) : "f"(lo));
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(hi));
-  return (u32)a | ((u32)b << 16);
 }
 
 __device__ __forceinline__ float max_over_row(float v) {
@@ -302,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const uint2 bk = *reinterpret_cast<const uint2*>(krow + b * 32 * LDK + k0);
-        mma(s[b], a.x, a.y, bk.x, bk.y);
+        mma_m8n8k4(s[b], a.x, a.y, bk.x, bk.y);
       }
     }
 
@@ -317,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
         float x = s[b][i] * qk_scale;
         if (softcap > 0.f) {
           // cap * tanh(x / cap) = cap * (1 - 2 / (e^(2 x / cap) + 1)), the cap in base-2 units.
-          x = cap * (1.f - 2.f * rcp_approx(exp2_approx(x * two_log2e_over_cap) + 1.f));
+          x = cap * (1.f - 2.f * rcp_approx(ex2(x * two_log2e_over_cap) + 1.f));
         }
         const bool keep = pos < seq_len && pos <= q_abs[h] &&
                           (window <= 0 || q_abs[h] - pos < window);
@@ -329,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float m_new = fmaxf(m_row[h], max_over_row(tile_max[h]));
-      alpha[h] = exp2_approx(m_row[h] - m_new);
+      alpha[h] = ex2(m_row[h] - m_new);
       m_row[h] = m_new;
       l_part[h] *= alpha[h];
     }
@@ -338,8 +315,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
 #pragma unroll
       for (int i = 0; i < 8; i += 2) {
         const int h = (i >> 1) & 1;
-        const float p0 = exp2_approx(s[b][i] - m_row[h]);
-        const float p1 = exp2_approx(s[b][i + 1] - m_row[h]);
+        const float p0 = ex2(s[b][i] - m_row[h]);
+        const float p1 = ex2(s[b][i + 1] - m_row[h]);
         l_part[h] += p0 + p1;
         const int row = (lane & 1) + (i & 2) + ((lane >> 4) << 2);
         const int col = b * 32 + pair * 8 + (i & 4) + (lane & 2);
@@ -360,7 +337,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
 #pragma unroll
       for (int c = 0; c < NO; ++c) {
         const uint2 bv = *reinterpret_cast<const uint2*>(vrow + c * 32 * LDV + k0);
-        mma(o[c], a.x, a.y, bv.x, bv.y);
+        mma_m8n8k4(o[c], a.x, a.y, bv.x, bv.y);
       }
     }
   }
@@ -371,8 +348,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) volta_prefill_mma(
   for (int h = 0; h < 2; ++h) {
     const float l = sum_over_row(l_part[h]);
     const float m_fin = fmaxf(m_row[h], sink[h]);
-    const float a = exp2_approx(m_row[h] - m_fin);
-    const float denom = l * a + exp2_approx(sink[h] - m_fin);
+    const float a = ex2(m_row[h] - m_fin);
+    const float denom = l * a + ex2(sink[h] - m_fin);
     scale[h] = a / (denom > 0.f ? denom : 1.f);
   }
 #pragma unroll

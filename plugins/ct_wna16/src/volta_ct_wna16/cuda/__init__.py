@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-#: The kernel's symbol (``extern "C"``) and its CUDA C++ source.
+from volta_core.kernel_api import with_prelude
+
+#: The kernel's symbol (``extern "C"``) and its CUDA C++ source, behind the core's SM70 prelude
+#: (:func:`volta_core.kernel_api.with_prelude`): the text the launcher and the gate compile.
 KERNEL = "wna16_mma"
-SOURCE = files(__name__).joinpath("wna16_mma.cu").read_text()
+SOURCE = with_prelude(files(__name__).joinpath("wna16_mma.cu").read_text())

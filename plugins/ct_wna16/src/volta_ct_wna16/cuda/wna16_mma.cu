@@ -54,8 +54,8 @@
 #define XVECS (BM * BK / 8)
 #define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
 
-typedef unsigned int u32;
-typedef unsigned short u16;
+// u32, u16 and mma_m8n8k4 come from the core's SM70 prelude
+// (volta_core/kernel_api/sm70_prelude.cuh), which the loader puts in front of this file.
 
 // fp16 pair arithmetic with explicit rounding, which PTX never fuses into another operation.
 __device__ __forceinline__ u32 hadd2(u32 a, u32 b) {
@@ -92,15 +92,6 @@ __device__ __forceinline__ u16 f2h(float f) {
   u16 h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
   return h;
-}
-
-__device__ __forceinline__ void mma(float (&d)[8], u32 a0, u32 a1, u32 b0, u32 b1) {
-  asm("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9}, {%10, %11}, "
-      "{%0, %1, %2, %3, %4, %5, %6, %7};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-      : "r"(a0), "r"(a1), "r"(b0), "r"(b1));
 }
 
 // (a & MASK) | c in one LOP3. Written in C, the AND's and the OR's constants take two LOP3s (one
@@ -281,7 +272,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) wna16_mma(
           const uint2 a =
               *reinterpret_cast<const uint2*>(xrow + b * 8 * XS_LD + r * PACK + st * 4);
 #pragma unroll
-          for (int j = 0; j < J; ++j) mma(acc[j][b], a.x, a.y, f[j][2 * st], f[j][2 * st + 1]);
+          for (int j = 0; j < J; ++j)
+            mma_m8n8k4(acc[j][b], a.x, a.y, f[j][2 * st], f[j][2 * st + 1]);
         }
       }
     }

@@ -802,6 +802,86 @@ def run_self_check(vllm_path: Path | None) -> int:
     return 1 if result["failures"] else 0
 
 
+#: Token counts ``--sweep`` times candidate launches at.
+SWEEP_MS = (1, 4, 16, 32)
+
+
+def sweep_candidates(m: int) -> list[Any]:
+    """Split-K launches ``--sweep`` times for ``m`` tokens: the GEMV's tiles at one token, dot
+    tiles of 16 or 32 rows above it, over output tiles, input tiles, warps and programs per
+    SM; and the tiled GEMM's at 16 and 32 tokens."""
+    from volta_fp8w.tables import GEMM, SPLITK, Launch
+
+    rows = (1,) if m == 1 else ((8, 16) if m <= 8 else (16, 32))
+    out = [
+        Launch(SPLITK, block_m=bm, block_n=bn, block_k=bk, num_warps=w, programs_per_sm=p)
+        for bm in rows
+        for bn in (32, 64, 128)
+        for bk in (64, 128)
+        for w in (2, 4, 8)
+        for p in (1, 2, 4, 8)
+    ]
+    if m >= 16:
+        out += [
+            Launch(GEMM, block_m=bm, block_n=bn, block_k=bk, num_warps=w)
+            for bm in (16, 32)
+            for bn in (64, 128)
+            for bk in (64, 128)
+            for w in (4, 8)
+        ]
+    return out
+
+
+def sweep_row(m: int, weights: list[Any], dense: list[torch.Tensor]) -> dict[str, Any]:
+    """One (shape, M) of :func:`sweep`: fp16 cuBLAS, the table's launch and every candidate."""
+    from volta_fp8w import ops
+    from volta_fp8w.dispatch import table_launch
+
+    n, k = weights[0].n, weights[0].k
+    sets = [(i,) for i in range(len(weights))]
+    x = torch.randn(m, k, device=DEVICE).half()
+    fp16 = timed_us(lambda i: torch.nn.functional.linear(x, dense[i % len(dense)]), sets)
+    table = table_launch(m, n, k, torch.cuda.get_device_capability())
+    times = []
+    for launch in [table] + [c for c in sweep_candidates(m) if c != table]:
+        try:
+            us = timed_us(lambda i, la=launch: ops.fp8_linear(x, weights[i], launch=la), sets)
+        except (ValueError, RuntimeError) as exc:
+            print(f"  skip {launch}: {type(exc).__name__}: {str(exc)[:80]}")
+            continue
+        times.append((us, launch))
+    times.sort(key=lambda t: t[0])
+    table_us = next(us for us, la in times if la == table)
+    best = [{"us": us, "x_fp16": fp16 / us, "launch": str(la)} for us, la in times[:5]]
+    return {"n": n, "k": k, "m": m, "fp16_us": fp16, "table_us": table_us, "best": best}
+
+
+def sweep(shapes: Sequence[tuple[int, int]], ms: Sequence[int], out: Path) -> int:
+    """Time every :func:`sweep_candidates` launch beside the table's and fp16 cuBLAS, per
+    (shape, M); the five fastest per row to ``out/fp8w_sweep.json`` and the screen (the data the
+    SM90 table is chosen from)."""
+    record: dict[str, Any] = {"environment": environment_record(None), "rows": []}
+    for n, k in shapes:
+        weights = [make_weights(n, k, seed=i, device=DEVICE) for i in range(rotation(n * k))]
+        dense = [w.dequantize().half() for w in weights[: rotation(2 * n * k)]]
+        for m in ms:
+            row = sweep_row(m, weights, dense)
+            record["rows"].append(row)
+            fp16, table_us = row["fp16_us"], row["table_us"]
+            print(
+                f"sweep {n}x{k} M={m}: fp16 {fp16:.1f}us, table {table_us:.1f}us "
+                f"({fp16 / table_us:.2f}x); best "
+                + "; ".join(
+                    f"{b['us']:.1f}us {b['x_fp16']:.2f}x {b['launch']}" for b in row["best"][:3]
+                ),
+                flush=True,
+            )
+            (out / "fp8w_sweep.json").write_text(json.dumps(record, indent=1, default=str))
+        del weights, dense
+        torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="folder for fp8w_bench.json and .md")
@@ -811,6 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--self-check", action="store_true", help="checks only, tiny layers")
     parser.add_argument("--shapes", help="override: N,K;N,K;...")
     parser.add_argument("--ms", help="override: token counts, comma-separated")
+    parser.add_argument("--sweep", action="store_true", help="only time candidate launches")
     args = parser.parse_args(argv)
     if args.self_check:
         return run_self_check(args.vllm_fp8_utils)
@@ -826,6 +907,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.ms:
         ms = tuple(int(v) for v in args.ms.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.sweep:
+        return sweep(
+            shapes, tuple(int(v) for v in args.ms.split(",")) if args.ms else SWEEP_MS, args.out
+        )
     return run(shapes, ms, args)
 
 

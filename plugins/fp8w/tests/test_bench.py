@@ -8,28 +8,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import sys
 import time
 import types
 from pathlib import Path
 
+import fp8w_bench as bench
 import pytest
 import torch
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "fp8w_bench.py"
-
-
-def _load_bench() -> types.ModuleType:
-    spec = importlib.util.spec_from_file_location("fp8w_bench", BENCH)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fp8w_bench"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_bench()
 
 
 def vllm_fp8_utils() -> Path | None:

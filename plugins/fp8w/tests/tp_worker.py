@@ -18,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import _vllm_layers as vl
-import fp8_checkpoints as fc
+import fp8w_checkpoints as fc
+import fp8w_vllm_layers as vl
 
 from volta_devkit.testing import rel_error
 from volta_fp8w.layout import WeightFormatError

@@ -150,13 +150,17 @@ class _HostQuant:
 
 
 class _PluginMinCapability:
-    """``get_min_capability`` of :data:`VoltaFp8Config`: the upstream classmethod on the class,
+    """``get_min_capability`` of :data:`VoltaFp8Config`: upstream's classmethod on the class,
     the instance's :meth:`volta_min_capability` on an instance (a checkpoint a plugin serves)."""
+
+    def __init__(self, upstream: Callable[[], int]) -> None:
+        self.upstream = upstream
 
     def __get__(self, instance: Any, owner: type) -> Callable[[], int]:
         if instance is None:
-            return super(owner, owner).get_min_capability  # type: ignore[misc,no-any-return]
-        return instance.volta_min_capability  # type: ignore[no-any-return]
+            return self.upstream
+        answer: Callable[[], int] = instance.volta_min_capability
+        return answer
 
 
 def make_checkpoint_scales_kv_method() -> type:
@@ -232,7 +236,7 @@ def make_quantization_overrides(
             instance.volta_raw = dict(config, quant_method="fp8")
             return instance
 
-        get_min_capability = _PluginMinCapability()
+        get_min_capability = _PluginMinCapability(Fp8Config.get_min_capability)
 
         def volta_min_capability(self) -> int:
             """Upstream's minimum, or this GPU's capability where a plugin serves the

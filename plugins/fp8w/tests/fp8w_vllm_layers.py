@@ -27,7 +27,7 @@ import torch
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 
-from fp8_checkpoints import Checkpoint
+from fp8w_checkpoints import Checkpoint
 
 #: The fused modules of the models these layers stand for (Qwen's, vLLM's
 #: ``packed_modules_mapping``).

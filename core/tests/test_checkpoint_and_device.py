@@ -6,8 +6,14 @@ import pytest
 
 from volta_core import parse_device
 from volta_core.errors import UsageError
-from volta_core.host.checkpoint import checkpoint_kv, is_ignored, quant_config, weight_format
-from volta_core.host.types import KVScaleScheme
+from volta_core.host.checkpoint import (
+    checkpoint_kv,
+    is_ignored,
+    quant_config,
+    unquantized_reason,
+    weight_format,
+)
+from volta_core.host.types import KVScaleScheme, QuantConfig
 
 W4A16 = {
     "quant_method": "compressed-tensors",
@@ -90,3 +96,19 @@ def test_device_capabilities() -> None:
     assert not v100.has_bf16
     assert ada.has_fp8_e4m3
     assert ada.has_bf16
+
+
+def test_why_a_module_of_a_quantized_checkpoint_runs_unquantized() -> None:
+    """The plan's reason per module: the compressed-tensors ``ignore`` list; for vLLM's ``fp8``
+    method its ``ignored_layers`` by exact name and the output head, which ``Fp8Config`` never
+    quantizes; None for a module the checkpoint quantizes."""
+    ct = QuantConfig("compressed-tensors", {"ignore": ["lm_head"]})
+    assert unquantized_reason(ct, "lm_head") == "in the checkpoint's ignore list"
+    assert unquantized_reason(ct, "model.layers.0.mlp.down_proj") is None
+    fp8 = QuantConfig("fp8", {"modules_to_not_convert": ["model.layers.0.mlp.gate"]})
+    assert "output head" in (unquantized_reason(fp8, "lm_head") or "")
+    assert "output head" in (unquantized_reason(fp8, "mtp.lm_head") or "")
+    assert (
+        unquantized_reason(fp8, "model.layers.0.mlp.gate") == "in the checkpoint's ignored layers"
+    )
+    assert unquantized_reason(fp8, "model.layers.0.mlp.gate_proj") is None

@@ -125,6 +125,14 @@ def test_fp8_ignored_layers_follow_vllms_exact_rule(manager) -> None:
     assert claim(manager, hf, linear()) is None
 
 
+def test_the_fp8_output_head_stays_vllms(manager) -> None:
+    """vLLM's ``Fp8Config`` never quantizes ``lm_head`` (a ``ParallelLMHead``, not a linear
+    layer), so neither the plan nor the adapter hands it to fp8w."""
+    assert claim(manager, QWEN_FP8, linear("lm_head")) is None
+    assert claim(manager, QWEN_FP8, linear("mtp.lm_head")) is None
+    assert declines(manager, QWEN_FP8, linear("lm_head")) == []
+
+
 def test_per_tensor_fp8_checkpoints_are_claimed() -> None:
     raw = {"quant_method": "fp8", "activation_scheme": "static"}
     assert quant_layer_scheme(raw, linear()) == Fp8Scheme("tensor", None, "fp8", "static")

@@ -55,6 +55,24 @@ def is_ignored(config: QuantConfig, prefix: str) -> bool:
     return False
 
 
+def unquantized_reason(config: QuantConfig, prefix: str) -> str | None:
+    """Why the engine runs module ``prefix`` of a quantized checkpoint unquantized, or None when
+    it is quantized: the checkpoint's ``ignore`` list (:func:`is_ignored`); for vLLM's ``fp8``
+    method its ``ignored_layers`` (``modules_to_not_convert``) by exact name, and the output head,
+    which ``Fp8Config`` never quantizes (it quantizes linear layers; ``lm_head`` is a
+    ``ParallelLMHead`` there)."""
+    if is_ignored(config, prefix):
+        return "in the checkpoint's ignore list"
+    if config.method != "fp8":
+        return None
+    if prefix.rsplit(".", 1)[-1] == "lm_head":
+        return "vLLM's fp8 method quantizes linear layers, not the output head"
+    skipped = config.raw.get("ignored_layers") or config.raw.get("modules_to_not_convert") or ()
+    if isinstance(skipped, list | tuple) and prefix in skipped:
+        return "in the checkpoint's ignored layers"
+    return None
+
+
 def _ct_weight_format(raw: Mapping[str, Any]) -> str:
     """The weight format of a compressed-tensors checkpoint (``int4``, ``fp8``, ``int8``...)."""
     formats = set()

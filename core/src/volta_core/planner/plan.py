@@ -15,7 +15,7 @@ from volta_core.cuda_toolkit import nvrtc_found
 from volta_core.device import Device
 from volta_core.errors import NoAttentionBackendError, PluginError, UsageError
 from volta_core.host import builtins
-from volta_core.host.checkpoint import checkpoint_kv, is_ignored
+from volta_core.host.checkpoint import checkpoint_kv, unquantized_reason
 from volta_core.host.declarations import FAMILIES
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import (
@@ -323,8 +323,8 @@ def _quant_entry(
         decision = f"{claim.method} (plugin {resolution.source})"
         if claim.detail:
             decision += f": {claim.detail}"
-    elif model.quant is not None and is_ignored(model.quant, layer.prefix):
-        decision = "unquantized (in the checkpoint's ignore list)"
+    elif model.quant is not None and (why := unquantized_reason(model.quant, layer.prefix)):
+        decision = f"unquantized ({why})"
     elif layer.kind is LayerKind.ATTENTION:
         has_kv_scheme = model.quant is not None and model.quant.kv_cache_scheme is not None
         decision = (

@@ -129,7 +129,7 @@ if [ "$family" = 0.19 ]; then
   echo "== 0/2 the README's vLLM 0.19.1 install resolves"
   "$py" -m pip install -q --dry-run --ignore-installed --report "$venv/install-path.json" \
     "vllm==0.19.1" ./core ./plugins/reasoning ./plugins/fp8kv ./plugins/attn_v100 \
-    ./plugins/ct_wna16 "transformers<5.14" 2> >(quiet_conflicts) > /dev/null
+    ./plugins/ct_wna16 ./plugins/fp8w "transformers<5.14" 2> >(quiet_conflicts) > /dev/null
   "$py" - "$venv/install-path.json" <<'PY' || status=1
 import json, sys
 picked = {i["metadata"]["name"]: i["metadata"]["version"] for i in json.load(open(sys.argv[1]))["install"]}
@@ -154,6 +154,8 @@ echo "== 2/2 the suite's engine-free vLLM tests against $family"
   plugins/attn_v100/tests/test_backend.py \
   plugins/ct_wna16/tests/test_vllm_linear.py \
   plugins/ct_wna16/tests/test_moe.py \
+  plugins/fp8w/tests/test_vllm_linear.py \
+  plugins/fp8w/tests/test_moe.py \
   --deselect tests/e2e/test_adapter_sm70.py::test_platform_plugin_stays_out_on_the_cpu_build \
   "$@" || status=1
 suite_s=$SECONDS

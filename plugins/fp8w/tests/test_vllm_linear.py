@@ -172,9 +172,14 @@ def test_a_fused_module_half_ignored_is_refused(scheme: str) -> None:
         build(scheme, "qkv", ignore=ignored)
 
 
-def test_the_hosts_adapter_hands_claimed_layers_to_this_method() -> None:
+def test_the_hosts_adapter_hands_claimed_layers_to_this_method(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The path a served model takes: the adapter's config overrides ask the host, this plugin
-    claims for a V100, and the adapter calls the factory with its own config object."""
+    claims for a V100, and the adapter calls the factory with its own config object. (On
+    1Cat-vLLM an ``fp8`` checkpoint stays 1Cat's unless ``VLLM_VOLTA_FP8_WEIGHTS=plugin``, set
+    here; the default is the family touchpoint test's.)"""
+    monkeypatch.setenv("VLLM_VOLTA_FP8_WEIGHTS", "plugin")
     for scheme in ("fp8-block", "ct-tensor"):
         sizes, head = sizes_of(scheme)
         config = vl.adapter_config(fc.config(scheme))

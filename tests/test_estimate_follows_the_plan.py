@@ -1,11 +1,11 @@
 """The speed estimate prices exactly the kernels the plan prints, with the installed plugins.
 
-For every bundled example on a V100, at one token, at a tensor-core batch and with MTP, with
-and without NVRTC: every stage a plugin prices names the stage the plan printed for that layer
-or module, the same kernel (or its fallback without NVRTC) and the same unit. A second home for
-"which kernel runs" (a threshold in the host's estimate, a roofline in a plugin that its
-dispatch does not read) makes this fail.
-"""
+For every bundled example on a V100, at one token, at a tensor-core batch and with MTP, and for
+routed-experts models made from the W4A16 and the FP8 examples (ct_wna16's experts and fp8w's)
+at one token, 16 and 64, with and without NVRTC: every stage a plugin prices names the stage the
+plan printed for that layer or module, the same kernel (or its fallback without NVRTC) and the
+same unit. A second home for "which kernel runs" (a threshold in the host's estimate, a
+roofline in a plugin that its dispatch does not read) makes this fail."""
 
 from __future__ import annotations
 
@@ -54,10 +54,21 @@ CASES = [
 ]
 
 
-def _moe_config(tmp_path: Path) -> str:
-    """The W4A16 example made a Qwen3.5-MoE (256 experts, 8 a token, 512-wide, a shared
-    expert): no bundled example has routed experts."""
-    _, raw = read_config("qwen3.5-27b-w4a16")
+#: The routed-experts models' workloads: a batch past the experts' decode step too.
+MOE_WORKLOADS = {**WORKLOADS, "routed blocks": ["--batch", "64"]}
+
+#: The routed-experts models: a bundled example made a Qwen3.5-MoE (:func:`_moe_config`), and
+#: the plugin that serves its experts.
+MOE_MODELS = {
+    "routed experts": ("qwen3.5-27b-w4a16", "ct_wna16"),
+    "routed experts fp8": ("qwen3.6-27b-fp8", "fp8w"),
+}
+
+
+def _moe_config(tmp_path: Path, example: str = "qwen3.5-27b-w4a16") -> str:
+    """A bundled example (W4A16, or FP8 with 128 x 128 blocks) made a Qwen3.5-MoE (256
+    experts, 8 a token, 512-wide, a shared expert): no bundled example has routed experts."""
+    _, raw = read_config(example)
     raw["model_type"], raw["architectures"] = "qwen3_5_moe", ["Qwen3_5MoeForConditionalGeneration"]
     text = raw["text_config"]
     text.update(
@@ -80,7 +91,14 @@ def _moe_config(tmp_path: Path) -> str:
 @pytest.mark.parametrize("nvrtc", [True, False], ids=["nvrtc", "no-nvrtc"])
 @pytest.mark.parametrize(
     ("example", "workload"),
-    [*CASES, *(("routed experts", w) for w in ("one token", "tensor-core batch"))],
+    [
+        *CASES,
+        *(
+            (model, w)
+            for model in MOE_MODELS
+            for w in ("one token", "tensor-core batch", "routed blocks")
+        ),
+    ],
 )
 def test_every_priced_stage_runs_where_the_plan_says(
     capsys: pytest.CaptureFixture[str],
@@ -92,9 +110,9 @@ def test_every_priced_stage_runs_where_the_plan_says(
 ) -> None:
     found = ("12.9", "") if nvrtc else (None, "cuda-bindings is missing")
     monkeypatch.setattr(plan_module, "nvrtc_found", lambda: found)
-    model = _moe_config(tmp_path) if example == "routed experts" else example
+    model = _moe_config(tmp_path, MOE_MODELS[example][0]) if example in MOE_MODELS else example
     argv = [model, "--max-model-len", "8192", "--context", "4096", "--gpus", "4"]
-    data = _plan(capsys, *argv, *WORKLOADS[workload])
+    data = _plan(capsys, *argv, *MOE_WORKLOADS[workload])
     speed = data["speed"]
     assert speed["nvrtc"] is (nvrtc or data["nvrtc"] is not None)
     attention = {a["layer"]: a for a in data["attention"]}
@@ -114,9 +132,11 @@ def test_every_priced_stage_runs_where_the_plan_says(
     units = {line["unit"] for line in priced}
     if workload == "tensor-core batch" and nvrtc:
         assert "tensor cores" in units
-    if example == "routed experts":
+    if example in MOE_MODELS:
         (experts,) = [line for line in priced if line["term"] == "MoE experts (routed)"]
-        assert experts["served_by"] == "ct_wna16"
+        assert experts["served_by"] == MOE_MODELS[example][1]
+        if workload == "routed blocks":
+            assert experts["kernel"] == "Triton grouped GEMM over routed blocks", experts
 
 
 def test_w4a16_mlp_is_priced_by_the_kernels_ct_wna16_runs(

@@ -27,15 +27,10 @@ import torch
 
 from volta_devkit.testing import assert_rel_close, poison_
 from volta_fp8w import experts as experts_module
-from volta_fp8w.experts import (
-    DECODE_LAUNCH,
-    ExpertWeights,
-    MoELaunch,
-    blocks_launch,
-    experts_forward,
-    stack_experts,
-)
+from volta_fp8w.dispatch import moe_blocks_choice
+from volta_fp8w.experts import ExpertWeights, experts_forward, stack_experts
 from volta_fp8w.layout import WeightFormatError
+from volta_fp8w.tables import SM70, MoELaunch
 
 EXPERTS = 8
 TOP_K = 2
@@ -262,8 +257,8 @@ def test_default_tiles_and_dispatch(kernel_device) -> None:
     """The device's own tiles: the decode GEMVs' (both kernels' masks past the layer's ends)
     and the routed blocks' (17 tokens, past the GEMVs' limit, no path named)."""
     c = case("block64")
-    assert blocks_launch(34, EXPERTS, (7, 0)).block_m >= 34 / EXPERTS
-    run(c, 1, "gemv", seed=7, device=kernel_device, launch=DECODE_LAUNCH)
+    assert moe_blocks_choice(34, EXPERTS, (7, 0)).launch.block_m >= 34 / EXPERTS
+    run(c, 1, "gemv", seed=7, device=kernel_device, launch=SM70.moe_decode)
     run(c, 17, None, seed=8, device=kernel_device)
 
 
@@ -372,6 +367,8 @@ def test_bad_calls_are_refused_before_any_launch(what, change, match, monkeypatc
 
     monkeypatch.setattr(experts_module, "_gemv", no_launch)
     monkeypatch.setattr(experts_module, "_blocks", no_launch)
+    # The kernels' checks on CPU tensors on any machine (a GPU machine runs no interpreter).
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
     c = case("block64")
     weights, ids = routing(3, 1)
     call: dict[str, Any] = {

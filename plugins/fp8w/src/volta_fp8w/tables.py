@@ -7,6 +7,11 @@ no NVRTC builds the tensor-core GEMM, an FMA GEMM or dequantize-then-cuBLAS (cuB
 V100's tensor cores, 125 TFLOP/s against Triton's 15.7). On SM80 and newer (the Hopper GPUs the
 kernels are measured on) ``tl.dot`` uses tensor cores.
 
+The fused MoE experts' launches (:class:`MoELaunch`) are in the same tables: the decode GEMVs'
+tile (up to ``moe_decode_max_m`` tokens) and the routed blocks' tiles by mean routed rows per
+expert, with the routing's and the slot sum's block sizes (:data:`SUM_BLOCK`,
+:data:`COUNT_BLOCK`, :data:`PLACE_ELEMENTS`).
+
 Which entry a call gets, and when a V100 takes the tensor-core GEMM, is
 :mod:`volta_fp8w.dispatch`'s answer; what follows from an entry (split counts) is
 :mod:`volta_fp8w.launch`'s. Torch- and triton-free, and imports nothing of the plugin.
@@ -69,18 +74,84 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class MoELaunch:
+    """One fused-MoE path's tile: ``block_m`` routed rows a block (the routed blocks; 1 for the
+    GEMVs), ``block_n`` outputs (gate/up: intermediate columns, each with its gate and up row) a
+    program, ``block_k`` inputs a step (lowered to divide the scale blocks' ``block_k``), and
+    Triton's warps and pipeline stages."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+    def __post_init__(self) -> None:
+        if self.block_k not in (32, 64, 128) or self.block_n < 1 or self.block_m < 1:
+            raise ValueError(f"a MoE tile of 32, 64 or 128 inputs a step: {self}")
+
+
+#: The most tokens the MoE decode GEMVs take; more go through the routed blocks.
+MOE_DECODE_MAX_M = 16
+
+#: The fewest rows a routed blocks' tile has: ``tl.dot`` needs 16 rows at least.
+MOE_MIN_BLOCK_M = 16
+
+#: The decode step's slot sum: outputs a program.
+SUM_BLOCK = 1024
+
+#: Routing launches: pairs a counting program takes.
+COUNT_BLOCK = 256
+
+#: The routing's and the slot sum's warps and pipeline stages (Triton's defaults).
+AUX_NUM_WARPS = 4
+AUX_NUM_STAGES = 3
+
+#: Routing's placing launch: a program compares each of its pairs with every expert (the
+#: experts' count rounded up to a power of two, at least 16), at most this many comparisons, and
+#: takes 16 to 1024 pairs (:func:`volta_fp8w.dispatch.route_place_tile`).
+PLACE_ELEMENTS = 16384
+PLACE_MIN_BLOCK = 16
+PLACE_MAX_BLOCK = 1024
+
+#: The decode GEMVs' tile. On an H200 with Qwen3-30B-A3B's experts (CUDA graph replays,
+#: 128 x 128 blocks) the three launches took 35 us at 1 token, 67 us at 4 and 200 us at 16;
+#: 16, 32 columns and 2, 4 warps were within 10% at 1 token, 32 and 2 warps best above.
+MOE_DECODE_LAUNCH = MoELaunch(block_m=1, block_n=32, block_k=128, num_warps=2, num_stages=3)
+
+
+@dataclass(frozen=True)
 class Table:
     """The Triton launches of one device family, by number of tokens."""
 
     gemv: Launch
     """1 token."""
     small: Launch
-    """2 to :data:`DECODE_MAX_M` tokens."""
+    """2 to ``small_max_m`` tokens."""
     gemm: Launch
-    """Above :data:`DECODE_MAX_M` tokens, below ``dequant_from``."""
+    """Above ``small_max_m`` tokens, below ``dequant_from``."""
     dequant_from: int | None
     """From this many tokens on, dequantize and call cuBLAS (None: never)."""
     dequant: Launch
+    moe_decode: MoELaunch
+    """The fused experts' decode GEMVs, 1 to ``moe_decode_max_m`` tokens."""
+    moe_blocks: tuple[MoELaunch, ...]
+    """The routed blocks' tiles above ``moe_decode_max_m`` tokens, by ``block_m`` (rising): the
+    first whose ``block_m`` is at least the mean routed rows of an expert, the last above."""
+    small_max_m: int = DECODE_MAX_M
+    """The most tokens the multi-token split-K tile takes."""
+    moe_decode_max_m: int = MOE_DECODE_MAX_M
+    """The most tokens the fused experts' decode GEMVs take."""
+
+    def __post_init__(self) -> None:
+        rows = [launch.block_m for launch in self.moe_blocks]
+        if not rows or rows != sorted(set(rows)) or rows[0] < MOE_MIN_BLOCK_M:
+            raise ValueError(
+                f"routed blocks' tiles of distinct rows, rising, at least {MOE_MIN_BLOCK_M}: "
+                f"{self.moe_blocks}"
+            )
+        if self.moe_decode.block_m != 1 or self.moe_decode_max_m < 1:
+            raise ValueError(f"the decode GEMVs take one row a program: {self.moe_decode}")
 
 
 SM70 = Table(
@@ -89,14 +160,37 @@ SM70 = Table(
     gemm=Launch(GEMM, block_m=32, block_n=64, block_k=32, num_warps=4),
     dequant_from=33,
     dequant=Launch(DEQUANT_MATMUL, block_n=64, block_k=128),
+    moe_decode=MOE_DECODE_LAUNCH,
+    # The routed blocks' tiles by routed rows per expert (the first whose ``block_m`` is at
+    # least the mean): SM70's ``tl.dot`` runs on the FMA units, so its tiles stay small (not
+    # measured: no V100 was lent); ``tl.dot`` needs 16 rows at least. The 32-row tile takes 32
+    # outputs, not 64: with 64 its gate/up build spills at sm_70 (255 registers, 196 B of spill
+    # stores, four warps); 32 x 32 takes at most 206 registers for gate/up and 191 for down
+    # (the SM70 compile gate, every build of volta_fp8w.dispatch.moe_builds).
+    moe_blocks=(
+        MoELaunch(block_m=16, block_n=64, block_k=32, num_warps=4, num_stages=2),
+        MoELaunch(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2),
+    ),
 )
 
+#: From the H200 sweep of docs/perf/fp8w (``fp8w_bench.py --sweep``, 27648x5120, 5120x5120 and
+#: 5120x27648 at 1, 4, 16 and 32 tokens): the fastest launch per token range there.
 SM90 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=64, block_k=128, num_warps=4, programs_per_sm=4),
-    small=Launch(SPLITK, block_m=8, block_n=32, block_k=128, num_warps=4, programs_per_sm=4),
-    gemm=Launch(GEMM, block_m=64, block_n=128, block_k=64, num_warps=8),
+    gemv=Launch(SPLITK, block_m=1, block_n=64, block_k=128, num_warps=4, programs_per_sm=8),
+    small=Launch(SPLITK, block_m=16, block_n=128, block_k=128, num_warps=4, programs_per_sm=4),
+    gemm=Launch(GEMM, block_m=32, block_n=128, block_k=128, num_warps=4),
     dequant_from=512,
     dequant=Launch(DEQUANT_MATMUL, block_n=64, block_k=128),
+    moe_decode=MOE_DECODE_LAUNCH,
+    # The routed blocks' tiles by routed rows per expert (the first whose ``block_m`` is at
+    # least the mean). The SM80 rows were the best of eight tiles on an H200 at 64, 512 and
+    # 4096 tokens of Qwen3-30B-A3B's experts (300 us, 420 us, 1.8 ms).
+    moe_blocks=(
+        MoELaunch(block_m=16, block_n=64, block_k=64, num_warps=4, num_stages=3),
+        MoELaunch(block_m=32, block_n=64, block_k=64, num_warps=4, num_stages=3),
+        MoELaunch(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=3),
+    ),
+    small_max_m=16,
 )
 
 

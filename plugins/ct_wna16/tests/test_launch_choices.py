@@ -254,7 +254,10 @@ def test_the_gate_hooks_answer_what_they_did(cap: str) -> None:
     0.6.2: every configuration, in order, every field. The CUDA builds' digests were rewritten
     in 0.7.1, whose source alone changed (the core's SM70 prelude in front of ``wna16_mma.cu``,
     its own copies of the helpers gone; every other field checked equal to 0.6.2's, and every
-    build's cubin byte for byte the same)."""
+    build's cubin byte for byte the same), and again later in 0.7.1 when the split-K epilogue
+    moved into the prelude (``splitk_mma_epilogue``, with ``h2f``): the source alone changed
+    (the old source reproduces the old digests), and NVRTC 12.9 builds every one of the 12
+    sm_70 builds to the same cubin, byte for byte, and the same compute_70 PTX."""
     device = Device(_cap(cap))
     want = DISPATCH["hooks"][cap]
     got = [[c.name, _full_digest(c)] for c in plugin.volta_kernel_configs(device)]

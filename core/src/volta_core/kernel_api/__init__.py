@@ -6,19 +6,23 @@
   torch- and triton-free, so the ``vllm-volta`` command and the plugins' hooks import it;
 * the FP8 KV-cache element codec (:func:`encode_fp8`, :func:`decode_fp8` and their tile forms),
   Triton device functions, so a cache's codes do not depend on which plugin wrote them;
-* arrival counters and zeroed accumulators for split reductions done in one launch;
+* arrival counters and zeroed accumulators for split reductions done in one launch, and the
+  split-K serial reduction over them as Triton device functions (:func:`accumulate_splits`,
+  :func:`take_sums`, :func:`store_out`), so every plugin's split-K sums its splits one way;
 * :func:`device_facts`, the compute capability and SM count a launch is planned for;
 * CUDA C++ kernels compiled at first use by NVRTC (:func:`load_cuda_kernel`,
   :func:`compile_cubin`, :func:`compile_ptx`), cached on disk and launched on torch's stream;
   they need the core's ``cuda`` extra, imported only when first used; :class:`CudaBuilds`, the
   one rule for when a plugin's CUDA build runs and when its Triton path serves instead;
   :data:`SM70_PRELUDE`, the device helpers those kernels share (``mma_m8n8k4``, ``pack_half2``,
-  ``ex2``, the ``u8``/``u16``/``u32`` typedefs), put in front of a kernel's source by
-  :func:`with_prelude`.
+  ``h2f``, ``ex2``, the ``u8``/``u16``/``u32`` typedefs, the split-K epilogue
+  ``splitk_mma_epilogue`` and its arrival ``splitk_arrive``), put in front of a kernel's source
+  by :func:`with_prelude`.
 
-The codec imports triton, so it is loaded on first use of one of its names (PEP 562): importing
-this package imports neither torch nor triton. Developer tooling (the SM70 compile gate, the
-benchmark harness, test helpers) lives in the separate ``vllm-volta-devkit`` distribution.
+The codec and the split-K functions import triton, so each module is loaded on first use of one
+of its names (PEP 562): importing this package imports neither torch nor triton. Developer
+tooling (the SM70 compile gate, the benchmark harness, test helpers) lives in the separate
+``vllm-volta-devkit`` distribution.
 """
 
 from __future__ import annotations
@@ -69,11 +73,13 @@ if TYPE_CHECKING:
         encode_fp8,
         quantize_tile,
     )
+    from volta_core.kernel_api._splitk import accumulate_splits, store_out, take_sums
 
 #: Names whose module imports triton, loaded when first asked for.
-_TRITON_NAMES = dict.fromkeys(
-    ("decode_fp8", "dequantize_tile", "encode_fp8", "quantize_tile"), "_fp8"
-)
+_TRITON_NAMES = {
+    **dict.fromkeys(("decode_fp8", "dequantize_tile", "encode_fp8", "quantize_tile"), "_fp8"),
+    **dict.fromkeys(("accumulate_splits", "store_out", "take_sums"), "_splitk"),
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -104,6 +110,7 @@ __all__ = [
     "StageCost",
     "Unit",
     "Workload",
+    "accumulate_splits",
     "arrival_counters",
     "compile_cubin",
     "compile_ptx",
@@ -120,6 +127,8 @@ __all__ = [
     "quantize_tile",
     "stage_of",
     "stage_ranges",
+    "store_out",
+    "take_sums",
     "token_stage",
     "with_prelude",
     "zeroed_accumulators",

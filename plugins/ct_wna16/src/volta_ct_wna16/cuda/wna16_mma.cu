@@ -35,7 +35,8 @@
 // tile atomically into zeroed accumulators ws [M, N]; the last block to arrive on the tile's
 // counter (CUTLASS's serial split-K arrival: fence, barrier, one atomic increment) reads the
 // sums with atomicExch, which puts the zeros back, adds the bias, stores fp16 and resets the
-// counter, so the next launch (a CUDA graph replay) needs no memset.
+// counter, so the next launch (a CUDA graph replay) needs no memset: the prelude's
+// splitk_mma_epilogue, which this kernel gives only its fp16 store.
 
 #if !defined(BITS) || !defined(HAS_ZP) || !defined(BM) || !defined(WARPS) || !defined(J)
 #error "build with -DBITS -DHAS_ZP -DBM -DWARPS -DJ"
@@ -54,7 +55,7 @@
 #define XVECS (BM * BK / 8)
 #define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
 
-// u32, u16 and mma_m8n8k4 come from the core's SM70 prelude
+// u32, u16, mma_m8n8k4, h2f and splitk_mma_epilogue come from the core's SM70 prelude
 // (volta_core/kernel_api/sm70_prelude.cuh), which the loader puts in front of this file.
 
 // fp16 pair arithmetic with explicit rounding, which PTX never fuses into another operation.
@@ -80,12 +81,6 @@ __device__ __forceinline__ u32 hfma2(u32 a, u32 b, u32 c) {
   u32 d;
   asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
   return d;
-}
-
-__device__ __forceinline__ float h2f(u16 h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
 }
 
 __device__ __forceinline__ u16 f2h(float f) {
@@ -284,55 +279,15 @@ extern "C" __global__ void __launch_bounds__(THREADS) wna16_mma(
     __syncthreads();
   }
 
-  // Accumulator i of a lane: token (lane & 1) + (i & 2) + 4 * (lane >> 4) of its 8-token
-  // block, output (i & 4) + (lane & 2) + (i & 1) of its pair's 8 outputs; i and i + 1 (i even)
-  // are adjacent outputs of one token.
-  const bool split = gridDim.z > 1;
-  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  if (split) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int b = 0; b < TB; ++b)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
-          const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2) + (i & 1);
-          if (tok < m && col < n) atomicAdd(&ws[tok * n + col], acc[j][b][i]);
-        }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1) == (int)gridDim.z - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-  }
-#pragma unroll
-  for (int j = 0; j < J; ++j)
-#pragma unroll
-    for (int b = 0; b < TB; ++b)
-#pragma unroll
-      for (int i = 0; i < 8; i += 2) {
-        const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
-        const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2);
-        if (tok >= m) continue;
-        float v0 = acc[j][b][i], v1 = acc[j][b][i + 1];
-        const bool ok0 = col < n, ok1 = col + 1 < n;
-        if (split) {
-          if (ok0) v0 = atomicExch(&ws[tok * n + col], 0.f);
-          if (ok1) v1 = atomicExch(&ws[tok * n + col + 1], 0.f);
-        }
-        if (bias != nullptr) {
-          if (ok0) v0 += h2f(bias[col]);
-          if (ok1) v1 += h2f(bias[col + 1]);
-        }
-        u16* o = out + tok * ldo + col;
-        if (ok1 && (reinterpret_cast<unsigned long long>(o) & 3) == 0) {
-          *reinterpret_cast<u32*>(o) = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
-        } else {
-          if (ok0) o[0] = f2h(v0);
-          if (ok1) o[1] = f2h(v1);
-        }
-      }
-  if (split && threadIdx.x == 0) counters[tile] = 0;
+  // The prelude's split-K epilogue; each output pair is stored as one word where aligned.
+  splitk_mma_epilogue(acc, ws, counters, last, bias, m, n, tok0, n_warp,
+                      [&](int tok, int col, float v0, float v1, bool ok0, bool ok1) {
+                        u16* o = out + tok * ldo + col;
+                        if (ok1 && (reinterpret_cast<unsigned long long>(o) & 3) == 0) {
+                          *reinterpret_cast<u32*>(o) = (u32)f2h(v0) | ((u32)f2h(v1) << 16);
+                        } else {
+                          if (ok0) o[0] = f2h(v0);
+                          if (ok1) o[1] = f2h(v1);
+                        }
+                      });
 }

@@ -1,6 +1,7 @@
 """Output tiles' epilogues: the store (bias, cast) and the two ways split-K sums its splits in
-the launch that computed them, a two-level tree (:func:`reduce_splits`) or atomic fp32 adds
-(:func:`accumulate_splits`).
+the launch that computed them, a two-level tree (:func:`reduce_splits`, this plugin's own) or
+atomic fp32 adds (:func:`accumulate_splits`, with :func:`take_sums` and :func:`store_out` the
+host's: :mod:`volta_core.kernel_api`, which fp8w's split-K shares).
 
 Both count arrivals as CUTLASS's serial split-K does (``SplitKSerial`` in
 ``cutlass/gemm/kernel/gemm.h``): a barrier puts every thread's writes before one release-acquire
@@ -9,6 +10,15 @@ arrive. The counters and accumulators come zeroed from the host
 (:func:`volta_core.kernel_api.arrival_counters`, :func:`~volta_core.kernel_api.zeroed_accumulators`)
 and the last arrivers put them back to zero, so the next launch (a CUDA graph replay included)
 needs no memset.
+
+The atomic adds are done by L2 while the other splits still run, so the tile's last arriver
+reads one sum in one round trip where the tree reads several: that tail is most of a split that
+runs only a few input steps (a layer with few output tiles and a short input). The last arriver
+reads the sums by atomically adding zero, not by loads: loads past L1 (``.cg``, as the tree
+reads its partials) returned sums missing some splits' adds on the H100, read by atomics they
+were right (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15). The order of the adds is the order
+the splits reach L2, so the fp32 sum (and, rarely, the fp16 output's last bit) can differ
+between launches; the tree's sums run in a fixed order.
 """
 
 from __future__ import annotations
@@ -16,14 +26,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from volta_core.kernel_api import accumulate_splits, store_out, take_sums
 
-@triton.jit
-def store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS: tl.constexpr):
-    """Add the bias to an fp32 output tile, cast to the output dtype and store it."""
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    o = out_ptr + rm[:, None] * stride_om + rn[None, :]
-    tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=tile_ok)
+__all__ = ["accumulate_splits", "reduce_splits", "store_out", "take_sums"]
 
 
 @triton.jit
@@ -90,49 +95,6 @@ def reduce_splits(
                 done = True
         if done:
             store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
-
-
-@triton.jit
-def accumulate_splits(
-    res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
-):
-    """Add this split's partial into the tile's fp32 accumulators and, if it completes the
-    tile, write the output.
-
-    The adds are atomic (relaxed, their results unused), done by L2 while the other splits
-    still run, so the tile's last arriver reads one sum in one round trip where the tree of
-    :func:`reduce_splits` reads several: that tail is most of a split that runs only a few
-    input steps (a layer with few output tiles and a short input). The arrival is the serial
-    split-K pattern of the tree (barrier, one release-acquire increment at GPU scope), but the
-    last arriver reads the sums by atomically adding zero, not by loads: loads past L1
-    (``.cg``, as the tree reads its partials) returned sums missing some splits' adds on the
-    H100, read by atomics they were right (docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15).
-    The last arriver writes zeros back to the accumulators and the counter, so the next
-    launch finds them zero. The order of the adds is the order the splits reach L2, so the
-    fp32 sum (and, rarely, the fp16 output's last bit) can differ between launches.
-    ``ws_ptr`` is ``[M, N]`` fp32; ``cnt_ptr[tile]`` counts the tile's splits.
-    """
-    splits = tl.num_programs(2)
-    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-    acc_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
-    tl.atomic_add(acc_ptrs, res, mask=tile_ok, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    counter = cnt_ptr + tile
-    if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
-        total = take_sums(acc_ptrs, tile_ok)
-        tl.store(counter, 0)
-        store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
-
-
-@triton.jit
-def take_sums(acc_ptrs, ok):
-    """The last arriver's read of atomically added fp32 sums: read by adding zero (loads past
-    L1 missed some adds on the H100, docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#run15), with
-    zeros written back so that the next launch finds the accumulators zero."""
-    zero = tl.zeros(acc_ptrs.shape, dtype=tl.float32)
-    total = tl.atomic_add(acc_ptrs, zero, mask=ok, sem="relaxed", scope="gpu")
-    tl.store(acc_ptrs, zero, mask=ok)
-    return total
 
 
 @triton.jit

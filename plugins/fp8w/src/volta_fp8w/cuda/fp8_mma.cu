@@ -2,7 +2,8 @@
 // weights decoded in registers: inline PTX mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32
 // (the prelude's mma_m8n8k4; PTX ISA, "Matrix multiply-accumulate operation using mma
 // instruction", m8n8k4), fp32 accumulation, fp16 output. Compiled behind
-// volta_core.kernel_api.with_prelude, which defines u8/u16/u32, mma_m8n8k4 and pack_half2.
+// volta_core.kernel_api.with_prelude, which defines u8/u16/u32, mma_m8n8k4, pack_half2, h2f
+// and splitk_mma_epilogue.
 //
 // Build options (-D): BM tokens per block (a multiple of 8); WARPS warps per block; J output
 // groups of 32 per warp (a block covers BN = WARPS * 32 * J outputs); BK inputs per k-tile (32,
@@ -44,7 +45,8 @@
 // atomically into zeroed accumulators ws [M, N]; the last block to arrive on the tile's counter
 // (CUTLASS's serial split-K arrival: fence, barrier, one atomic increment) reads the sums with
 // atomicExch, which puts the zeros back, adds the bias, stores fp16 and resets the counter, so
-// the next launch (a CUDA graph replay) needs no memset.
+// the next launch (a CUDA graph replay) needs no memset: the prelude's splitk_mma_epilogue,
+// which this kernel gives only its fp16 store.
 
 #if !defined(BM) || !defined(WARPS) || !defined(J) || !defined(BK) || !defined(MIN_BLOCKS)
 #error "build with -DBM -DWARPS -DJ -DBK -DMIN_BLOCKS"
@@ -65,12 +67,6 @@
 #define XS_LD (BK + 8)
 #define XVECS (BM * BK / 8)
 #define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
-
-__device__ __forceinline__ float h2f(u16 h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
 
 // A half's bits c << 8 (code c in the high byte over a zero one), two to a word, as the fp16
 // pair 2^-8 times their values: exponent and mantissa move down one bit, the sign stays.
@@ -135,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
     w_row[j] = w + (col_ok[j] ? (col0 + 32 * j) * k : 0);
   }
   // The scale rows of the lane's accumulator columns: (lane & 2) + {0, 1, 4, 5} of its pair's
-  // 8 outputs (see the epilogue), -1 past n.
+  // 8 outputs (the accumulator layout: the prelude's splitk_mma_epilogue), -1 past n.
   int s_row[J][4];
 #pragma unroll
   for (int j = 0; j < J; ++j)
@@ -259,56 +255,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
     __syncthreads();
   }
 
-  // Accumulator i of a lane: token (lane & 1) + (i & 2) + 4 * (lane >> 4) of its 8-token
-  // block, output (i & 4) + (lane & 2) + (i & 1) of its pair's 8 outputs; i and i + 1 (i even)
-  // are adjacent outputs of one token.
-  const bool split = gridDim.z > 1;
-  const int tile = blockIdx.y * gridDim.x + blockIdx.x;
-  if (split) {
-#pragma unroll
-    for (int j = 0; j < J; ++j)
-#pragma unroll
-      for (int b = 0; b < TB; ++b)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
-          const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2) + (i & 1);
-          if (tok < m && col < n) atomicAdd(&ws[tok * n + col], acc[j][b][i]);
-        }
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[tile], 1) == (int)gridDim.z - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-  }
-#pragma unroll
-  for (int j = 0; j < J; ++j)
-#pragma unroll
-    for (int b = 0; b < TB; ++b)
-#pragma unroll
-      for (int i = 0; i < 8; i += 2) {
-        const int tok = tok0 + b * 8 + (lane & 1) + (i & 2) + ((lane >> 4) << 2);
-        const int col = n_warp + j * 32 + pair * 8 + (i & 4) + (lane & 2);
-        if (tok >= m) continue;
-        float v0 = acc[j][b][i], v1 = acc[j][b][i + 1];
-        const bool ok0 = col < n, ok1 = col + 1 < n;
-        if (split) {
-          if (ok0) v0 = atomicExch(&ws[tok * n + col], 0.f);
-          if (ok1) v1 = atomicExch(&ws[tok * n + col + 1], 0.f);
-        }
-        if (bias != nullptr) {
-          if (ok0) v0 += h2f(bias[col]);
-          if (ok1) v1 += h2f(bias[col + 1]);
-        }
-        const u32 pair16 = pack_half2(v0, v1);
-        u16* o = out + tok * ldo + col;
-        if (ok1 && (reinterpret_cast<unsigned long long>(o) & 3) == 0) {
-          *reinterpret_cast<u32*>(o) = pair16;
-        } else {
-          if (ok0) o[0] = (u16)(pair16 & 0xFFFFu);
-          if (ok1) o[1] = (u16)(pair16 >> 16);
-        }
-      }
-  if (split && threadIdx.x == 0) counters[tile] = 0;
+  // The prelude's split-K epilogue; each output pair is stored as one word where aligned.
+  splitk_mma_epilogue(acc, ws, counters, last, bias, m, n, tok0, n_warp,
+                      [&](int tok, int col, float v0, float v1, bool ok0, bool ok1) {
+                        const u32 pair16 = pack_half2(v0, v1);
+                        u16* o = out + tok * ldo + col;
+                        if (ok1 && (reinterpret_cast<unsigned long long>(o) & 3) == 0) {
+                          *reinterpret_cast<u32*>(o) = pair16;
+                        } else {
+                          if (ok0) o[0] = (u16)(pair16 & 0xFFFFu);
+                          if (ok1) o[1] = (u16)(pair16 >> 16);
+                        }
+                      });
 }

@@ -1,56 +1,21 @@
-"""The split-K GEMV for 1 to 8 tokens, and the output tiles' epilogues: the store (bias, cast)
-and the splits' atomic sum in the launch that computed them."""
+"""The split-K GEMV for 1 to 8 tokens. Its output tiles' epilogues, the store (bias, cast) and
+the splits' atomic sum in the launch that computed them (CUTLASS's serial split-K arrival), are
+the host's :func:`volta_core.kernel_api.store_out` and
+:func:`~volta_core.kernel_api.accumulate_splits`, shared with ct_wna16's split-K; the tiled GEMM
+(:mod:`volta_fp8w.kernels.gemm`) takes the store from here."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+from volta_core.kernel_api import accumulate_splits, store_out
 from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
 
 #: Inputs of one ``tl.dot`` of the multi-token tile: SM70's FMA dot holds each operand's inputs
 #: for its outputs in registers, so a 128-input dot of 8 tokens by 32 rows spills at sm_70 and
 #: a 32-input one does not; the tile's scale is still multiplied once per ``BLOCK_K`` inputs.
 DOT_K = tl.constexpr(32)
-
-
-@triton.jit
-def store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS: tl.constexpr):
-    """Add the bias to an fp32 output tile, cast it to fp16 and store it."""
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    tl.store(out_ptr + rm[:, None] * stride_om + rn[None, :], acc.to(tl.float16), mask=tile_ok)
-
-
-@triton.jit
-def accumulate_splits(
-    res, ws_ptr, cnt_ptr, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, N, stride_om, HAS_BIAS
-):
-    """Add this split's fp32 partial tile into the accumulators and, if it completes the tile,
-    write the output.
-
-    The arrival is CUTLASS's serial split-K pattern (``SplitKSerial``,
-    ``cutlass/gemm/kernel/gemm.h``): the adds (relaxed atomics, done in L2) and a barrier come
-    before one release-acquire increment of the tile's counter at GPU scope, and the program
-    that reads ``splits - 1`` there is the last to arrive. It reads the sums by atomically
-    adding zero (atomics are performed in L2, so no stale L1 line is read), writes zeros back
-    and resets the counter: accumulators and counters are zero between launches, and the next
-    launch (a CUDA graph replay included) needs no memset. The adds land in the order the
-    splits reach L2, so the fp32 sum can differ between launches in its last bits.
-    ``ws_ptr`` is ``[M, N]`` fp32; ``cnt_ptr[tile]`` counts the tile's splits.
-    """
-    splits = tl.num_programs(2)
-    tile = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
-    acc_ptrs = ws_ptr + rm[:, None] * N + rn[None, :]
-    tl.atomic_add(acc_ptrs, res, mask=tile_ok, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    counter = cnt_ptr + tile
-    if tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == splits - 1:
-        zero = tl.zeros(res.shape, dtype=tl.float32)
-        total = tl.atomic_add(acc_ptrs, zero, mask=tile_ok, sem="relaxed", scope="gpu")
-        tl.store(acc_ptrs, zero, mask=tile_ok)
-        tl.store(counter, 0)
-        store_out(total, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
 
 
 @triton.jit

@@ -1,5 +1,3 @@
-# mypy: allow-untyped-defs, allow-incomplete-defs, allow-untyped-decorators
-# (Triton device functions are untyped: the override core/pyproject.toml gives _fp8.)
 """Split-K's serial reduction, as Triton device functions: one implementation for every plugin.
 
 A split-K launch cuts one output tile's input across programs (``tl.program_id(2)``, the grid

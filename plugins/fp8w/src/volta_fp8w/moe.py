@@ -102,8 +102,10 @@ class Fp8MoEMethod(FusedMoEMethodBase):
     """Fused MoE experts with FP8 e4m3 weights, run weight-only (fp16 activations) by the kernels
     of :func:`volta_fp8w.experts.experts_forward`.
 
-    ``apply`` is reached through ``RoutedExperts.forward_modular`` (vLLM 0.32; 0.19's
-    ``FusedMoE`` calls it the same way after routing): the method builds no modular kernel
+    ``apply`` is reached through the family's runner after routing (vLLM 0.32's
+    ``RoutedExperts.forward_modular``; 0.19's ``FusedMoE`` passes ``shared_experts_input`` only,
+    1Cat-vLLM's ``shared_experts`` too, hence ``apply``'s open arguments): the method builds no
+    modular kernel
     (``moe_kernel`` stays None, so ``is_monolithic`` and ``supports_internal_mk`` are False and
     the runner computes shared experts itself) and returns the routed output unreduced (the
     runner all-reduces it over tensor parallelism).

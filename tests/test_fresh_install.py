@@ -38,6 +38,11 @@ ALONE = {
         ["qwen3.5-27b-w4a16"],
         "ct-wna16 (plugin ct_wna16): W4A16 g128 sym",
     ),
+    "fp8w": (
+        {"quant method": ["fp8w"]},
+        ["qwen3.6-27b-fp8"],
+        "fp8w (plugin fp8w): FP8 e4m3 W8A16 block 128x128",
+    ),
     "fp8kv": (
         {"KV-cache format": ["packed.float16", "packed.fp8_e5m2", "packed.fp8_e4m3"]},
         ["qwen3-8b-fp8-kv-per-head", "--kv-cache-dtype", "fp8_e5m2"],

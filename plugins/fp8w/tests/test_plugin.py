@@ -127,10 +127,19 @@ def test_fp8_ignored_layers_follow_vllms_exact_rule(manager) -> None:
 
 def test_the_fp8_output_head_stays_vllms(manager) -> None:
     """vLLM's ``Fp8Config`` never quantizes ``lm_head`` (a ``ParallelLMHead``, not a linear
-    layer), so neither the plan nor the adapter hands it to fp8w."""
-    assert claim(manager, QWEN_FP8, linear("lm_head")) is None
-    assert claim(manager, QWEN_FP8, linear("mtp.lm_head")) is None
-    assert declines(manager, QWEN_FP8, linear("lm_head")) == []
+    layer, so the adapter never asks for it); the plan keeps it unquantized without asking the
+    plugins, and fp8w serves every other module of the example."""
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan
+
+    name, raw = read_config("qwen3.6-27b-fp8")
+    plan = make_plan(describe_model(name, raw), PlanOptions(device=V100), manager)
+    rows = {row.prefix: row for row in plan.quant}
+    assert rows["lm_head"].plugin is None
+    assert rows["lm_head"].decision.startswith("unquantized (vLLM's fp8 method")
+    served = [row for row in plan.quant if row.kind == "linear" and row.prefix != "lm_head"]
+    assert served
+    assert {row.plugin for row in served} == {"fp8w"}
 
 
 def test_per_tensor_fp8_checkpoints_are_claimed() -> None:

@@ -232,6 +232,10 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
     plan.problems += [f"layers {_ranges(indices)}: {error}" for error, indices in failures.items()]
     if model.quant is not None:
         for module in model.linear_modules:
+            if unquantized_reason(model.quant, module.prefix) is not None:
+                # The engine keeps it unquantized whatever a plugin would answer.
+                plan.quant.append(_quant_entry(QuantResolution(module, None, None), model))
+                continue
             try:
                 resolution = manager.resolve_quant(model.quant, module, device)
             except PluginError as exc:  # two claims at one priority: neither is chosen

@@ -143,10 +143,6 @@ def fp8_ignored(
 def _fp8_layer(
     raw: Mapping[str, Any], prefix: str, fused: Mapping[str, Sequence[str]]
 ) -> Fp8Scheme | Unsupported | None:
-    if prefix.rsplit(".", 1)[-1] == "lm_head":
-        # vLLM's Fp8Config quantizes linear layers only; the output head is a vocabulary
-        # embedding there (ParallelLMHead) and stays in the checkpoint's own dtype.
-        return None
     ignore = raw.get("ignored_layers") or raw.get("modules_to_not_convert") or ()
     verdict = fp8_ignored(prefix, ignore, fused)
     if verdict is None:

@@ -2,9 +2,10 @@
 
 Builds the sdist and the wheel of the core, each plugin and the meta-distribution with the build
 backend itself (hatchling's PEP 517 hooks, no build isolation, nothing downloaded) and lists their
-contents. A wheel holds its import package, exactly as ``src/`` has it, and its metadata; an sdist
-holds ``src/``, ``tests/``, the README and ``pyproject.toml``. Measurement records (logs, charts,
-probe scripts, patches: ``docs/perf/``) and run scripts are in neither.
+contents. A wheel holds its import package, exactly as ``src/`` has it, and its metadata with the
+license file (PEP 639: ``.dist-info/licenses/LICENSE``); an sdist holds ``src/``, ``tests/``, the
+README, the changelog, the license file and ``pyproject.toml``. Measurement records (logs,
+charts, probe scripts, patches: ``docs/perf/``) and run scripts are in neither.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ SDIST_TOP = {
     "tests",
     "benchmarks",
     "README.md",
+    "CHANGELOG.md",
+    "LICENSE",
     "pyproject.toml",
     "PKG-INFO",
     ".gitignore",
@@ -87,6 +90,7 @@ def test_distribution_holds_only_product_files(folder: str, tmp_path: Path) -> N
     assert not _lab_files(wheel), listing
     assert {PurePosixPath(p).parts[0] for p in sdist} <= SDIST_TOP, listing
     assert f"src/{package.name}/__init__.py" in sdist, listing
+    assert {"LICENSE", "CHANGELOG.md"} <= set(sdist), listing
 
     # The wheel: the import package as src/ has it (no tests, no stray files), and metadata.
     in_src = {
@@ -96,10 +100,19 @@ def test_distribution_holds_only_product_files(folder: str, tmp_path: Path) -> N
     }
     dist_info = {p for p in wheel if PurePosixPath(p).parts[0].endswith(".dist-info")}
     assert set(wheel) - dist_info == in_src, listing
+    assert any(p.endswith(".dist-info/licenses/LICENSE") for p in dist_info), listing
     assert not any(p.startswith("tests/") for p in wheel), listing
 
 
 def test_meta_distribution_holds_only_its_metadata(tmp_path: Path) -> None:
     sdist, wheel = _build(ROOT, tmp_path)
-    assert sdist == [".gitignore", "PKG-INFO", "README.md", "pyproject.toml"], sdist
+    assert sdist == [
+        ".gitignore",
+        "CHANGELOG.md",
+        "LICENSE",
+        "PKG-INFO",
+        "README.md",
+        "pyproject.toml",
+    ], sdist
     assert all(PurePosixPath(p).parts[0].endswith(".dist-info") for p in wheel), wheel
+    assert any(p.endswith(".dist-info/licenses/LICENSE") for p in wheel), wheel

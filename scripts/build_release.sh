@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Build every distribution's sdist and wheel into one folder and check them as a release would.
+#
+#   scripts/build_release.sh [OUT]     # default: dist/ (emptied first)
+#
+# 1. each distribution's CHANGELOG.md has the entry of its version (PYTHONPATH=scripts python -m
+#    volta_release changelogs);
+# 2. `python -m build` for the meta-distribution, the core, the devkit and every plugin (the sdist,
+#    then the wheel from the sdist, so a file the sdist leaves out fails here), without build
+#    isolation in one environment holding the build backend and the checkers
+#    ($VOLTA_RELEASE_VENV, default ${TMPDIR:-/tmp}/vllm-volta-release, reused while it has them);
+# 3. `twine check --strict`: the metadata and the long description's rendering on PyPI;
+# 4. volta_release artifacts: each artifact is its distribution at the checkout's version with
+#    the license file inside, each sdist holds its changelog, and every requirement on a
+#    distribution built beside it (the plugins' vllm-volta-core ranges) admits the version built.
+# The test-only plugins under tests/plugins are never published, so never built here.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-dist}
+venv=${VOLTA_RELEASE_VENV:-${TMPDIR:-/tmp}/vllm-volta-release}
+py="$venv/bin/python"
+SECONDS=0
+
+# The build backend every pyproject.toml names (PEP 639 license-files from 1.27), the PEP 517
+# front end, and twine with the Markdown renderer its long-description check needs.
+if ! "$py" -c "import build, cmarkgfm, hatchling, twine" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$py" -m pip install -q --upgrade pip
+  "$py" -m pip install -q "hatchling>=1.27" "build>=1.2" "twine>=6.1" "readme-renderer[md]>=43"
+fi
+setup_s=$SECONDS
+
+release() { PYTHONPATH=scripts "$py" -m volta_release "$@"; }
+
+echo "== 1/4 changelogs"
+release changelogs
+
+echo "== 2/4 build into $out"
+rm -rf "$out" && mkdir -p "$out"
+log="$out/.build.log"
+for folder in $(release folders); do
+  if ! "$py" -m build --no-isolation --outdir "$out" "$folder" > "$log" 2>&1; then
+    cat "$log" >&2
+    echo "== build of $folder failed" >&2
+    exit 1
+  fi
+done
+rm -f "$log"
+ls "$out"
+
+echo "== 3/4 twine check --strict"
+"$py" -m twine check --strict "$out"/*
+
+echo "== 4/4 license files, changelogs, versions and the ranges between the distributions"
+release artifacts "$out"
+echo "== release artifacts in $out check out (environment ${setup_s}s, total ${SECONDS}s)"

@@ -17,6 +17,7 @@ import tarfile
 import zipfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import tomllib
 from packaging.requirements import Requirement
@@ -101,7 +102,9 @@ def test_a_malformed_changelog_is_refused_line_by_line() -> None:
 def test_the_readme_compatibility_table_is_the_distributions_metadata() -> None:
     readme = ROOT / "README.md"
     table = compat_table.render(DISTS, compat_table.family_names())
-    assert compat_table.section(readme.read_text(), readme) == table
+    assert compat_table.section(readme.read_text(), readme) == table, (
+        "README.md's table is stale: PYTHONPATH=scripts python -m volta_release readme"
+    )
     plugins = [d for d in DISTS if d.is_plugin]
     assert len(table.splitlines()) == 3 + len(plugins)
     # Every plugin is checked on every family because the family check installs them all.
@@ -114,21 +117,25 @@ def test_ci_builds_and_checks_the_release() -> None:
     assert "\nbash scripts/build_release.sh\n" in (ROOT / ".ci" / "run").read_text()
 
 
-def _fake_release(root: Path, out: Path, core_spec: str, wheel_license: bool) -> list:
+def _fake_release(root: Path, out: Path, core_spec: str, wheel_license: bool) -> list[Any]:
     """A core 1.0.0 and a plugin needing ``core_spec``, built by hand into ``out``."""
+    common = {"requires_python": ">=3.10", "license": "Apache-2.0", "host_api": "1.2"}
     dists = [
         distributions.Distribution(
-            "core", "vllm-volta-core", "1.0.0", (), ">=3.10", "Apache-2.0", "1.2", False
+            folder="core",
+            name="vllm-volta-core",
+            version="1.0.0",
+            dependencies=(),
+            is_plugin=False,
+            **common,
         ),
         distributions.Distribution(
-            "plugins/p",
-            "vllm-volta-p",
-            "0.1.0",
-            (Requirement(f"vllm-volta-core{core_spec}"),),
-            ">=3.10",
-            "Apache-2.0",
-            "1.2",
-            True,
+            folder="plugins/p",
+            name="vllm-volta-p",
+            version="0.1.0",
+            dependencies=(Requirement(f"vllm-volta-core{core_spec}"),),
+            is_plugin=True,
+            **common,
         ),
     ]
     out.mkdir()

@@ -2,10 +2,13 @@
 
 Each plugin's own tests gate its kernels at sm_70 too; this one checks the installed set
 together, as discovery sees it, so a configuration a plugin declares but does not test is still
-gated. It also compiles for sm_90 the configurations a plugin would launch on the H100, built
-as the JIT specializes them and unspecialized: no GPU is needed to learn that a kernel does not
-compile there (Triton 3.6's SM90 pipeliner once rejected a prefill kernel that passed the sm_70
-gate, and only the device told). One test id per plugin and configuration.
+gated. In the repository's root run, a build a plugin's own gate test compiles for the same
+target in the same session is left to it (``tests/conftest.py`` deselects the repeat: each
+distribution's own test run gates its builds). It also compiles for sm_90 the configurations a
+plugin would launch on the H100, built as the JIT specializes them and unspecialized: no GPU is
+needed to learn that a kernel does not compile there (Triton 3.6's SM90 pipeliner once rejected
+a prefill kernel that passed the sm_70 gate, and only the device told). One test id per plugin
+and configuration.
 
 The H100 list is the product of every launch parameter (1,687 builds, over half an hour of
 two CPU cores from a cold Triton cache), so by default this compiles its all-pairs cover

@@ -8,6 +8,7 @@ compile worker; on the GPU machine they are ordinary JIT functions.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -19,9 +20,11 @@ from volta_devkit import example  # noqa: E402
 from volta_devkit.gate import (  # noqa: E402
     MAX_SHARED_BYTES,
     assert_gate_passes,
+    build_key,
     check_kernel_config,
     compile_for,
     compiled,
+    distinct_builds,
     gate_variants,
     pairwise_cover,
     sass_histogram,
@@ -62,7 +65,9 @@ MATMUL_SIG = {"a": "*fp16", "b": "*fp16", "c": "*fp16", "K": "i32"}
 E4M3_SIG = {"x": "*fp16", "out": "*fp16", "n": "i32"}
 
 
-@pytest.mark.parametrize("cfg", example.sm70_kernel_configs(), ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "cfg", distinct_builds(example.sm70_kernel_configs()), ids=lambda c: c.name
+)
 def test_example_kernel_configs_pass_at_sm70(cfg: KernelConfig) -> None:
     report = check_kernel_config(cfg, capability=70)
     assert_gate_passes(report)
@@ -223,6 +228,26 @@ def test_gate_variants_skip_the_build_a_launcher_refuses() -> None:
         divisibility_enforced=True,
     )  # fmt: skip
     assert gate_variants([enforced]) == [enforced]
+
+
+def test_distinct_builds_keep_the_first_name_of_each_build() -> None:
+    """Names and key order do not make a build; any field the compiler reads does."""
+    a = KernelConfig("a", "m:k", COPY_SIG, {"BLOCK": 256, "EVEN": True})
+    renamed = KernelConfig("a_renamed", "m:k", dict(reversed(COPY_SIG.items())),
+                           {"EVEN": True, "BLOCK": 256})  # fmt: skip
+    other = [
+        replace(a, name="warps", num_warps=8),
+        replace(a, name="block", constexprs={"BLOCK": 128, "EVEN": True}),
+        replace(a, name="special", divisible_by_16=("stride",)),
+    ]
+    assert build_key(renamed) == build_key(a)
+    assert [c.name for c in distinct_builds([a, renamed, *other])] == [
+        "a",
+        "warps",
+        "block",
+        "special",
+    ]
+    assert len({build_key(c) for c in [a, *other]}) == 4
 
 
 def _pairs(cfg: KernelConfig) -> set[tuple[object, ...]]:

@@ -30,10 +30,11 @@ import tempfile
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
-from volta_core import FP8_E4M3_MIN_CAPABILITY, KernelConfig
+from volta_core import FP8_E4M3_MIN_CAPABILITY, CudaKernelConfig, KernelConfig
 from volta_devkit import measure_cache
 from volta_devkit.disassembler import (
     DisassemblerUnavailable,
@@ -236,6 +237,36 @@ def gate_variants(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
         if cfg.divisible_by_16 and not cfg.divisibility_enforced:
             variants.append(replace(cfg, name=f"{cfg.name}[any-size]", divisible_by_16=()))
     return variants
+
+
+def build_key(cfg: KernelConfig | CudaKernelConfig) -> tuple[Any, ...]:
+    """What a compiler builds from ``cfg``: every field but its name, so two configurations
+    with the same key are one build, whatever they are called (the gate compiles it once)."""
+    fields = [
+        (f.name, _frozen(getattr(cfg, f.name))) for f in dataclass_fields(cfg) if f.name != "name"
+    ]
+    return (type(cfg).__name__, *fields)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def distinct_builds(configs: Iterable[KernelConfig]) -> list[KernelConfig]:
+    """``configs`` without those repeating an earlier one's build (:func:`build_key`), in order:
+    one gate test id per build, not per name."""
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for cfg in configs:
+        key = build_key(cfg)
+        if key not in seen:
+            seen.add(key)
+            kept.append(cfg)
+    return kept
 
 
 def pairwise_cover(configs: Sequence[KernelConfig]) -> list[KernelConfig]:

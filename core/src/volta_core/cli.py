@@ -141,6 +141,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from volta_core.planner.fit import FitOptions, parse_size
     from volta_core.planner.model import describe_model, read_config
     from volta_core.planner.plan import PlanOptions, make_plan, plan_as_dict, render_text
+    from volta_core.vllm.families import installed_family_name
 
     # Either defaults to the other: -tp 2 alone plans two GPUs, --gpus 2 alone plans TP 2.
     gpus = args.gpus if args.gpus is not None else (args.tensor_parallel_size or 1)
@@ -175,6 +176,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         tensor_parallel_size=tp,
         block_size=args.block_size,
         attention_backend=args.attention_backend,
+        engine_family=installed_family_name(),
     )
     name, raw = read_config(args.model)
     model = describe_model(name, raw)

@@ -66,13 +66,15 @@ def vllm_process(rank: int = 0, world: int = 1, init_file: str | None = None) ->
 
 
 def engine_config(raw: dict[str, Any], capability: tuple[int, int] = (7, 0)) -> Any:
-    """The adapter's compressed-tensors config, with a host holding only this plugin."""
+    """The adapter's config for the checkpoint's ``quant_method`` (compressed-tensors, AWQ,
+    GPTQ), with a host holding only this plugin."""
     from volta_core.vllm.quantization import make_quantization_overrides
 
     manager = VoltaPluginManager(strict=True)
     manager.register(plugin, "ct_wna16", distribution="vllm-volta-ct-wna16", version="0.1.0")
     overrides = make_quantization_overrides(manager, lambda: Device(capability))
-    return overrides["compressed-tensors"].from_config(copy.deepcopy(raw))
+    method = str(raw.get("quant_method", "compressed-tensors"))
+    return overrides[method].from_config(copy.deepcopy(raw))
 
 
 def build(kind: str, sizes: list[int], k: int, raw: dict[str, Any], bias: bool) -> Any:

@@ -44,7 +44,6 @@ from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
 from volta_core.doctor import fatbin
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.records import HOST_API_VERSION, PluginStatus
-from volta_core.host.types import LayerKind
 from volta_core.planner.model import ModelDescription
 
 #: Most plan problems listed for ``--model`` (``vllm-volta plan`` shows them all).
@@ -566,32 +565,7 @@ def family_problems(model: ModelDescription, plan: Any = None) -> list[tuple[str
                     "pip install 'transformers<5.14'",
                 )
             )
-    if model.quant is not None and model.quant.method == "fp8" and not family.fp8_weights_on_sm70:
-        unserved = engine_quant_layers(plan)
-        if plan is None or unserved:
-            shown = f" ({len(unserved)} layer kind(s), first {unserved[0]})" if unserved else ""
-            found.append(
-                (
-                    f"{family.name} runs dense FP8-weight checkpoints from compute capability "
-                    f"7.5 (vLLM's Fp8Config) and no Volta plugin serves these layers{shown}",
-                    "pip install vllm-volta-fp8w (FP8 weights on SM70, no fork)",
-                )
-            )
     return found
-
-
-def engine_quant_layers(plan: Any) -> list[str]:
-    """The linear and expert layers of ``plan`` that the engine's own quant lookup would run
-    (no plugin claims them and the checkpoint does not keep them unquantized)."""
-    if plan is None:
-        return []
-    return [
-        row.prefix
-        for row in plan.quant
-        if row.plugin is None
-        and row.kind in (LayerKind.LINEAR.value, LayerKind.FUSED_MOE.value)
-        and row.decision.startswith("engine's own lookup")
-    ]
 
 
 def _installed_version(distribution: str) -> str | None:
@@ -606,12 +580,14 @@ def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
     what the installed vLLM family refuses of it (:func:`family_problems`)."""
     from volta_core.device import parse_device
     from volta_core.planner.plan import PlanOptions, make_plan
+    from volta_core.vllm.families import installed_family_name
 
-    plan = make_plan(model.description, PlanOptions(device=parse_device("sm70")), manager)
+    options = PlanOptions(device=parse_device("sm70"), engine_family=installed_family_name())
+    plan = make_plan(model.description, options, manager)
     name = f"plan {model.target}"
     family_rows = [
         Check(name, Status.PROBLEM, problem, fix=fix)
-        for problem, fix in family_problems(model.description, plan)
+        for problem, fix in family_problems(model.description)
     ]
     return family_rows + check_plan_problems(name, plan, model.target)
 

@@ -17,6 +17,7 @@ from volta_core.errors import NoAttentionBackendError, PluginError, UsageError
 from volta_core.host import builtins
 from volta_core.host.checkpoint import checkpoint_kv, unquantized_reason
 from volta_core.host.declarations import FAMILIES
+from volta_core.host.engine_quant import engine_refusal
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import (
     ACTIVATION_DTYPES,
@@ -37,6 +38,10 @@ from volta_core.planner.model import ModelDescription, ModelLayer
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
+#: How the plan names the decision for a module no plugin claims.
+ENGINE_LOOKUP = "engine's own lookup"
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """The engine settings a plan is made for (vLLM's flags of the same names)."""
@@ -47,6 +52,10 @@ class PlanOptions:
     tensor_parallel_size: int = 1
     block_size: int = 16
     attention_backend: str | None = None
+    engine_family: str | None = None
+    """The installed vLLM family's name (``volta_core.vllm.families``), whose own quant methods
+    run the layers no plugin claims; None: every family is asked
+    (:func:`volta_core.host.engine_quant.engine_refusal`)."""
 
     def __post_init__(self) -> None:
         if self.dtype != "auto" and self.dtype not in ACTIVATION_DTYPES:
@@ -247,9 +256,29 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
                     resolution.source, module, resolution.claim.method, device, model.quant
                 )
             plan.quant.append(_quant_entry(resolution, model, paths))
+        plan.problems += _engine_refusals(plan, model.quant.method)
     _nvrtc_note(plan)
     plan.problems += [str(fault) for fault in manager.faults[faults_before:]]
     return plan
+
+
+def _engine_refusals(plan: Plan, method: str) -> list[str]:
+    """The quantized modules no plugin claims whose format the engine refuses on the device."""
+    unserved = [
+        row.prefix
+        for row in plan.quant
+        if row.plugin is None
+        and row.kind in (LayerKind.LINEAR.value, LayerKind.FUSED_MOE.value)
+        and row.decision.startswith(ENGINE_LOOKUP)
+    ]
+    options = plan.options
+    refusal = engine_refusal(method, options.device.capability, options.engine_family)
+    if not unserved or refusal is None:
+        return []
+    problem, fix = refusal
+    more = len(unserved) - 3
+    shown = ", ".join(unserved[:3]) + (f" and {more} more" if more > 0 else "")
+    return [f"{shown}: {problem} (fix: {fix})"]
 
 
 def _unknown_quant_method(model: ModelDescription, manager: VoltaPluginManager) -> list[str]:
@@ -338,7 +367,7 @@ def _quant_entry(
         )
     else:
         method = model.quant.method if model.quant else "none"
-        decision = f"engine's own lookup ({method})"
+        decision = f"{ENGINE_LOOKUP} ({method})"
     won = resolution.claim
     return QuantPlan(
         layer.prefix,

@@ -32,6 +32,15 @@ transformers for Gemma-4      before 5.14 (their code reads   5.14+ (``per_layer
 (``per_layer_configs``)       ``head_dim`` globally)
 dense FP8 weights on SM70     0.19: refused (capability       refused (capability 7.5)
 (``fp8_weights_on_sm70``)     7.5); 1Cat: its own path
+AWQ / GPTQ on SM70            0.19: AWQ refused (7.5), GPTQ   both refused (7.5; GPTQ's
+(``awq_gptq_on_sm70``)        on exllama; 1Cat: its own       only CUDA method is Marlin)
+                              paths
+AWQ / GPTQ config classes     ``awq.AWQConfig``,              ``auto_awq.AutoAWQConfig``,
+(``awq_gptq_configs``)        ``awq_marlin.AWQMarlinConfig``, ``auto_gptq.AutoGPTQConfig``
+                              0.19: ``gptq.GPTQConfig``,      for every AWQ / GPTQ name
+                              ``gptq_marlin.GPTQMarlin
+                              Config``; 1Cat: ``auto_gptq.
+                              AutoGPTQConfig``
 KV-cache quant gate           0.19: refuses any method with   refuses methods of fp8
 (``_init_kv_cache_quant``)    e5m2; 1Cat: allows it only      checkpoints with e5m2
                               for its own backend, forcing
@@ -51,6 +60,7 @@ Imports nothing from vLLM (the installed distribution is read from its metadata)
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -89,6 +99,12 @@ class Family:
     """Whether the family runs dense FP8-weight checkpoints on SM70 (upstream's ``Fp8Config``
     asks for compute capability 7.5 and no Volta plugin claims FP8 weights; 1Cat-vLLM
     dequantizes them on SM70)."""
+    awq_gptq_on_sm70: bool
+    """Whether the family runs AWQ and GPTQ checkpoints on SM70 with its own kernels by default
+    (1Cat-vLLM: TurboMind and its SM70 Marlin)."""
+    awq_gptq_configs: Mapping[str, str]
+    """vLLM's config class (``module:Class`` under ``vllm.model_executor.layers.quantization``)
+    registered under each AWQ / GPTQ ``quant_method`` name."""
 
     def admits(self, distribution: str, version: str) -> bool:
         return distribution in self.distributions and _minor(version) in self.versions
@@ -109,6 +125,13 @@ FAMILIES: tuple[Family, ...] = (
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
         per_layer_configs=False,
         fp8_weights_on_sm70=False,
+        awq_gptq_on_sm70=False,
+        awq_gptq_configs={
+            "awq": "awq:AWQConfig",
+            "awq_marlin": "awq_marlin:AWQMarlinConfig",
+            "gptq": "gptq:GPTQConfig",
+            "gptq_marlin": "gptq_marlin:GPTQMarlinConfig",
+        },
     ),
     Family(
         "1Cat-vLLM 1.2-1.3",
@@ -120,6 +143,12 @@ FAMILIES: tuple[Family, ...] = (
         delta_message_module="vllm.entrypoints.openai.engine.protocol",
         per_layer_configs=False,
         fp8_weights_on_sm70=True,
+        awq_gptq_on_sm70=True,
+        awq_gptq_configs={
+            "awq": "awq:AWQConfig",
+            "awq_marlin": "awq_marlin:AWQMarlinConfig",
+            **dict.fromkeys(("gptq", "gptq_marlin", "auto_gptq"), "auto_gptq:AutoGPTQConfig"),
+        },
     ),
     Family(
         "vLLM 0.32-0.33",
@@ -131,6 +160,11 @@ FAMILIES: tuple[Family, ...] = (
         delta_message_module="vllm.entrypoints.generate.base.protocol",
         per_layer_configs=True,
         fp8_weights_on_sm70=False,
+        awq_gptq_on_sm70=False,
+        awq_gptq_configs={
+            **dict.fromkeys(("awq", "awq_marlin", "auto_awq"), "auto_awq:AutoAWQConfig"),
+            **dict.fromkeys(("gptq", "gptq_marlin", "auto_gptq"), "auto_gptq:AutoGPTQConfig"),
+        },
     ),
 )
 
@@ -160,6 +194,13 @@ def family_of(installed: tuple[str, str] | None) -> Family | None:
     if installed is None:
         return None
     return next((f for f in FAMILIES if f.admits(*installed)), None)
+
+
+def installed_family_name() -> str | None:
+    """The installed vLLM's family name, None when no supported vLLM is installed (the plan
+    then asks every family: :func:`volta_core.host.engine_quant.engine_refusal`)."""
+    found = family_of(installed_vllm())
+    return found.name if found is not None else None
 
 
 _family: Family | None = None

@@ -29,29 +29,37 @@ from volta_core.vllm.reasoning import load_object
 #: path (1Cat-vLLM): ``engine`` (the default there) or ``plugin``. Elsewhere plugins always serve
 #: them, since upstream's ``Fp8Config`` refuses compute capability below 7.5.
 ENV_FP8_WEIGHTS = "VLLM_VOLTA_FP8_WEIGHTS"
-FP8_WEIGHT_RUNNERS = ("engine", "plugin")
+#: The same choice for AWQ and GPTQ checkpoints (1Cat-vLLM runs them with its own SM70 kernels).
+ENV_AWQ_GPTQ_WEIGHTS = "VLLM_VOLTA_AWQ_GPTQ_WEIGHTS"
+WEIGHT_RUNNERS = ("engine", "plugin")
+
+#: The ``quant_method`` names of AWQ and GPTQ checkpoints (and vLLM's variants of them).
+AWQ_GPTQ_METHODS = frozenset({"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq"})
 
 
-def fp8_weights_to_plugins(own_fp8_path: bool) -> bool:
-    """Whether the host is asked for an ``fp8`` checkpoint's layers: always on a family without
-    its own SM70 FP8 path, on one with it only when ``VLLM_VOLTA_FP8_WEIGHTS=plugin``.
+def weights_to_plugins(env: str, own_sm70_path: bool) -> bool:
+    """Whether the host is asked for a checkpoint's layers: always on a family without its own
+    SM70 path for the format, on one with it only when the environment variable ``env`` is
+    ``plugin``.
 
-    :raises UsageError: ``VLLM_VOLTA_FP8_WEIGHTS`` is neither ``engine`` nor ``plugin``.
+    :raises UsageError: ``env`` is set to neither ``engine`` nor ``plugin``.
     """
-    chosen = os.environ.get(ENV_FP8_WEIGHTS, "").strip().lower()
-    if chosen and chosen not in FP8_WEIGHT_RUNNERS:
-        raise UsageError(
-            f"{ENV_FP8_WEIGHTS}={chosen!r} is not one of: {', '.join(FP8_WEIGHT_RUNNERS)}"
-        )
-    if not own_fp8_path:
+    chosen = os.environ.get(env, "").strip().lower()
+    if chosen and chosen not in WEIGHT_RUNNERS:
+        raise UsageError(f"{env}={chosen!r} is not one of: {', '.join(WEIGHT_RUNNERS)}")
+    if not own_sm70_path:
         return True
     return chosen == "plugin"
 
 
 def _asks_host(config: QuantConfig) -> bool:
-    """Whether plugins are asked for this checkpoint's layers (:func:`fp8_weights_to_plugins`
-    decides for ``fp8``; every other method always)."""
-    return config.method != "fp8" or fp8_weights_to_plugins(family().fp8_weights_on_sm70)
+    """Whether plugins are asked for this checkpoint's layers (:func:`weights_to_plugins`
+    decides for ``fp8``, AWQ and GPTQ; every other method always)."""
+    if config.method == "fp8":
+        return weights_to_plugins(ENV_FP8_WEIGHTS, family().fp8_weights_on_sm70)
+    if config.method in AWQ_GPTQ_METHODS:
+        return weights_to_plugins(ENV_AWQ_GPTQ_WEIGHTS, family().awq_gptq_on_sm70)
+    return True
 
 
 def routed_experts_class() -> type:
@@ -163,6 +171,86 @@ class _PluginMinCapability:
         return answer
 
 
+def _volta_min_capability(host: _HostQuant, upstream: int, raw: dict[str, Any] | None) -> int:
+    """Upstream's minimum, or this GPU's capability where a plugin serves the checkpoint's
+    layers (vLLM checks it once, on the instance, at start-up)."""
+    device = host.judge_device()
+    if raw is None or device is None or not host.serves_linear_layers(raw):
+        return upstream
+    return min(upstream, device.capability[0] * 10 + device.capability[1])
+
+
+def _asymmetric_type_map(base: type) -> dict[Any, Any] | None:
+    """``base.TYPE_MAP`` keyed by ``(bits, symmetric)`` with the asymmetric 4- and 8-bit types
+    added, or None when the class keys it otherwise."""
+    from vllm.scalar_type import scalar_types
+
+    known = getattr(base, "TYPE_MAP", None)
+    if not isinstance(known, dict) or not all(isinstance(key, tuple) for key in known):
+        return None
+    return {**known, (4, False): scalar_types.uint4, (8, False): scalar_types.uint8}
+
+
+def _awq_gptq_override(host: _HostQuant, base: type, method: str) -> type:
+    """A subclass of one of vLLM's AWQ or GPTQ configs that asks the host first for every
+    linear and routed-experts layer, and lets a checkpoint a plugin serves pass the capability
+    gate; anything no plugin claims keeps the class's own behaviour."""
+
+    class VoltaAwqGptqConfig(base):  # type: ignore[misc, valid-type]
+        volta_raw: dict[str, Any]
+
+        volta_refusal: str | None = None
+        """What vLLM's own config refused of a checkpoint a plugin serves; a quantized layer
+        no plugin claims then fails with it (vLLM's methods were not built for it)."""
+
+        @classmethod
+        def from_config(cls, config: dict[str, Any]) -> Any:
+            raw = dict(config, quant_method=method)
+            try:
+                instance = super().from_config(config)
+            except ValueError as exc:
+                if not host.serves_linear_layers(raw):
+                    raise
+                instance = cls._past_engine_refusal(config)
+                instance.volta_refusal = str(exc)
+            instance.volta_raw = raw
+            return instance
+
+        @classmethod
+        def _past_engine_refusal(cls, config: dict[str, Any]) -> Any:
+            """The config as vLLM 0.32+ builds it for a checkpoint it refuses and a plugin
+            serves: asymmetric types its GPTQ Marlin kernels lack, act-order (``desc_act``) it
+            dropped; the plugin reads both from ``volta_raw``."""
+            widened = _asymmetric_type_map(base)
+            if widened is not None:
+                cls.TYPE_MAP = widened
+            try:
+                return super().from_config(dict(config, desc_act=False))
+            finally:
+                if widened is not None:
+                    del cls.TYPE_MAP
+
+        get_min_capability = _PluginMinCapability(base.get_min_capability)
+
+        def volta_min_capability(self) -> int:
+            upstream = int(base.get_min_capability())
+            return _volta_min_capability(host, upstream, getattr(self, "volta_raw", None))
+
+        def get_quant_method(self, layer: Any, prefix: str) -> Any:
+            raw = getattr(self, "volta_raw", None)
+            claimed = host.claim(self, raw, layer, prefix) if raw is not None else None
+            if claimed is not None:
+                return claimed
+            method = super().get_quant_method(layer, prefix)
+            unquantized = method is None or "Unquantized" in type(method).__name__
+            if self.volta_refusal is not None and not unquantized:
+                raise ValueError(f"{prefix}: no Volta plugin claims it; {self.volta_refusal}")
+            return method
+
+    VoltaAwqGptqConfig.__name__ = VoltaAwqGptqConfig.__qualname__ = f"Volta{base.__name__}"
+    return VoltaAwqGptqConfig
+
+
 def make_checkpoint_scales_kv_method() -> type:
     """vLLM's compressed-tensors KV method, which loads the checkpoint's per-tensor or
     per-head K/V scales, under a name the report and the tests recognise."""
@@ -193,10 +281,12 @@ def install_kv_method(layer: Any, method: Any) -> None:
 def make_quantization_overrides(
     manager: VoltaPluginManager, judge_device: Callable[[], Device | None]
 ) -> dict[str, type]:
-    """Subclasses of vLLM's ``compressed-tensors`` and ``fp8`` configs that ask the host first.
+    """Subclasses of vLLM's ``compressed-tensors``, ``fp8``, AWQ and GPTQ configs that ask
+    the host first, by the ``quant_method`` name each is registered under.
 
     Built per call (tests pass their own manager); the ones vLLM uses are the module
-    attributes :data:`VoltaCompressedTensorsConfig` and :data:`VoltaFp8Config`.
+    attributes :data:`VoltaCompressedTensorsConfig`, :data:`VoltaFp8Config` and the AWQ / GPTQ
+    classes (``Volta<vLLM's class name>``, named by :func:`_quant_classes` per family).
     """
     from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
         CompressedTensorsConfig,
@@ -239,14 +329,8 @@ def make_quantization_overrides(
         get_min_capability = _PluginMinCapability(Fp8Config.get_min_capability)
 
         def volta_min_capability(self) -> int:
-            """Upstream's minimum, or this GPU's capability where a plugin serves the
-            checkpoint's layers (vLLM checks it once, on the instance, at start-up)."""
             upstream = int(Fp8Config.get_min_capability())
-            raw = getattr(self, "volta_raw", None)
-            device = host.judge_device()
-            if raw is None or device is None or not host.serves_linear_layers(raw):
-                return upstream
-            return min(upstream, device.capability[0] * 10 + device.capability[1])
+            return _volta_min_capability(host, upstream, getattr(self, "volta_raw", None))
 
         def get_quant_method(self, layer: Any, prefix: str) -> Any:
             raw = getattr(self, "volta_raw", None)
@@ -262,7 +346,19 @@ def make_quantization_overrides(
                 return claimed
             return super().get_quant_method(layer, prefix)
 
-    return {"compressed-tensors": VoltaCompressedTensorsConfig, "fp8": VoltaFp8Config}
+    overrides: dict[str, type] = {
+        "compressed-tensors": VoltaCompressedTensorsConfig,
+        "fp8": VoltaFp8Config,
+    }
+    built: dict[str, type] = {}
+    for name, path in family().awq_gptq_configs.items():
+        if path not in built:
+            module, _, cls = path.partition(":")
+            base = load_object(f"vllm.model_executor.layers.quantization.{module}:{cls}")
+            method = "awq" if "awq" in name else "gptq"
+            built[path] = _awq_gptq_override(host, base, method)
+        overrides[name] = built[path]
+    return overrides
 
 
 #: Module attributes built on first access, so pickle finds the classes by name in a spawned
@@ -272,12 +368,21 @@ _QUANT_CLASSES = {"VoltaCompressedTensorsConfig": "compressed-tensors", "VoltaFp
 _quant_overrides: dict[str, type] | None = None
 
 
+def _quant_classes() -> dict[str, str]:
+    """Module attribute -> the ``quant_method`` name its class is registered under (the AWQ
+    and GPTQ classes are the installed family's: ``Volta<vLLM's class name>``)."""
+    classes = dict(_QUANT_CLASSES)
+    for name, path in family().awq_gptq_configs.items():
+        classes.setdefault(f"Volta{path.partition(':')[2]}", name)
+    return classes
+
+
 def quantization_overrides() -> dict[str, type]:
     """The process's override classes, bound to the process-wide plugin manager."""
     global _quant_overrides
     if _quant_overrides is None:
         built = make_quantization_overrides(get_plugin_manager(), devices.judge_device)
-        for attribute, name in _QUANT_CLASSES.items():
+        for attribute, name in _quant_classes().items():
             built[name].__module__ = __name__
             built[name].__qualname__ = built[name].__name__ = attribute
         _quant_overrides = built
@@ -285,8 +390,8 @@ def quantization_overrides() -> dict[str, type]:
 
 
 def __getattr__(name: str) -> Any:
-    if name in _QUANT_CLASSES:
-        return quantization_overrides()[_QUANT_CLASSES[name]]
+    if name.startswith("Volta") and name in (classes := _quant_classes()):
+        return quantization_overrides()[classes[name]]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -38,6 +38,7 @@ from volta_core import DEFAULT_FUSED, QuantConfig, QuantLayer, ignored_module
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import (
     SCALE_DTYPES,
+    PackedWeights,
     WeightFormatError,
     check_scales,
     prepare,
@@ -199,34 +200,54 @@ class WNA16LinearMethod(LinearMethodBase):
         for tensor in ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape"):
             delattr(layer, tensor)
         del layer.ct_wna16_record
-        layer.register_parameter("ct_qweight", torch.nn.Parameter(pw.qweight, requires_grad=False))
-        layer.register_parameter("ct_scales", torch.nn.Parameter(pw.scales, requires_grad=False))
-        for attr in ("zeros", "zeros8"):
-            value = getattr(pw, attr)
-            if value is not None:
-                param = torch.nn.Parameter(value, requires_grad=False)
-                layer.register_parameter(f"ct_{attr}", param)
-            else:
-                setattr(layer, f"ct_{attr}", None)
-        layer.ct_wna16_meta = (pw.k, pw.bits, pw.group)
-        # The tensor-core builds compile now, before vLLM captures its CUDA graphs.
-        ops.warm_up(pw)
+        install_packed(layer, pw)
 
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        k, bits, group = layer.ct_wna16_meta
-        return ops.linear_op(
-            x,
-            layer.ct_qweight,
-            layer.ct_scales,
-            layer.ct_zeros,
-            layer.ct_zeros8,
-            bias,
-            k,
-            bits,
-            group,
-        )
+        return apply_packed(layer, x, bias)
+
+
+def install_packed(
+    layer: torch.nn.Module, pw: PackedWeights, perm: torch.Tensor | None = None
+) -> None:
+    """Register one layer's weights in the kernels' layout (``ct_*`` parameters) and, on a
+    V100, compile the tensor-core GEMM's builds now, before vLLM captures its CUDA graphs.
+    ``perm``: an act-order layer's input permutation (:class:`volta_ct_wna16.repack.Repacked`)."""
+    layer.register_parameter("ct_qweight", torch.nn.Parameter(pw.qweight, requires_grad=False))
+    layer.register_parameter("ct_scales", torch.nn.Parameter(pw.scales, requires_grad=False))
+    for attr in ("zeros", "zeros8"):
+        value = getattr(pw, attr)
+        if value is not None:
+            layer.register_parameter(f"ct_{attr}", torch.nn.Parameter(value, requires_grad=False))
+        else:
+            setattr(layer, f"ct_{attr}", None)
+    if perm is not None:
+        layer.register_buffer("ct_perm", perm, persistent=False)
+    else:
+        layer.ct_perm = None
+    layer.ct_wna16_meta = (pw.k, pw.bits, pw.group)
+    ops.warm_up(pw)
+
+
+def apply_packed(
+    layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ W.T + bias`` on the weights :func:`install_packed` registered."""
+    k, bits, group = layer.ct_wna16_meta
+    if layer.ct_perm is not None:
+        x = x.index_select(-1, layer.ct_perm)
+    return ops.linear_op(
+        x,
+        layer.ct_qweight,
+        layer.ct_scales,
+        layer.ct_zeros,
+        layer.ct_zeros8,
+        bias,
+        k,
+        bits,
+        group,
+    )
 
 
 def kernels_run_here() -> bool:

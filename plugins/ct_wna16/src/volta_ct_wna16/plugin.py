@@ -2,10 +2,11 @@
 
 It claims the linear layers and the fused MoE experts of compressed-tensors ``pack-quantized``
 checkpoints that are weight-only int4/int8, group-wise (32, 64, 128) or channel-wise, symmetric
-or asymmetric, on Volta and Turing (compute capability 7.x, where vLLM's own WNA16 kernels
-refuse: minimum 7.5 for Marlin-class kernels) and on the Hopper H100 the kernels are tested on.
-Everything else in such a checkpoint is declined with the reason, so ``vllm-volta plan`` shows
-why.
+or asymmetric, and of AWQ (GEMM packing) and GPTQ checkpoints of the same schemes (weights
+repacked once at load: :mod:`volta_ct_wna16.repack`), on Volta and Turing (compute
+capability 7.x, where vLLM's own WNA16, AWQ and Marlin kernels refuse: minimum 7.5) and on
+the Hopper H100 the kernels are tested on. Everything else in such a checkpoint is declined
+with the reason, so ``vllm-volta plan`` shows why.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from volta_core import (
     hookimpl,
 )
 from volta_core.kernel_api import StageCost, Workload
+from volta_ct_wna16.awq_gptq import AWQ_METHODS, GPTQ_METHODS
 from volta_ct_wna16.limits import supports_device
-from volta_ct_wna16.scheme import Unsupported, WeightScheme, quant_layer_scheme
+from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
 
 VOLTA_HOST_API = "1.2"
 
@@ -41,10 +43,18 @@ FACTORY = "volta_ct_wna16.linear:make_linear_method"
 #: The factory for claimed fused MoE experts.
 MOE_FACTORY = "volta_ct_wna16.moe:make_moe_method"
 
+#: The factories for AWQ and GPTQ checkpoints' linear layers and fused MoE experts.
+AWQ_GPTQ_FACTORY = "volta_ct_wna16.awq_gptq_linear:make_linear_method"
+AWQ_GPTQ_MOE_FACTORY = "volta_ct_wna16.awq_gptq_moe:make_moe_method"
+
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
 
 COMPRESSED_TENSORS = "compressed-tensors"
+
+#: The ``quant_method`` names the plugin reads (vLLM's Marlin and "auto" variants of AWQ and
+#: GPTQ name the same checkpoints).
+METHODS = frozenset({COMPRESSED_TENSORS}) | AWQ_METHODS | GPTQ_METHODS
 
 
 @hookimpl
@@ -54,8 +64,9 @@ def volta_quant_methods() -> Iterable[QuantMethodSpec]:
             name=METHOD,
             impl=FACTORY,
             description=(
-                "compressed-tensors pack-quantized int4/int8 weights (group 32/64/128 or "
-                "channel-wise, sym/asym), fp16 activations, Triton split-K GEMV and GEMM, and "
+                "compressed-tensors pack-quantized, AWQ and GPTQ int4/int8 weights (group "
+                "32/64/128 or channel-wise, sym/asym, GPTQ act-order), fp16 activations, "
+                "Triton split-K GEMV and GEMM, and "
                 "on a V100 with NVRTC a CUDA tensor-core GEMM for 8-256 tokens; fused MoE "
                 "experts: GEMVs on the router's ids up to 16 tokens, routed blocks above"
             ),
@@ -67,7 +78,7 @@ def volta_quant_methods() -> Iterable[QuantMethodSpec]:
 def volta_quant_method(
     config: QuantConfig, layer: QuantLayer, device: Device
 ) -> QuantClaim | QuantDecline | None:
-    if config.method != COMPRESSED_TENSORS:
+    if config.method not in METHODS:
         return None
     scheme = quant_layer_scheme(config.raw, layer)
     if scheme is None:
@@ -80,15 +91,24 @@ def volta_quant_method(
             f"{device.sm} is neither Volta/Turing nor a tested device; "
             "vLLM's own kernels run there",
         )
+    compressed = scheme.packing is Packing.CT
     if layer.kind is LayerKind.FUSED_MOE:
         return QuantClaim(
             method=METHOD,
-            impl=MOE_FACTORY,
+            impl=MOE_FACTORY if compressed else AWQ_GPTQ_MOE_FACTORY,
             priority=PRIORITY,
             detail=f"{scheme.label} fused MoE experts",
         )
+    detail = scheme.label
+    if scheme.act_order:
+        detail += ": rows sorted by group at load, each call gathers its input"
     # The kernels at each token count are the plan's kernel paths (volta_kernel_paths).
-    return QuantClaim(method=METHOD, impl=FACTORY, priority=PRIORITY, detail=scheme.label)
+    return QuantClaim(
+        method=METHOD,
+        impl=FACTORY if compressed else AWQ_GPTQ_FACTORY,
+        priority=PRIORITY,
+        detail=detail,
+    )
 
 
 @hookimpl

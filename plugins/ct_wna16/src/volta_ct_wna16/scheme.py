@@ -13,7 +13,6 @@ hooks and the layer factories all call, so a claim and the method built for it a
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from volta_core import (
@@ -23,46 +22,15 @@ from volta_core import (
     ignored_module,
     matching_group,
 )
+from volta_ct_wna16.awq_gptq import is_awq_or_gptq, method_scheme
 from volta_ct_wna16.limits import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
+from volta_ct_wna16.weight_scheme import Packing, Unsupported, WeightScheme
 
 #: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
 EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
 
 #: The compressed-tensors format this plugin reads.
 PACK_QUANTIZED = "pack-quantized"
-
-
-@dataclass(frozen=True)
-class WeightScheme:
-    """The weight quantization of one layer, as the kernels need it.
-
-    ``group_size`` is None for channel-wise scales (one group spanning the whole input).
-    """
-
-    num_bits: int
-    symmetric: bool
-    group_size: int | None
-
-    @property
-    def pack_factor(self) -> int:
-        """Values per int32 word in ``weight_packed``."""
-        return 32 // self.num_bits
-
-    @property
-    def label(self) -> str:
-        grouping = f"g{self.group_size}" if self.group_size else "channel"
-        return f"W{self.num_bits}A16 {grouping} {'sym' if self.symmetric else 'asym'}"
-
-    def group_for(self, input_size: int) -> int:
-        """The group length along the input dimension (the whole input when channel-wise)."""
-        return self.group_size if self.group_size else input_size
-
-
-@dataclass(frozen=True)
-class Unsupported:
-    """A layer the checkpoint quantizes in a way this plugin does not run, and why."""
-
-    reason: str
 
 
 def weight_scheme(raw: Mapping[str, Any], group: Mapping[str, Any]) -> WeightScheme | Unsupported:
@@ -156,15 +124,33 @@ def quant_layer_scheme(
     fused: Mapping[str, Sequence[str]] = DEFAULT_FUSED,
     ignore: Iterable[str] | None = None,
 ) -> WeightScheme | Unsupported | None:
-    """The scheme of a layer the plugin may serve, from the checkpoint's config ``raw``: the one
+    """The scheme of a layer the plugin may serve, from the checkpoint's config ``raw``
+    (compressed-tensors, or AWQ/GPTQ: :func:`volta_ct_wna16.awq_gptq.method_scheme`): the one
     reading that the claim (``volta_quant_method``), the plan's hooks and the layer factories
     (:func:`volta_ct_wna16.linear.make_linear_method`, :func:`volta_ct_wna16.moe.make_moe_method`)
     share. Fused experts read expert 0's projections (:func:`expert_scheme`, ``ignore``
     replacing the checkpoint's list where given); a linear layer its own module, ``fused``
     naming the model's fused modules. None: the layer stays unquantized, or is neither kind.
     """
+    if layer.kind not in (LayerKind.FUSED_MOE, LayerKind.LINEAR):
+        return None
+    if is_awq_or_gptq(raw):
+        return method_scheme(raw, layer.prefix, layer.kind is LayerKind.FUSED_MOE, fused)
     if layer.kind is LayerKind.FUSED_MOE:
         return expert_scheme(raw, layer.prefix, ignore=ignore)
     if layer.kind is LayerKind.LINEAR:
         return layer_scheme(raw, layer.prefix, is_linear=True, fused=fused)
     return None
+
+
+__all__ = [
+    "EXPERT_PROJECTIONS",
+    "PACK_QUANTIZED",
+    "Packing",
+    "Unsupported",
+    "WeightScheme",
+    "expert_scheme",
+    "layer_scheme",
+    "quant_layer_scheme",
+    "weight_scheme",
+]

@@ -1,0 +1,236 @@
+"""AWQ and GPTQ checkpoints: their configs read as vLLM reads them, their tensors repacked into
+the kernels' layout bit for bit, and vLLM's own layers loading them through the adapter.
+
+The layers are made by vLLM's quantization test utilities (``ct_wna16_awq_gptq``), whose
+dequantized reference the repacked weights must equal exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM's quant utilities make the layers: needs vLLM")
+
+import _vllm_layers as vl
+from ct_wna16_awq_gptq import Layer, make_layer, quantization_config
+
+from volta_core import Device, LayerKind, QuantConfig, QuantLayer
+from volta_ct_wna16 import plugin
+from volta_ct_wna16.awq_gptq_linear import AWQGPTQLinearMethod
+from volta_ct_wna16.layout import WeightFormatError, dequantize
+from volta_ct_wna16.repack import gptq_weights
+from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
+from volta_devkit.testing import rel_error
+
+AWQ, GPTQ, GPTQ_V2 = Packing.AWQ, Packing.GPTQ, Packing.GPTQ_V2
+
+#: Every bit width, group size and zero-point convention each format stores.
+SCHEMES = [
+    *(WeightScheme(b, False, g, AWQ) for b in (4, 8) for g in (32, 64, 128, None)),
+    *(WeightScheme(b, s, g, GPTQ) for b in (4, 8) for s in (True, False) for g in (32, 128, None)),
+    WeightScheme(4, False, 64, GPTQ_V2),
+    WeightScheme(8, True, 64, GPTQ_V2),
+    WeightScheme(4, True, 128, GPTQ, act_order=True),
+    WeightScheme(8, False, 32, GPTQ, act_order=True),
+]
+
+
+def _id(scheme: WeightScheme) -> str:
+    return scheme.label.replace(" ", "-").replace(",", "")
+
+
+def _unpermuted(layer: Layer) -> torch.Tensor:
+    """The repacked layer dequantized in fp16, its input rows back in the checkpoint's order."""
+    repacked = layer.repacked()
+    dense = dequantize(repacked.weights, torch.float16)
+    return dense if repacked.perm is None else dense[:, torch.argsort(repacked.perm)]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES, ids=_id)
+def test_repack_equals_the_producers_reference(scheme: WeightScheme) -> None:
+    # N a multiple of 8 but of no tile; K three groups (or 200 inputs, channel-wise).
+    k = 3 * scheme.group_size if scheme.group_size else 200
+    layer = make_layer(56, k, scheme, seed=k + scheme.num_bits)
+    assert torch.equal(_unpermuted(layer), layer.reference)
+
+
+def test_act_order_rows_are_sorted_into_whole_groups() -> None:
+    layer = make_layer(24, 256, WeightScheme(4, True, 64, GPTQ, act_order=True), seed=4)
+    repacked = layer.repacked()
+    groups = layer.tensors["g_idx"][repacked.perm.long()]
+    assert torch.equal(groups, torch.arange(256, dtype=torch.int32) // 64)
+
+
+def _raw(method: str, **extra: object) -> dict[str, object]:
+    base = quantization_config(WeightScheme(4, method != "awq", 128, Packing(method)))
+    return {**base, **extra}
+
+
+LINEAR = "model.layers.0.mlp.down_proj"
+
+
+@pytest.mark.parametrize(
+    ("raw", "prefix", "expected"),
+    [
+        (_raw("awq"), LINEAR, "W4A16 g128 asym (awq)"),
+        (_raw("awq", quant_method="awq_marlin", group_size=-1), LINEAR, "W4A16 channel"),
+        (_raw("awq", bits=8), LINEAR, "8-bit AWQ"),
+        (_raw("awq", modules_to_not_convert=["mlp"]), LINEAR, None),
+        (_raw("awq", zero_point=False), LINEAR, "without zero points"),
+        (_raw("awq", version="gemv"), LINEAR, "GEMM packing"),
+        (_raw("awq", bits=3), LINEAR, "3-bit"),
+        (_raw("gptq"), LINEAR, "W4A16 g128 sym (gptq)"),
+        (_raw("gptq", sym=False, checkpoint_format="gptq_v2"), LINEAR, "asym (gptq_v2)"),
+        (_raw("gptq", desc_act=True), LINEAR, "(gptq, act-order)"),
+        (_raw("gptq", desc_act=True, group_size=-1), LINEAR, "W4A16 channel sym (gptq)"),
+        (_raw("gptq", group_size=96), LINEAR, "group size 96"),
+        (_raw("gptq", checkpoint_format="marlin"), LINEAR, "format 'marlin'"),
+        (_raw("gptq", dynamic={r"-:.*\.mlp\..*": {}}), LINEAR, None),
+        (_raw("gptq", dynamic={r"+:.*down_proj": {"bits": 8}}), LINEAR, "W8A16 g128 sym"),
+        (_raw("gptq", modules_in_block_to_quantize=[["self_attn.q_proj"]]), LINEAR, None),
+        (_raw("gptq", modules_in_block_to_quantize=["mlp.down_proj"]), LINEAR, "W4A16"),
+    ],
+)
+def test_config_reading(raw: dict[str, object], prefix: str, expected: str | None) -> None:
+    scheme = quant_layer_scheme(raw, QuantLayer(LayerKind.LINEAR, prefix, 4096, 4096))
+    if expected is None:
+        assert scheme is None
+    elif isinstance(scheme, Unsupported):
+        assert expected in scheme.reason
+    else:
+        assert scheme is not None
+        assert expected in scheme.label
+
+
+def test_claims_and_declines_on_each_device() -> None:
+    layer = QuantLayer(LayerKind.LINEAR, LINEAR, 4096, 4096)
+    experts = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768)
+    for method in ("awq", "awq_marlin", "gptq", "gptq_marlin"):
+        raw = {**_raw(method.split("_")[0]), "quant_method": method}
+        claim = plugin.volta_quant_method(QuantConfig(method, raw), layer, Device((7, 0)))
+        moe = plugin.volta_quant_method(QuantConfig(method, raw), experts, Device((7, 0)))
+        assert getattr(claim, "impl", None) == plugin.AWQ_GPTQ_FACTORY, method
+        assert getattr(moe, "impl", None) == plugin.AWQ_GPTQ_MOE_FACTORY, method
+    declined = plugin.volta_quant_method(
+        QuantConfig("gptq", _raw("gptq", bits=3)), layer, Device((7, 0))
+    )
+    assert declined is not None
+    assert "3-bit" in declined.reason
+    act_order = QuantConfig("gptq", _raw("gptq", desc_act=True))
+    moe = plugin.volta_quant_method(act_order, experts, Device((7, 0)))
+    assert moe is not None
+    assert "act-order" in moe.reason
+    ampere = plugin.volta_quant_method(QuantConfig("awq", _raw("awq")), layer, Device((8, 0)))
+    assert ampere is not None
+    assert "vLLM's own kernels" in ampere.reason
+
+
+@pytest.fixture(scope="module")
+def vllm_single_rank() -> Iterator[None]:
+    with vl.vllm_process():
+        yield
+
+
+K = 256
+SIZES = {"column": [48], "row": [40], "merged": [48, 48], "qkv": [64, 32, 32]}
+LAYER_SCHEMES = [
+    WeightScheme(4, False, 128, AWQ),
+    WeightScheme(4, False, 32, AWQ),
+    WeightScheme(4, True, 64, GPTQ),
+    WeightScheme(4, False, None, GPTQ),
+    WeightScheme(8, False, 64, GPTQ_V2),
+    WeightScheme(4, True, 32, GPTQ, act_order=True),
+]
+
+
+@pytest.mark.usefixtures("vllm_single_rank")
+@pytest.mark.parametrize("scheme", LAYER_SCHEMES, ids=_id)
+@pytest.mark.parametrize("kind", ["column", "row", "merged", "qkv"])
+def test_vllm_layer_matches_float64_reference(kind: str, scheme: WeightScheme) -> None:
+    layer = vl.build(kind, SIZES[kind], K, quantization_config(scheme), bias=kind != "row")
+    assert isinstance(layer.quant_method, AWQGPTQLinearMethod)
+    shards = [make_layer(n, K, scheme, i + 7, order_seed=7) for i, n in enumerate(SIZES[kind])]
+    biases = [torch.randn(n).half() for n in SIZES[kind]] if kind != "row" else None
+    vl.load(layer, shards, biases)
+    for gone in ("qweight", "qzeros", "scales", "g_idx"):
+        assert not hasattr(layer, gone), f"{gone} was not released"
+    assert (layer.ct_perm is not None) == scheme.act_order
+    x = torch.randn(5, K).half()
+    ref = x.double() @ torch.cat([s.reference for s in shards]).double().t()
+    if biases is not None:
+        ref += torch.cat(biases).double()
+    out, _ = layer(x)
+    assert rel_error(out, ref) < 2e-3
+    one, _ = layer(x[:1])
+    assert rel_error(one, ref[:1]) < 2e-3
+
+
+def _load_bad(scheme: WeightScheme, mutate) -> None:
+    layer = vl.build("column", [48], K, quantization_config(scheme), bias=False)
+    shard = make_layer(48, K, scheme, seed=1)
+    mutate(shard.tensors)
+    vl.load(layer, [shard], None)
+
+
+@pytest.mark.usefixtures("vllm_single_rank")
+@pytest.mark.parametrize(
+    ("scheme", "mutate", "message"),
+    [
+        (
+            WeightScheme(4, False, 128, AWQ),
+            lambda t: t.update(qweight=t["qweight"][:, :4]),
+            "qweight of shape (256, 4)",
+        ),
+        (
+            WeightScheme(4, False, 128, AWQ),
+            lambda t: t.update(qzeros=t["qzeros"][:1]),
+            "qzeros",
+        ),
+        (
+            WeightScheme(4, True, 64, GPTQ),
+            lambda t: t.update(scales=t["scales"].float().fill_(float("nan"))),
+            "NaN",
+        ),
+        (
+            WeightScheme(4, True, 64, GPTQ),
+            lambda t: t.update(qweight=t["qweight"].to(torch.int64)),
+            "qweight is torch.int64",
+        ),
+    ],
+    ids=["awq-qweight-columns", "awq-qzeros-rows", "gptq-nan-scales", "gptq-int64-qweight"],
+)
+def test_malformed_checkpoints_fail_at_load_naming_the_tensor(scheme, mutate, message) -> None:
+    with pytest.raises(WeightFormatError, match=r"model\.layers\.0\.mlp\.up") as caught:
+        _load_bad(scheme, mutate)
+    assert message in str(caught.value)
+
+
+@pytest.mark.usefixtures("vllm_single_rank")
+def test_fused_shards_of_two_row_orders_are_refused() -> None:
+    scheme = WeightScheme(4, True, 32, GPTQ, act_order=True)
+    layer = vl.build("merged", [48, 48], K, quantization_config(scheme), bias=False)
+    shards = [make_layer(48, K, scheme, seed=i) for i in range(2)]
+    with pytest.raises(WeightFormatError, match="g_idx differ"):
+        vl.load(layer, shards, None)
+
+
+def test_act_order_groups_split_across_ranks_are_refused() -> None:
+    scheme = WeightScheme(4, True, 32, GPTQ, act_order=True)
+    layer = make_layer(16, 128, scheme, seed=2)
+    t = layer.tensors
+    half = torch.cat([t["g_idx"][:64], t["g_idx"][:64]])  # one rank's rows of mixed groups
+    with pytest.raises(WeightFormatError, match="tensor parallel size 1"):
+        gptq_weights(
+            "x",
+            scheme,
+            n=16,
+            k=128,
+            qweight=t["qweight"],
+            qzeros=t["qzeros"],
+            scales=t["scales"],
+            g_idx=half,
+            act_dtype=torch.float16,
+        )

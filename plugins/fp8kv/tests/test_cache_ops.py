@@ -16,7 +16,7 @@ import torch
 from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, VoltaPluginManager, kv_cache_writer
 from volta_fp8kv import __version__, cache_ops, plugin
 from volta_fp8kv.kernels import cache_write
-from volta_fp8kv.ops import KVCacheInputError
+from volta_fp8kv.ops import KVCacheInputError, constant_scales
 
 FORMATS = ("float16", "fp8_e5m2", "fp8_e4m3")
 TORCH_FP8 = {"fp8_e5m2": torch.float8_e5m2, "fp8_e4m3": torch.float8_e4m3fn}
@@ -385,6 +385,19 @@ def test_scales_given_as_numbers_are_made_once_not_per_step(host, launches, fmt,
     assert k is k_again
     assert v is v_again
     assert (k.tolist(), v.tolist()) == ([k_scale or 1.0], [v_scale or 1.0])
+
+
+def test_scales_made_from_numbers_live_as_long_as_the_process():
+    """A captured CUDA graph reads them at every replay: more layers' values than any cache
+    size must not free the first (an LRU's eviction would hand its memory to other data)."""
+    device = torch.device("cpu")
+    first = constant_scales(0.5, 0.25, device)
+    address = first.k.data_ptr()
+    for i in range(200):
+        constant_scales(1.0 + i, 2.0 + i, device)
+    again = constant_scales(0.5, 0.25, device)
+    assert again is first
+    assert again.k.data_ptr() == address
 
 
 @pytest.mark.parametrize("shape", [(2,), (2, 1, 1), (1,), ()])

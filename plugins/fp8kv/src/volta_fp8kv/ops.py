@@ -9,7 +9,8 @@ and the kernels still mask anything outside the cache so memory stays safe.
 
 from __future__ import annotations
 
-import functools
+import math
+import threading
 
 import torch
 
@@ -94,14 +95,31 @@ def _check_head_sizes(head_size_k: int, head_size_v: int) -> None:
         )
 
 
-@functools.lru_cache(maxsize=64)
+# Scales made from numbers, kept for the life of the process and never dropped: a captured CUDA
+# graph reads a tensor's memory on every replay, so freeing one (as an LRU cache's eviction
+# would) could hand memory the graph still reads to other data. The table is bounded by what
+# fills it: a model's layers have a fixed set of scale values, at most two per layer.
+_constant_scales: dict[tuple[float, float, torch.device], KVScales] = {}
+_constant_lock = threading.Lock()
+
+
 def constant_scales(k: float, v: float, device: torch.device) -> KVScales:
     """Per-tensor scales given as numbers, made once per value and device rather than at every
-    write: unscaled writes allocate nothing."""
-    return KVScales(
-        torch.full((1,), k, dtype=torch.float32, device=device),
-        torch.full((1,), v, dtype=torch.float32, device=device),
-    )
+    write (unscaled writes allocate nothing), and never freed while the process runs."""
+    key = (k, v, device)
+    scales = _constant_scales.get(key)
+    if scales is not None:
+        return scales
+    if not (math.isfinite(k) and math.isfinite(v)):
+        raise KVCacheInputError(f"scales must be finite numbers, got {k} and {v}")
+    with _constant_lock:
+        return _constant_scales.setdefault(
+            key,
+            KVScales(
+                torch.full((1,), k, dtype=torch.float32, device=device),
+                torch.full((1,), v, dtype=torch.float32, device=device),
+            ),
+        )
 
 
 def _check_scales(

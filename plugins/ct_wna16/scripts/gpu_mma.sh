@@ -4,13 +4,14 @@
 #   OUT=DIR bash plugins/ct_wna16/scripts/gpu_mma.sh
 # Needs cuda-bindings 12.x and a CUDA 12 NVRTC importable (pip install "vllm-volta-core[cuda]",
 # or PYTHONPATH/LD_LIBRARY_PATH set by the caller). Run from the repository root; logs land in
-# $OUT (default /tmp/ct_wna16_mma_out); keep a run's in docs/perf/ct_wna16/<topic>/.
+# $OUT (default: `mktemp -d`); keep a run's in docs/perf/ct_wna16/<topic>/.
 set -uo pipefail
 here=plugins/ct_wna16
-out=${OUT:-/tmp/ct_wna16_mma_out}
+out=${OUT:-$(mktemp -d -t ct_wna16_mma_out.XXXXXX)}
 mkdir -p "$out"
+echo "logs in $out"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
-export PYTHONUNBUFFERED=1 VLLM_VOLTA_CUDA_CACHE=${VLLM_VOLTA_CUDA_CACHE:-/tmp/cudacache}
+export PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/$here/.tcache
 pytest=(python3 -m pytest -p volta_devkit.testing -p no:cacheprovider --rootdir=$here -q)
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -3,13 +3,14 @@
 # ones, the benchmark beside vLLM's Triton fused-MoE kernel and fp16 cuBLAS (with the decode
 # launches' sweep), then compute-sanitizer memcheck and racecheck on the small launches.
 #   OUT=DIR VLLM_FUSED_MOE=.peer_carry/vllm_0_33_fused_moe.py bash plugins/ct_wna16/scripts/gpu_moe.sh
-# Run from the repository root; logs land in $OUT (default /tmp/ct_wna16_moe_out); keep a run's
+# Run from the repository root; logs land in $OUT (default: `mktemp -d`); keep a run's
 # in docs/perf/ct_wna16/moe_decode/. VLLM_FUSED_MOE: vLLM 0.33's fused_moe.py (the benchmark
 # takes its Triton kernel from it; without it the vLLM columns stay empty).
 set -uo pipefail
 here=plugins/ct_wna16
-out=${OUT:-/tmp/ct_wna16_moe_out}
+out=${OUT:-$(mktemp -d -t ct_wna16_moe_out.XXXXXX)}
 mkdir -p "$out"
+echo "logs in $out"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/$here/.tcache
 pytest=(python3 -m pytest -p volta_devkit.testing -p no:cacheprovider --rootdir=$here -q)

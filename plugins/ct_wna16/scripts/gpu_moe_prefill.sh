@@ -5,12 +5,13 @@
 # (padded bmm) beside its 8192-cube rate. The MoE kernels' GPU tests and sanitizer runs are
 # gpu_moe.sh's. The benchmark starts no tile after --budget-s (180 s).
 #   OUT=DIR bash plugins/ct_wna16/scripts/gpu_moe_prefill.sh
-# Run from the repository root; logs land in $OUT (default /tmp/ct_wna16_moe_prefill_out); keep
+# Run from the repository root; logs land in $OUT (default: `mktemp -d`); keep
 # a run's in docs/perf/ct_wna16/moe_prefill/. BENCH_ARGS: the benchmark's own options.
 set -uo pipefail
 here=plugins/ct_wna16
-out=${OUT:-/tmp/ct_wna16_moe_prefill_out}
+out=${OUT:-$(mktemp -d -t ct_wna16_moe_prefill_out.XXXXXX)}
 mkdir -p "$out"
+echo "logs in $out"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
 export PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=$PWD/$here/.tcache
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

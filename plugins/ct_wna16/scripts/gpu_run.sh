@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One GPU call: the kernels' GPU tests (the README's, "Tests"), then the benchmark (table last).
 #   OUT=DIR bash plugins/ct_wna16/scripts/gpu_run.sh [bench options, e.g. --sweep]
-# Logs land under $OUT (default /tmp/ct_wna16_out); keep a run's in docs/perf/ct_wna16/<run>/.
+# Logs land under $OUT (default: `mktemp -d`); keep a run's in docs/perf/ct_wna16/<run>/.
 # Run from the repository root on the device machine (no vllm, no compressed-tensors there):
 # library-made checkpoints come as plugins/ct_wna16/.fixtures
 # (python plugins/ct_wna16/tests/ct_wna16_checkpoints.py writes them).
 set -uo pipefail
 here=plugins/ct_wna16
-out=${OUT:-/tmp/ct_wna16_out}
+out=${OUT:-$(mktemp -d -t ct_wna16_out.XXXXXX)}
 mkdir -p "$out"
+echo "logs in $out"
 export PYTHONPATH=core/src:core/devkit/src:$here/src:$here/tests PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=$PWD/$here/.tcache
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv

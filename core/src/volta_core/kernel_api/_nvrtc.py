@@ -5,7 +5,10 @@ and no binary: :func:`load_cuda_kernel` compiles it with NVRTC for the device's 
 (``sm_70`` on a V100), keeps the cubin under :func:`cuda_cache_dir` keyed by source, options,
 architecture and NVRTC version (as Triton keys its cache), loads it into torch's context and
 returns a :class:`CudaKernel` that launches on torch's current stream, so a launch inside
-``torch.cuda.graph`` capture is captured.
+``torch.cuda.graph`` capture is captured. The cache trusts nobody else: it is created mode 0700,
+refused (:class:`CudaCacheUntrusted`, Triton serves) when it or an entry is not the user's own
+or others may write it, and each entry is checked against the SHA-256 stored beside it (a
+damaged one is rebuilt).
 
 NVRTC comes from ``nvidia-cuda-nvrtc-cu12`` and is driven through ``cuda-bindings`` 12.x (the
 core's ``cuda`` extra): CUDA 13's NVRTC cannot target sm_70 (CUDA 13.0 release notes). Without
@@ -21,12 +24,15 @@ and torch are imported inside the functions: importing ``volta_core.kernel_api``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import hashlib
 import json
 import logging
 import os
 import re
+import stat
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -54,6 +60,9 @@ DEFAULT_CACHE_DIR = "~/.cache/vllm-volta/cuda"
 
 #: Part of every cache key: raise it when what a key stores changes meaning.
 _CACHE_FORMAT = 1
+
+#: The suffix of the file beside each cache entry that holds its SHA-256 (hex).
+DIGEST_SUFFIX = ".sha256"
 
 # Dynamic shared memory above 48 KB per block needs the kernel's opt-in attribute (CUDA C++
 # Programming Guide, "Compute Capability 7.x", shared memory).
@@ -172,7 +181,8 @@ def nvrtc_build(source: str, name: str, target: str, options: Sequence[str] = ()
 
 def cuda_cache_dir() -> Path:
     """Where compiled images are kept: ``$VLLM_VOLTA_CUDA_CACHE``, else
-    ``~/.cache/vllm-volta/cuda``."""
+    ``~/.cache/vllm-volta/cuda``. Used only while it and every entry are this user's own and
+    writable by nobody else (:class:`CudaCacheUntrusted`)."""
     return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser()
 
 
@@ -191,32 +201,123 @@ def cache_key(source: str, options: Sequence[str], target: str, version: tuple[i
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class CudaCacheUntrusted(CudaToolkitUnavailable):
+    """The cubin cache could have been written by someone else (its directory or an entry is
+    not the user's own, or others may write it): its kernels are not loaded, and Triton serves."""
+
+
+#: Permission bits that let others write: group and world write.
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def _untrusted(info: os.stat_result, what: str) -> str | None:
+    """Why a cache directory or entry with status ``info`` is not trusted, or None."""
+    if info.st_uid != os.geteuid():
+        return f"{what} is owned by uid {info.st_uid}, not by this user ({os.geteuid()})"
+    if info.st_mode & _OTHERS_WRITE:
+        return f"{what} is writable by its group or by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _refuse(directory: Path, why: str) -> CudaCacheUntrusted:
+    return CudaCacheUntrusted(
+        f"the CUDA kernel cache {directory} is not used: {why}; a cubin another user could plant "
+        f"there would run on the GPU. Point {CACHE_ENV} at a folder only you can write "
+        "(it is created mode 0700), or chmod go-w it and remove what others own"
+    )
+
+
+def _cache_directory() -> Path | None:
+    """The cache directory, created mode 0700; None when it cannot be created (then nothing is
+    cached: a recompile, never a failure).
+
+    :raises CudaCacheUntrusted: it exists but is not this user's own or others may write it.
+    """
+    directory = cuda_cache_dir()
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.stat(directory)
+    except OSError as exc:
+        _logger.warning("cannot create the CUDA kernel cache %s: %s", directory, exc)
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _refuse(directory, "it is not a directory")
+    why = _untrusted(info, "the directory")
+    if why is not None:
+        raise _refuse(directory, why)
+    return directory
+
+
+def _read_trusted(path: Path, directory: Path) -> bytes | None:
+    """The bytes of cache file ``path``, None when there is none. Opened without following a
+    link and checked on the open descriptor, so what is checked is what is read.
+
+    :raises CudaCacheUntrusted: a link, not a regular file, not this user's, or others may
+        write it.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refuse(directory, f"{path.name} is a symbolic link") from None
+        _logger.warning("cannot read the CUDA kernel cache entry %s: %s", path, exc)
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refuse(directory, f"{path.name} is not a regular file")
+        why = _untrusted(info, path.name)
+        if why is not None:
+            raise _refuse(directory, why)
+        os.set_blocking(fd, True)
+        return handle.read()
+
+
 def _cached_build(source: str, name: str, target: str, options: Sequence[str]) -> bytes:
+    """The image from the cache when its entry is verified, else built by NVRTC and stored.
+
+    Each entry ``<key>.cubin`` (or ``.ptx``) has its SHA-256 beside it (``<key>.cubin.sha256``);
+    an entry whose digest is missing or differs (damaged, cut short) is rebuilt and replaced.
+    """
     ptx = target.startswith("compute_")
     key = cache_key(source, options, target, nvrtc_version())
-    path = cuda_cache_dir() / f"{key}.{'ptx' if ptx else 'cubin'}"
-    try:
-        stored = path.read_bytes()
-    except OSError:
-        stored = b""
-    # A cubin is an ELF file; anything else there (a foreign or damaged file) is rebuilt.
-    if stored and (ptx or stored.startswith(b"\x7fELF")):
-        return stored
+    directory = _cache_directory()
+    if directory is None:
+        return nvrtc_build(source, name, target, options).image
+    path = directory / f"{key}.{'ptx' if ptx else 'cubin'}"
+    digest_path = path.with_name(path.name + DIGEST_SUFFIX)
+    stored = _read_trusted(path, directory)
+    digest = _read_trusted(digest_path, directory)
+    if stored is not None and digest is not None:
+        if hashlib.sha256(stored).hexdigest().encode() == digest.strip():
+            return stored
+        _logger.warning("the CUDA kernel cache entry %s is damaged; rebuilding it", path)
     image = nvrtc_build(source, name, target, options).image
     _store(path, image)
+    _store(digest_path, hashlib.sha256(image).hexdigest().encode())
     return image
 
 
-def _store(path: Path, image: bytes) -> None:
-    """Write ``image`` whole or not at all (a temporary file renamed over ``path``); a cache
-    that cannot be written costs a recompile next time, never a failed launch."""
+def _store(path: Path, data: bytes) -> None:
+    """Write ``data`` whole or not at all: a new file of mode 0600 under a random name
+    (``O_EXCL``, never through a link), renamed over ``path``. A cache that cannot be written
+    costs a recompile next time, never a failed launch."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as tmp:
-            tmp.write(image)
-        os.replace(tmp.name, path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
     except OSError as exc:
         _logger.warning("cannot write the CUDA kernel cache %s: %s", path, exc)
+        return
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        _logger.warning("cannot write the CUDA kernel cache %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def compile_cubin(source: str, name: str, arch: str, options: Sequence[str] = ()) -> bytes:

@@ -5,14 +5,22 @@ interleaved or lost. With ``VLLM_VOLTA_REPORT_DIR`` set, each process keeps one 
 ``volta-<pid>.json`` there: the process, the vLLM version, every discovered plugin with its
 status, and each thing the adapter applied (parsers registered, quantization configs
 overridden, KV-cache decisions, attention routes). Unset, nothing is written.
+
+Writing a report never fails the process it describes: a directory that cannot be created or
+written is logged once and the report dropped. Files are created mode 0600 under a random
+temporary name (``O_EXCL``, never through a link) and renamed into place, so a link planted at
+a predictable name redirects nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import multiprocessing
 import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +29,8 @@ ENV_REPORT_DIR = "VLLM_VOLTA_REPORT_DIR"
 
 _lock = threading.Lock()
 _report: dict[str, Any] | None = None
+_failed_pid: int | None = None  # the process whose report could not be written
+_logger = logging.getLogger(__name__)
 
 
 def _path() -> Path | None:
@@ -41,14 +51,36 @@ def _current() -> dict[str, Any]:
     return _report
 
 
+def _warn_once(path: Path, exc: Exception) -> None:
+    global _failed_pid
+    if _failed_pid != os.getpid():
+        _failed_pid = os.getpid()
+        _logger.warning(
+            "vllm-volta: cannot write the report %s (%s): %s; reports are off in this process",
+            path,
+            ENV_REPORT_DIR,
+            exc,
+        )
+
+
 def _write(report: dict[str, Any]) -> None:
     path = _path()
-    if path is None:
+    if path is None or _failed_pid == os.getpid():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=1, sort_keys=True))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp")
+    except OSError as exc:
+        _warn_once(path, exc)
+        return
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(report, indent=1, sort_keys=True, default=str))
+        os.replace(tmp, path)
+    except (OSError, ValueError) as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _warn_once(path, exc)
 
 
 def set_fields(**fields: Any) -> None:

@@ -179,15 +179,22 @@ def test_reasoning_postprocess_that_drops_text_is_refused(
     assert "dropped text" in caplog.text
 
 
-def test_reasoning_postprocess_streaming_checks_the_delta(
-    manager: VoltaPluginManager, fake_plugin: Any
+def test_reasoning_postprocess_streaming_checks_the_parsers_split(
+    manager: VoltaPluginManager, fake_plugin: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    manager.register(fake_plugin(volta_reasoning_postprocess=ReasoningSplit(None, "wor")), "s")
-    context = ReasoningContext("p", "hello world", (), None, streaming=True, delta="world")
-    original = ReasoningSplit(None, "world")
-    assert manager.postprocess_reasoning(original, context) == original
-    context = ReasoningContext("p", "hello wor", (), None, streaming=True, delta="wor")
-    assert manager.postprocess_reasoning(ReasoningSplit("wor", None), context).content == "wor"
+    """A delta's split is not its text: the stream released the `` </th`` it held before and
+    trimmed the whitespace after the tag. An answer keeping the split's text is taken."""
+    manager.register(fake_plugin(volta_reasoning_postprocess=lambda split, context: split), "id")
+    context = ReasoningContext(
+        "p", "hm </think>\n\nFour", (), None, streaming=True, delta="ink>\n\nFour"
+    )
+    parser_split = ReasoningSplit("", "Four")
+    with caplog.at_level(logging.ERROR, logger="volta_core"):
+        assert manager.postprocess_reasoning(parser_split, context) == parser_split
+    assert caplog.text == ""
+    manager.register(fake_plugin(volta_reasoning_postprocess=ReasoningSplit(None, "Fo")), "cut")
+    assert manager.postprocess_reasoning(parser_split, context) == parser_split
+    assert "dropped text" in caplog.text
 
 
 def test_no_postprocess_plugin_keeps_the_split(manager: VoltaPluginManager) -> None:

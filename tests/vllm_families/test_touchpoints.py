@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import importlib
 import importlib.util
 import inspect
 import itertools
 import json
+import logging
 import pickle
 import sys
 import types
@@ -41,7 +43,8 @@ from typing import Any
 import pytest
 import torch
 
-from volta_core import Device, VoltaPluginManager
+from volta_core import Device, ReasoningContext, ReasoningSplit, VoltaPluginManager, hookimpl
+from volta_core.host.records import HOST_API_VERSION
 from volta_core.vllm import (
     attention,
     backend_binding,
@@ -805,9 +808,6 @@ def volta_parser_name(manager: VoltaPluginManager) -> str:
 ENGINE_ONLY = pytest.mark.skipif(
     not ENGINE_STREAMING, reason=f"{FAMILY.name} has no engine-based reasoning streaming"
 )
-DELTA_ONLY = pytest.mark.skipif(
-    ENGINE_STREAMING, reason=f"{FAMILY.name} streams reasoning through the engine's protocol"
-)
 
 
 @ENGINE_ONLY
@@ -833,39 +833,10 @@ def test_prompt_reaches_the_parser_through_set_prompt_token_ids(
     assert (reasoning, content) == (("answer text", None) if thinking else (None, "answer text"))
 
 
-@ENGINE_ONLY
-def test_streaming_through_vllms_parser_equals_the_whole_split(
-    tokenizer: Any, volta_parser_name: str
-) -> None:
-    import tiny_model
-    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
-    from vllm.parser import ParserManager
-
-    parser_cls = ParserManager.get_parser(
-        reasoning_parser_name=volta_parser_name, tokenizer=tokenizer
-    )
-    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
-    parser = parser_cls(tokenizer, None, chat_template_kwargs={})
-    tokens = tiny_model.THINKING_OUTPUT_TOKENS
-    reasoning, content = [], []
-    for i, token in enumerate(tokens):
-        delta = parser.parse_delta(
-            token,
-            [tiny_model.ID[token]],
-            request,
-            prompt_token_ids=tiny_model.prompt_ids(tokenizer, True),
-            finished=i == len(tokens) - 1,
-        )
-        if delta is not None:
-            reasoning.append(delta.reasoning or "")
-            content.append(delta.content or "")
-    assert ("".join(reasoning), "".join(content)) == ("a b c", "answer text")
-
-
-def _delta_outputs() -> dict[str, list[str]]:
-    """Outputs whose streaming the DELTA families must not shorten: the tiny model's own, one
-    cut inside reasoning with trailing whitespace (the stream holds it back: a tag might
-    follow), one whose last text could begin a tag, and tags after content has started."""
+def _stream_outputs() -> dict[str, list[str]]:
+    """Outputs whose streaming no family may shorten: the tiny model's own, one cut inside
+    reasoning with trailing whitespace (the stream holds it back: a tag might follow), one cut
+    where its last text could begin a tag, and tags after content has started."""
     import tiny_model
 
     return {
@@ -881,11 +852,14 @@ def _stream_as_the_family_serves(
 ) -> tuple[str, str]:
     """Drive a fresh parser the way the family's chat server streams one choice.
 
-    1Cat-vLLM: ``ParserManager.get_parser`` wraps it in a ``DelegatingParser`` whose
-    ``parse_delta`` the server calls per delta (``chat_completion/serving.py``). vLLM 0.19: the
-    server asks ``is_reasoning_end`` of the prompt once, then calls
-    ``extract_reasoning_streaming`` per delta, or passes deltas through when the prompt ended
-    the reasoning. Neither calls anything after the last delta.
+    vLLM 0.32/0.33: ``ParserManager.get_parser`` with the tokenizer, whose ``parse_delta`` the
+    server calls per delta with ``finished`` set on the output's last one
+    (``chat_completion/stream_processor.py``), for any finish reason. 1Cat-vLLM:
+    ``ParserManager.get_parser`` wraps it in a ``DelegatingParser`` whose ``parse_delta`` the
+    server calls per delta (``chat_completion/serving.py``). vLLM 0.19: the server asks
+    ``is_reasoning_end`` of the prompt once, then calls ``extract_reasoning_streaming`` per
+    delta, or passes deltas through when the prompt ended the reasoning. Neither 1Cat-vLLM nor
+    0.19 calls anything after the last delta or says which delta is the last.
     """
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
@@ -893,19 +867,25 @@ def _stream_as_the_family_serves(
     reasoning: list[str] = []
     content: list[str] = []
     parse_delta = None
-    if FAMILY.distributions == ("1cat-vllm",):
+    name = parser_cls.volta_spec.name
+    if ENGINE_STREAMING:
         from vllm.parser import ParserManager
 
-        name = parser_cls.volta_spec.name
+        wrapped = ParserManager.get_parser(reasoning_parser_name=name, tokenizer=tokenizer)
+        parse_delta = wrapped(tokenizer, None, chat_template_kwargs={}).parse_delta
+    elif FAMILY.distributions == ("1cat-vllm",):
+        from vllm.parser import ParserManager
+
         wrapped = ParserManager.get_parser(reasoning_parser_name=name)
         parse_delta = wrapped(tokenizer, None, chat_template_kwargs={}).parse_delta
     else:
         parser = parser_cls(tokenizer, chat_template_kwargs={})
         prompt_ended = parser.is_reasoning_end(prompt)
     text, ids = "", []
-    for delta_text, delta_ids in deltas:
+    for i, (delta_text, delta_ids) in enumerate(deltas):
         if parse_delta is not None:
-            delta = parse_delta(delta_text, delta_ids, request, prompt_token_ids=prompt)
+            finished = {"finished": i == len(deltas) - 1} if ENGINE_STREAMING else {}
+            delta = parse_delta(delta_text, delta_ids, request, prompt_token_ids=prompt, **finished)
         elif prompt_ended:
             delta = types.SimpleNamespace(reasoning=None, content=delta_text)
         else:
@@ -919,25 +899,27 @@ def _stream_as_the_family_serves(
     return "".join(reasoning), "".join(content)
 
 
-@DELTA_ONLY
 @pytest.mark.parametrize(
     "output", ["answer", "cut-after-whitespace", "cut-at-tag-prefix", "content-then-tag"]
 )
 @pytest.mark.parametrize("thinking", [False, True])
-def test_delta_streaming_equals_the_whole_split(
+def test_streaming_equals_the_whole_split(
     tokenizer: Any, volta_parser_name: str, output: str, thinking: bool
 ) -> None:
     """Through the family's own streaming path, the concatenated deltas equal the non-streaming
-    split of the same text, the held-back end included (released by the EOS delta)."""
+    split of the same text. A finished output's last delta carries the end-of-sequence token;
+    a cut one (``max_tokens``, a stop string) has none, and what the stream held back at the
+    cut is streamed all the same."""
     import tiny_model
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
     from vllm.reasoning import ReasoningParserManager
 
     parser_cls = ReasoningParserManager.get_reasoning_parser(volta_parser_name)
     prompt = tiny_model.prompt_ids(tokenizer, thinking)
-    tokens = _delta_outputs()[output]
+    tokens = _stream_outputs()[output]
     deltas = [(t, [tiny_model.ID.get(t, tiny_model.ID["a"])]) for t in tokens]
-    deltas.append(("", [tiny_model.ID["<|im_end|>"]]))
+    if not output.startswith("cut-"):
+        deltas.append(("", [tiny_model.ID["<|im_end|>"]]))
     whole = parser_cls(tokenizer, chat_template_kwargs={})
     whole.is_reasoning_end(prompt)
     request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
@@ -946,10 +928,7 @@ def test_delta_streaming_equals_the_whole_split(
     assert streamed == (reasoning or "", content or "")
 
 
-@DELTA_ONLY
-def test_delta_streaming_is_the_same_for_every_chunking(
-    tokenizer: Any, volta_parser_name: str
-) -> None:
+def test_streaming_is_the_same_for_every_chunking(tokenizer: Any, volta_parser_name: str) -> None:
     """vLLM hands over several tokens per delta when the detokenizer holds some back or the
     engine batches steps: every way of cutting the tiny model's output gives the whole split."""
     import tiny_model
@@ -975,6 +954,59 @@ def test_delta_streaming_is_the_same_for_every_chunking(
         deltas[-1] = (text, [*ids, eos])  # the last delta carries the EOS token
         streamed = _stream_as_the_family_serves(parser_cls, tokenizer, prompt, deltas)
         assert streamed == (reasoning, content), cuts
+
+
+class _Recorder:
+    """An identity reasoning post-processor that keeps every context it is shown."""
+
+    VOLTA_HOST_API = HOST_API_VERSION
+
+    def __init__(self) -> None:
+        self.contexts: list[ReasoningContext] = []
+
+    @hookimpl
+    def volta_reasoning_postprocess(
+        self, split: ReasoningSplit, context: ReasoningContext
+    ) -> ReasoningSplit:
+        self.contexts.append(context)
+        return split
+
+
+def test_post_processors_see_the_parsers_split_and_the_request(
+    tokenizer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Through the family's own paths a post-processor sees each delta with the prompt's mode,
+    and the finish reason on the delta that ends the output; one that keeps the parser's split
+    is taken, though a held-back ``<`` makes a split differ from its delta."""
+    import tiny_model
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    recorder = _Recorder()
+    manager = VoltaPluginManager()
+    manager.load_entrypoints(["reasoning"])
+    manager.register(recorder, "recorder")
+    (_, spec), *_ = manager.reasoning_parsers()
+    spec = dataclasses.replace(spec, name="qwen3-volta-recorded")
+    parser_cls = reasoning_parser.make_reasoning_parser(spec, manager)
+    reasoning_parser.register_reasoning_parser([spec.name], parser_cls)
+    a, eos = tiny_model.ID["a"], tiny_model.ID["<|im_end|>"]
+    deltas = [("a", [a]), (" <", [a]), ("b", [a]), ("", [eos])]
+    with caplog.at_level(logging.ERROR, logger="volta_core"):
+        streamed = _stream_as_the_family_serves(
+            parser_cls, tokenizer, tiny_model.prompt_ids(tokenizer, True), deltas
+        )
+    assert "dropped text" not in caplog.text
+    assert streamed == ("a <b", "")
+    assert {(c.streaming, c.in_reasoning) for c in recorder.contexts} == {(True, True)}
+    last = recorder.contexts[-1]
+    assert (last.text, last.token_ids, last.finish_reason) == ("a <b", (a, a, a, eos), "stop")
+    recorder.contexts.clear()
+    request = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}])
+    whole = parser_cls(tokenizer, chat_template_kwargs={})
+    whole.is_reasoning_end(tiny_model.prompt_ids(tokenizer, False))
+    assert whole.extract_reasoning("a <b", request) == (None, "a <b")
+    [context] = recorder.contexts
+    assert (context.text, context.streaming, context.in_reasoning) == ("a <b", False, False)
 
 
 def test_the_selector_sees_a_sliding_window_in_every_family() -> None:

@@ -220,7 +220,8 @@ class VoltaPluginManager(PluginRegistry):
 
         ``firstresult`` as pluggy would run it, but each plugin isolated: one that raises or
         answers garbage is disabled and the next is asked; a split that loses generated text
-        is refused (logged) and the parser's split kept, so no text is ever lost.
+        (of the whole output, or for a streaming delta of the parser's split of it) is refused
+        (logged) and the parser's split kept, so no text is ever lost.
         """
         hook = "volta_reasoning_postprocess"
         for impl in self._impls(hook):
@@ -231,7 +232,9 @@ class VoltaPluginManager(PluginRegistry):
                 continue
             if result is None:
                 continue
-            text = context.delta if context.streaming else context.text
+            # A streaming delta's split holds text the stream held back before and leaves out
+            # what it holds now, so it is checked against the parser's own split of it.
+            text = _split_text(split) if context.streaming else context.text
             try:
                 return check_no_text_lost(text, result)
             except ReasoningTextLost as exc:
@@ -243,3 +246,7 @@ class VoltaPluginManager(PluginRegistry):
                 )
                 return split
         return split
+
+
+def _split_text(split: ReasoningSplit) -> str:
+    return (split.reasoning or "") + (split.content or "")

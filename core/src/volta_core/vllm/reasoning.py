@@ -11,6 +11,7 @@ returns, non-streaming and streaming alike.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,43 @@ def default_in_reasoning(chat_template_kwargs: Mapping[str, Any] | None) -> bool
     return bool((chat_template_kwargs or {}).get("enable_thinking", True))
 
 
+#: The context fields a streaming delta's context joins only when read, and the defaults of the
+#: others.
+_LAZY = ("text", "token_ids")
+_DEFAULTS = {
+    field.name: field.default
+    for field in dataclasses.fields(ReasoningContext)
+    if field.name not in _LAZY and field.default is not dataclasses.MISSING
+}
+
+
+class _SoFarContext(ReasoningContext):
+    """A streaming :class:`ReasoningContext` whose ``text`` and ``token_ids`` (the output up to
+    and including its delta) are joined from the session's buffers only when a post-processor
+    reads them.
+
+    Building one per delta then costs constant time, so a request costs the host time linear
+    in its output; copying the whole output into every delta's context made it quadratic.
+    """
+
+    @classmethod
+    def of(cls, parts: list[str], token_ids: list[int], **fields: Any) -> ReasoningContext:
+        context = cls.__new__(cls)
+        # The buffers only grow, so their lengths now mark this delta's end for good.
+        so_far = (parts, len(parts), token_ids, len(token_ids))
+        context.__dict__.update(_DEFAULTS, **fields, _so_far=so_far)
+        return context
+
+    def __getattr__(self, name: str) -> Any:
+        so_far = self.__dict__.get("_so_far")
+        if so_far is None or name not in _LAZY:
+            raise AttributeError(name)
+        parts, n_parts, token_ids, n_ids = so_far
+        value = "".join(parts[:n_parts]) if name == "text" else tuple(token_ids[:n_ids])
+        object.__setattr__(self, name, value)
+        return value
+
+
 class ReasoningSession:
     """The reasoning split of one generated output.
 
@@ -70,6 +108,9 @@ class ReasoningSession:
     neither happened there (``n > 1`` choices after the first, ``include_reasoning`` false,
     structured-output grammars from the parser) the session falls back to the request's
     ``enable_thinking`` template argument.
+
+    Post-processors see the mode as ``in_reasoning`` and the finish reason the adapter knows
+    (``"stop"`` once an end-of-sequence token arrived; vLLM tells a reasoning parser no other).
     """
 
     def __init__(
@@ -85,48 +126,74 @@ class ReasoningSession:
         self.in_reasoning = in_reasoning
         self.prompt_seen = False
         self._stream: Any = None
-        self._text = ""
+        self._parts: list[str] = []
         self._token_ids: list[int] = []
+        self._finish_reason: str | None = None
         self._content_started = False
 
     def set_prompt(self, prompt: str) -> None:
         self.in_reasoning = bool(self.parser.starts_in_reasoning(prompt))
         self.prompt_seen = True
 
-    def _post(self, split: ReasoningSplit, *, streaming: bool, delta: str) -> ReasoningSplit:
+    def split(
+        self, text: str, token_ids: Sequence[int] = (), finish_reason: str | None = None
+    ) -> ReasoningSplit:
+        """Non-streaming: split the whole output."""
+        split = self.parser.split(text, in_reasoning=self.in_reasoning)
         context = ReasoningContext(
             parser=self.spec.name,
-            text=self._text,
-            token_ids=tuple(self._token_ids),
-            finish_reason=None,
-            streaming=streaming,
-            delta=delta,
+            text=text,
+            token_ids=tuple(token_ids),
+            finish_reason=finish_reason,
+            streaming=False,
+            in_reasoning=self.in_reasoning,
         )
         return self.manager.postprocess_reasoning(split, context)
 
-    def split(self, text: str, token_ids: Sequence[int] = ()) -> ReasoningSplit:
-        """Non-streaming: split the whole output."""
-        self._text, self._token_ids = text, list(token_ids)
-        split = self.parser.split(text, in_reasoning=self.in_reasoning)
-        return self._post(split, streaming=False, delta="")
+    def feed(
+        self,
+        delta: str,
+        token_ids: Sequence[int] = (),
+        *,
+        flush: bool = False,
+        finish_reason: str | None = None,
+    ) -> ReasoningSplit:
+        """Streaming: the part of this delta (and anything held back before) released now.
 
-    def feed(self, delta: str, token_ids: Sequence[int] = ()) -> ReasoningSplit:
-        """Streaming: the part of this delta (and anything held back before) released now."""
+        ``flush`` releases everything the stream holds, for engines that never say the output
+        ended: then no text waits for a call that may never come. ``finish_reason`` is the
+        output's, when this delta ended it.
+        """
         if self._stream is None:
             self._stream = self.parser.stream(in_reasoning=self.in_reasoning)
-        self._text += delta
+        self._parts.append(delta)
         self._token_ids.extend(token_ids)
+        self._finish_reason = finish_reason or self._finish_reason
         split = self._stream.feed(delta)
+        if flush:
+            split = _joined(split, self._stream.flush())
         if split.content and split.content.strip():
             self._content_started = True
-        return self._post(split, streaming=True, delta=delta)
+        return self._post_stream(split, delta)
 
     def finish(self) -> ReasoningSplit | None:
         """Streaming: release what the stream still holds; None if nothing was streamed."""
         if self._stream is None:
             return None
         stream, self._stream = self._stream, None
-        return self._post(stream.finish(), streaming=True, delta="")
+        return self._post_stream(stream.finish(), "")
+
+    def _post_stream(self, split: ReasoningSplit, delta: str) -> ReasoningSplit:
+        context = _SoFarContext.of(
+            self._parts,
+            self._token_ids,
+            parser=self.spec.name,
+            finish_reason=self._finish_reason,
+            streaming=True,
+            delta=delta,
+            in_reasoning=self.in_reasoning,
+        )
+        return self.manager.postprocess_reasoning(split, context)
 
     @property
     def in_content(self) -> bool:
@@ -141,3 +208,17 @@ class ReasoningSession:
         return (
             stream is not None and self._content_started and stream.in_content and not stream.held
         )
+
+
+def _joined(first: ReasoningSplit, second: ReasoningSplit) -> ReasoningSplit:
+    """Two consecutive pieces of one stream as one (``None`` where both are absent)."""
+    return ReasoningSplit(
+        reasoning=_concat(first.reasoning, second.reasoning),
+        content=_concat(first.content, second.content),
+    )
+
+
+def _concat(first: str | None, second: str | None) -> str | None:
+    if first is None and second is None:
+        return None
+    return (first or "") + (second or "")

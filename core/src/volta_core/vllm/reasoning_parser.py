@@ -31,15 +31,21 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
 
     - ``ENGINE`` (``engine_based_streaming``): every delta goes through the plugin's stream
       until content is passed through verbatim, and the final flush (``finish_streaming``)
-      releases what the stream held back;
-    - ``DELTA``: vLLM calls nothing after the last delta, so the stream is
-      finished by the delta that carries an end-of-sequence token (the tokenizer's and the
-      parser's ``end_markers``); ``is_reasoning_end_streaming`` says the reasoning ended only
-      once the stream passes content through verbatim and holds nothing back, since vLLM then
-      streams the rest itself.
+      releases what the stream held back; the concatenated deltas equal the non-streaming
+      split.
+    - ``DELTA``: vLLM calls nothing after the last delta, and a parser is not told that a
+      delta is the last (an output cut by ``max_tokens``, a stop string or an abort ends
+      without an end-of-sequence token), so the stream is flushed after every delta and holds
+      nothing back: no text is ever lost. The concatenated deltas equal the non-streaming split
+      but where released text cannot be taken back (:meth:`ReasoningStream.flush
+      <volta_reasoning.parser.ReasoningStream.flush>`): whitespace before a closing tag that
+      comes in a later delta stays in the reasoning. ``is_reasoning_end_streaming`` says the
+      reasoning ended once content is passed through verbatim, since vLLM then streams the
+      rest itself.
 
-    Either way the concatenated deltas equal the non-streaming split. Token-id checks
-    (``is_reasoning_end``...) keep vLLM's meaning for structured outputs and tool parsing.
+    Token-id checks (``is_reasoning_end``...) keep vLLM's meaning for structured outputs and
+    tool parsing. Post-processors are told the finish reason ``"stop"`` by the delta that
+    carries an end-of-sequence token (the tokenizer's and the parser's ``end_markers``).
     """
     from vllm.reasoning import ReasoningParser
 
@@ -153,14 +159,13 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
             delta_token_ids: Sequence[int],
         ) -> Any:
             self._output_seen = True
-            split = self._session.feed(delta_text, delta_token_ids)
-            if not engine_streaming and self._eos_ids.intersection(delta_token_ids):
-                rest = self._session.finish()
-                if rest is not None:
-                    split = ReasoningSplit(
-                        reasoning=_joined(split.reasoning, rest.reasoning),
-                        content=_joined(split.content, rest.content),
-                    )
+            ended = not self._eos_ids.isdisjoint(delta_token_ids)
+            split = self._session.feed(
+                delta_text,
+                delta_token_ids,
+                flush=not engine_streaming,
+                finish_reason="stop" if ended else None,
+            )
             return to_delta(split)
 
         def has_engine_confirmed_reasoning_end(self) -> bool:
@@ -173,12 +178,6 @@ def make_reasoning_parser(spec: ReasoningParserSpec, manager: VoltaPluginManager
         "VoltaReasoningParser_" + "".join(c if c.isalnum() else "_" for c in spec.name)
     )
     return VoltaReasoningParser
-
-
-def _joined(first: str | None, second: str | None) -> str | None:
-    if first is None and second is None:
-        return None
-    return (first or "") + (second or "")
 
 
 def register_reasoning_parser(names: Sequence[str], parser_cls: type) -> None:

@@ -40,10 +40,6 @@ def _partial_tag_len(text: str, tag: str) -> int:
     return 0
 
 
-def _trailing_space_len(text: str) -> int:
-    return len(text) - len(text.rstrip())
-
-
 class Qwen3ReasoningParser:
     """Reasoning parser for Qwen3-family ``<think>...</think>`` output.
 
@@ -106,7 +102,11 @@ class ReasoningStream:
     a string (possibly empty) while it is. Joining every call's non-None pieces (``None`` if all
     were ``None``), :meth:`finish` included, gives exactly ``split(whole_text)``, for any
     chunking. Held back are only a suffix that could still become a tag and the whitespace a
-    tag would trim; :meth:`finish` releases them.
+    tag would trim; :meth:`finish` releases them, and :meth:`flush` releases them mid-stream.
+
+    Held whitespace is kept as a list of pieces, joined once when released, and each call scans
+    only the new piece and the partial tag before it, so a stream costs time linear in its text
+    however long a whitespace run it holds.
     """
 
     def __init__(self, start_tag: str, end_tag: str, *, in_reasoning: bool) -> None:
@@ -114,13 +114,14 @@ class ReasoningStream:
         self._end_tag = end_tag
         self._in_reasoning = in_reasoning
         self._state = _State.START
-        self._held = ""
+        self._space: list[str] = []  # held whitespace, before any partial tag
+        self._tail = ""  # held text after that whitespace: at most a partial tag
         self._finished = False
 
     @property
     def held(self) -> str:
         """Text received but not yet released (a possible partial tag and its whitespace)."""
-        return self._held
+        return "".join(self._space) + self._tail
 
     @property
     def in_content(self) -> bool:
@@ -134,18 +135,47 @@ class ReasoningStream:
         """Take the next piece of generated text; return what can be released now."""
         if self._finished:
             raise RuntimeError("ReasoningStream.feed called after finish()")
-        self._held += delta
-        return self._advance(final=False)
+        return self._advance(delta, final=False)
+
+    def flush(self) -> ReasoningSplit:
+        """Release what is held now, as :meth:`finish` would, and go on taking text.
+
+        For an engine that never says the output ended (vLLM 0.19, 1Cat-vLLM): flushing after
+        every piece holds nothing back, so an output cut anywhere loses no text. What is
+        released cannot be taken back: whitespace later followed by a tag stays untrimmed in
+        its region, and a tag counts only if one piece after a flush holds it whole (a
+        Qwen3 tag is one token, which an engine never splits). Leading whitespace before a
+        possible opening tag keeps that tag possible.
+        """
+        if self._finished:
+            raise RuntimeError("ReasoningStream.flush called after finish()")
+        if not self._space and not self._tail:
+            return self._advance("", final=False)
+        if self._state is _State.START and not self._tail:
+            space = self._take_space()
+            if self._in_reasoning:  # leading whitespace of the reasoning region: trimmed
+                return ReasoningSplit(reasoning="", content=None)
+            return ReasoningSplit(reasoning=None, content=space)
+        return self._advance("", final=True)
 
     def finish(self) -> ReasoningSplit:
         """End of output: release everything still held back. Call exactly once."""
         if self._finished:
             raise RuntimeError("ReasoningStream.finish called twice")
-        result = self._advance(final=True)
+        result = self._advance("", final=True)
         self._finished = True
         return result
 
-    def _advance(self, *, final: bool) -> ReasoningSplit:
+    def _hold_space(self, space: str) -> None:
+        if space:
+            self._space.append(space)
+
+    def _take_space(self) -> str:
+        space = "".join(self._space)
+        self._space = []
+        return space
+
+    def _advance(self, delta: str, *, final: bool) -> ReasoningSplit:
         reasoning_parts: list[str] = []
         content_parts: list[str] = []
         state = self._state
@@ -153,51 +183,63 @@ class ReasoningStream:
             state is _State.START and self._in_reasoning
         )
         content_open = state in (_State.CONTENT_LEAD, _State.CONTENT)
-        held = self._held
+        # ``text`` is the held partial tag and the new piece; held whitespace stays in
+        # ``self._space`` (only START and REASONING hold any), so no call rescans it.
+        text = self._tail + delta
         while True:
             if state is _State.START:
-                body = held.lstrip()
+                body = text.lstrip()
+                self._hold_space(text[: len(text) - len(body)])
                 if body.startswith(self._start_tag):
-                    held, state, reasoning_open = (
+                    self._take_space()  # whitespace before the opening tag is trimmed
+                    text, state, reasoning_open = (
                         body[len(self._start_tag) :],
                         _State.REASONING_LEAD,
                         True,
                     )
                     continue
                 if not final and self._start_tag.startswith(body):
+                    text = body
                     break  # only whitespace or a partial opening tag so far
                 if self._in_reasoning:
-                    held, state = body, _State.REASONING
+                    self._take_space()  # leading whitespace of the reasoning region
+                    text, state = body, _State.REASONING
                 else:
-                    state, content_open = _State.CONTENT, True
+                    text, state, content_open = self._take_space() + body, _State.CONTENT, True
             elif state is _State.REASONING_LEAD:
-                held = held.lstrip()
-                if not held and not final:
+                text = text.lstrip()
+                if not text and not final:
                     break
                 state = _State.REASONING
             elif state is _State.REASONING:
-                before, tag, after = held.partition(self._end_tag)
+                # A tag never starts inside held whitespace, so ``text`` is where it can be.
+                before, tag, after = text.partition(self._end_tag)
                 if tag:
-                    reasoning_parts.append(before.rstrip())
-                    held, state, content_open = after, _State.CONTENT_LEAD, True
+                    kept = before.rstrip()
+                    space = self._take_space()
+                    reasoning_parts.append(space + kept if kept else "")
+                    text, state, content_open = after, _State.CONTENT_LEAD, True
                     continue
-                keep = 0 if final else _partial_tag_len(held, self._end_tag)
-                if not final:
-                    keep += _trailing_space_len(held[: len(held) - keep])
-                cut = len(held) - keep
-                reasoning_parts.append(held[:cut])
-                held = held[cut:]
+                keep = 0 if final else _partial_tag_len(text, self._end_tag)
+                body = text[: len(text) - keep]
+                stripped = body if final else body.rstrip()
+                if stripped:
+                    reasoning_parts.append(self._take_space() + stripped)
+                self._hold_space(body[len(stripped) :])
+                text = text[len(body) :]
+                if final:
+                    reasoning_parts.append(self._take_space())
                 break
             elif state is _State.CONTENT_LEAD:
-                held = held.lstrip()
-                if not held and not final:
+                text = text.lstrip()
+                if not text and not final:
                     break
                 state = _State.CONTENT
             else:
-                content_parts.append(held)
-                held = ""
+                content_parts.append(text)
+                text = ""
                 break
-        self._state, self._held = state, held
+        self._state, self._tail = state, text
         return ReasoningSplit(
             reasoning="".join(reasoning_parts) if reasoning_open else None,
             content="".join(content_parts) if content_open else None,

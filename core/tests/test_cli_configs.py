@@ -70,7 +70,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
         ({"num_key_value_heads": True}, "num_key_value_heads must be an integer"),
         ({"head_dim": "64"}, "head_dim must be an integer"),
         ({"quantization_config": "fp8"}, "quantization_config must be a JSON object"),
-        ({"quantization_config": {**CT_W4, "ignore": ["re:["]}}, "'re:[' is not a valid"),
+        ({"quantization_config": {**CT_W4, "ignore": ["re:["]}}, "'re:[' is refused: not a valid"),
         ({"quantization_config": {**CT_W4, "ignore": "lm_head"}}, "ignore must be a list"),
         ({"quantization_config": {**CT_W4, "config_groups": []}}, "config_groups must be"),
         ({"layer_types": "full_attention"}, "layer_types must be a list of strings"),

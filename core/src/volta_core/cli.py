@@ -19,10 +19,14 @@ from typing import NoReturn
 from volta_core import __version__
 from volta_core.device import parse_device
 from volta_core.errors import UsageError, VoltaError
+from volta_core.host.checkpoint import ignore_match_budget
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.records import PluginRecord
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
+
+#: Seconds one command may spend matching a checkpoint's ``ignore`` patterns, in all.
+IGNORE_MATCH_SECONDS = 2.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -221,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="vllm-volta: %(levelname)s: %(message)s")
     try:
         args = _parser().parse_args(argv)
-        return _COMMANDS[args.command](args)
+        with ignore_match_budget(IGNORE_MATCH_SECONDS):
+            return _COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"vllm-volta: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

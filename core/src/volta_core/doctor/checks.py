@@ -333,6 +333,8 @@ def library_archs(dirs: Iterable[Path]) -> dict[Path, fatbin.CudaArchs | str]:
     found: dict[Path, fatbin.CudaArchs | str] = {}
     for root in dirs:
         for library in sorted(root.rglob("*.so")):
+            if not library.is_file():  # a FIFO, socket or device would block or mislead
+                continue
             try:
                 archs = fatbin.cuda_archs(library)
             except (OSError, fatbin.FatbinError) as exc:
@@ -360,12 +362,18 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         ]
     rows = []
     label = f"{installed[0]} {installed[1]}" if installed else "vllm (no distribution metadata)"
-    reason = families.unsupported_reason(installed) if installed else None
-    if reason:
+    family = families.family_of(installed)
+    if installed is None:
+        where = ", ".join(str(d) for d in dirs)
+        detail = (
+            f"a vllm package at {where} has no distribution metadata (dist-info): its version "
+            "cannot be told, and the Volta adapter leaves it alone"
+        )
+        rows.append(Check("vllm", _serving_severity(gpus), detail, fix=SUPPORTED_VLLM_FIX))
+    elif family is None:
+        reason = families.unsupported_reason(installed) or f"{label} is not supported"
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
-        family = families.family_of(installed)
-        assert family is not None  # supported: no reason given
         rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))
     rows.append(_check_vllm_code(label, dirs, gpus))
     return rows

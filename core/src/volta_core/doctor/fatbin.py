@@ -19,6 +19,8 @@ Pure Python, standard library only, no CUDA needed: it runs on machines without 
 
 from __future__ import annotations
 
+import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,7 +84,16 @@ class CudaArchs:
         return f"SASS {sass}; PTX {ptx}"
 
 
+#: Largest section-name table read (real ones are a few kilobytes).
+MAX_NAMES_BYTES = 2**20
+
+
 def _read(f: BinaryIO, offset: int, size: int) -> bytes:
+    """``size`` bytes at ``offset``; offsets and sizes come from the file itself, so any that
+    reach past its end are refused before seeking (an offset past 2**63 cannot be sought)."""
+    end = f.seek(0, os.SEEK_END)
+    if offset < 0 or size < 0 or offset + size > end:
+        raise FatbinError(f"truncated file: wanted {size} bytes at offset {offset}")
     f.seek(offset)
     data = f.read(size)
     if len(data) != size:
@@ -120,6 +131,8 @@ def elf_sections(f: BinaryIO) -> dict[str, tuple[int, int]]:
         raise FatbinError("ELF section header table is corrupt")
     rows = [section(i) for i in range(shnum)]
     _, _, str_offset, str_size, _ = rows[shstrndx]
+    if str_size > MAX_NAMES_BYTES:
+        raise FatbinError(f"ELF section-name table of {str_size} bytes is corrupt")
     names = _read(f, str_offset, str_size)
     sections: dict[str, tuple[int, int]] = {}
     for name_offset, kind, offset, size, _ in rows:
@@ -189,9 +202,26 @@ def _entry(raw: bytes) -> tuple[FatbinEntry, int, int]:
     return entry, header_size, size
 
 
+def _open_regular(path: str | Path) -> BinaryIO:
+    """``path`` opened for reading without blocking, refused unless a regular file: a FIFO
+    named ``*.so`` would block a plain ``open`` forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FatbinError("not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_entries(path: str | Path) -> list[FatbinEntry] | None:
-    """Every fat-binary entry of an ELF file; None when it has no ``.nv_fatbin`` section."""
-    with open(path, "rb") as f:
+    """Every fat-binary entry of an ELF file; None when it has no ``.nv_fatbin`` section.
+
+    :raises FatbinError: not a regular file, not a 64-bit ELF file, or a corrupt one.
+    """
+    with _open_regular(path) as f:
         section = elf_sections(f).get(FATBIN_SECTION)
         if section is None:
             return None

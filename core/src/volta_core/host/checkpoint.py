@@ -7,8 +7,14 @@ the one the engine applies.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import importlib
 import re
-from collections.abc import Mapping
+import sys
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from volta_core.errors import UsageError
@@ -35,21 +41,137 @@ def quant_config(raw: object) -> QuantConfig | None:
     return QuantConfig(method, raw)
 
 
+#: Longest ``re:`` pattern of an ``ignore`` list (real ones are a few dozen characters).
+MAX_PATTERN_CHARS = 256
+#: Most variable-length repetitions (``*``, ``+``, ``?``, ``{m,n}``) in one pattern: a failed
+#: match of a backtracking engine tries every way to split the name between them, a count that
+#: grows as the name's length to this power.
+MAX_VARIABLE_REPEATS = 3
+
+# Python's own pattern parser (``sre_parse``, ``re._parser`` from 3.11), to judge a pattern's
+# shape before it is matched.
+_sre_parse: Any = importlib.import_module(
+    "re._parser" if sys.version_info >= (3, 11) else "sre_parse"
+)
+_REPEATS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"})
+
+
+class _Refused(Exception):
+    pass
+
+
+def _variable_parts(items: Any) -> tuple[int, bool]:
+    """The variable-length repetitions under ``items`` (a parsed pattern) and whether any
+    alternation is; :class:`_Refused` for a backreference or a nested repetition."""
+    repeats, branches = 0, False
+    for op, arg in items:
+        name = str(op)
+        if name in {"GROUPREF", "GROUPREF_EXISTS"}:
+            raise _Refused("a backreference")
+        children: list[Any] = []
+        if name in _REPEATS:
+            low, high, body = arg
+            inner, inner_branches = _variable_parts(body)
+            if high > 1 and (inner or inner_branches):
+                raise _Refused(
+                    "a repetition of a group that itself repeats or alternates, which "
+                    "backtracks exponentially"
+                )
+            repeats += inner + (low != high)
+            branches = branches or inner_branches
+            continue
+        if name == "SUBPATTERN":
+            children = [arg[-1]]
+        elif name == "BRANCH":
+            children, branches = list(arg[1]), True
+        elif name in {"ASSERT", "ASSERT_NOT"}:
+            children = [arg[1]]
+        elif name == "ATOMIC_GROUP":
+            children = [arg]
+        for child in children:
+            inner, inner_branches = _variable_parts(child)
+            repeats, branches = repeats + inner, branches or inner_branches
+    return repeats, branches
+
+
+def ignore_pattern_refusal(pattern: str) -> str | None:
+    """Why the ``re:`` pattern ``pattern`` (without its prefix) is refused, or None.
+
+    Python's ``re`` backtracks and has no time limit, so a pattern is matched only when its
+    shape bounds the work: at most :data:`MAX_PATTERN_CHARS` characters, no backreference, no
+    repetition of something that itself repeats or alternates (``(a+)+``, ``(a|ab)*``: the
+    exponential cases), at most :data:`MAX_VARIABLE_REPEATS` variable-length repetitions.
+    """
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"longer than {MAX_PATTERN_CHARS} characters"
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except re.error as exc:
+        return f"not a valid regular expression: {exc}"
+    except RecursionError:
+        return "nested too deeply"
+    try:
+        repeats, _ = _variable_parts(parsed)
+    except _Refused as exc:
+        return f"it has {exc}"
+    if repeats > MAX_VARIABLE_REPEATS:
+        return f"it has {repeats} variable-length repetitions (at most {MAX_VARIABLE_REPEATS})"
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _ignore_regex(pattern: str) -> re.Pattern[str] | None:
+    return None if ignore_pattern_refusal(pattern) else re.compile(pattern)
+
+
+class _MatchBudget:
+    def __init__(self, seconds: float) -> None:
+        self.left = seconds
+
+
+_budget: contextvars.ContextVar[_MatchBudget | None] = contextvars.ContextVar(
+    "volta_ignore_match_budget", default=None
+)
+
+
+@contextlib.contextmanager
+def ignore_match_budget(seconds: float) -> Iterator[None]:
+    """Within this block, :func:`is_ignored` spends at most ``seconds`` matching ``re:``
+    patterns in all, then raises :class:`UsageError` naming the pattern: the command line's
+    bound on a checkpoint's patterns, whatever their number and the model's size."""
+    token = _budget.set(_MatchBudget(seconds))
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
 def is_ignored(config: QuantConfig, prefix: str) -> bool:
     """Whether the checkpoint keeps module ``prefix`` unquantized (its ``ignore`` list).
 
     Entries are exact module names or ``re:`` patterns matched against the whole name, the way
-    compressed-tensors matches them.
+    compressed-tensors matches them; a pattern :func:`ignore_pattern_refusal` refuses (the
+    config check reports it) or that is invalid never matches.
     """
+    budget = _budget.get()
     for entry in config.ignore:
         if not isinstance(entry, str):
             continue
         if entry.startswith("re:"):
-            try:
-                if re.match(entry[3:], prefix):
-                    return True
-            except re.error:  # refused by the config check; never matches here
+            pattern = _ignore_regex(entry[3:])
+            if pattern is None:
                 continue
+            start = time.perf_counter()
+            matched = pattern.match(prefix) is not None
+            if budget is not None:
+                budget.left -= time.perf_counter() - start
+                if budget.left < 0:
+                    raise UsageError(
+                        f"quantization_config.ignore: matching {entry[:80]!r} against the "
+                        "model's module names takes too long; simplify the pattern"
+                    )
+            if matched:
+                return True
         elif entry == prefix:
             return True
     return False

@@ -11,17 +11,20 @@ Two kinds of finding, because they call for different answers:
   and the file, and exits 1. It is never filled in with a default: transformers' defaults
   describe some other model, and a plan of some other model is worse than none.
 
+- An integer past its bound in :data:`BOUNDS` (a billion layers, a vocabulary of 10^30) is also
+  a :class:`UsageError`: no model has it, and planning it would run for hours.
+
 Every field the plan reads is checked here, so describing the model afterwards cannot fail.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from volta_core.errors import UsageError
+from volta_core.host.checkpoint import ignore_pattern_refusal
 
 #: Fields read from the text section that must be positive integers when present.
 _POSITIVE = (
@@ -36,6 +39,54 @@ _POSITIVE = (
 )
 
 
+#: The largest value of each integer field the plan reads, far above any published model (the
+#: largest have about 130 layers, 128 heads, a 16k hidden size, a 256k vocabulary, 10M
+#: positions, 512 experts) and low enough that planning one takes well under a second. The
+#: README's "Reliability" section lists them.
+BOUNDS: dict[str, int] = {
+    "num_hidden_layers": 1024,
+    "mtp_num_hidden_layers": 1024,
+    "num_kv_shared_layers": 1024,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "num_global_key_value_heads": 1024,
+    "linear_num_key_heads": 1024,
+    "linear_num_value_heads": 1024,
+    "head_dim": 4096,
+    "global_head_dim": 4096,
+    "linear_key_head_dim": 4096,
+    "linear_value_head_dim": 4096,
+    "linear_conv_kernel_dim": 4096,
+    "hidden_size": 2**17,
+    "intermediate_size": 2**20,
+    "moe_intermediate_size": 2**20,
+    "shared_expert_intermediate_size": 2**20,
+    "vocab_size": 2**24,
+    "num_experts": 2**16,
+    "n_routed_experts": 2**16,
+    "num_experts_per_tok": 2**16,
+    "max_position_embeddings": 2**24,
+    "sliding_window": 2**24,
+}
+
+#: Fields read as non-negative integers (or null) besides those checked for meaning below.
+_COUNTS = (
+    "mtp_num_hidden_layers",
+    "num_global_key_value_heads",
+    "linear_conv_kernel_dim",
+    "shared_expert_intermediate_size",
+    "n_routed_experts",
+    "num_experts_per_tok",
+    "max_position_embeddings",
+)
+
+#: Bound of the integers of ``vision_config`` and of a quantization scheme's sizes.
+MAX_SECTION_INT = 2**24
+
+#: Most bits of a quantized weight or KV-cache element.
+MAX_BITS = 64
+
+
 @dataclass(frozen=True)
 class ConfigCheck:
     """What checking found: problems the engine would refuse, notes, and whether the layers
@@ -46,7 +97,7 @@ class ConfigCheck:
     describable: bool = True
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -89,6 +140,11 @@ class _Checker:
             raise _type_error(
                 self.where, name, "an integer" + (" or null" if nullable else ""), value
             )
+        bound = BOUNDS.get(name)
+        if bound is not None and value > bound:
+            raise UsageError(
+                f"{self.where}: {name} {value} is above {bound}, the largest vllm-volta plans"
+            )
         return value
 
     def positive(self, section: Mapping[str, Any], name: str, *, required: bool = False) -> Any:
@@ -103,12 +159,14 @@ class _Checker:
             return None
         return value
 
-    def strings(self, section: Mapping[str, Any], name: str) -> list[str] | None:
+    def strings(
+        self, section: Mapping[str, Any], name: str, field: str | None = None
+    ) -> list[str] | None:
         value = section.get(name)
         if value is None:
             return None
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _type_error(self.where, name, "a list of strings", value)
+            raise _type_error(self.where, field or name, "a list of strings", value)
         return value
 
     def number(self, section: Mapping[str, Any], name: str) -> None:
@@ -131,7 +189,10 @@ def check_config(raw: Mapping[str, Any], where: str) -> ConfigCheck:
     for name in ("torch_dtype", "dtype"):
         if raw.get(name) is not None and not isinstance(raw[name], str):
             raise _type_error(where, name, "a string or null", raw[name])
-    _check_text(check, text_section(raw, where))
+    text = text_section(raw, where)
+    _check_text(check, text)
+    _check_per_layer(check, text.get("per_layer_config"), text.get("num_hidden_layers"))
+    _check_vision(check, raw.get("vision_config"))
     _check_quantization(check, raw.get("quantization_config"))
     return ConfigCheck(tuple(check.problems), tuple(check.notes), check.describable)
 
@@ -148,6 +209,10 @@ def _check_text(check: _Checker, text: Mapping[str, Any]) -> None:
     if experts is not None and experts < 0:
         check.problem(f"num_experts must be at least 0, got {experts}")
     check.number(text, "attn_logit_softcapping")
+    for name in _COUNTS:
+        count = check.integer(text, name, nullable=True)
+        if count is not None and count < 0:
+            raise _type_error(check.where, name, "a non-negative integer or null", count)
     if heads and kv_heads and heads % kv_heads:
         check.problem(
             f"num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}",
@@ -193,14 +258,13 @@ def _check_quantization(check: _Checker, section: object) -> None:
                 check.where, "quantization_config.ignore", "a list of strings", ignore
             )
         for i, entry in enumerate(ignore):
-            if entry.startswith("re:"):
-                try:
-                    re.compile(entry[3:])
-                except re.error as exc:
-                    raise UsageError(
-                        f"{check.where}: quantization_config.ignore[{i}] {entry!r} is not a "
-                        f"valid regular expression: {exc}"
-                    ) from exc
+            refusal = ignore_pattern_refusal(entry[3:]) if entry.startswith("re:") else None
+            if refusal is not None:
+                raise UsageError(
+                    f"{check.where}: quantization_config.ignore[{i}] {entry[:60]!r} is refused: "
+                    f"{refusal}"
+                )
+    _check_method_fields(check, section)
     scheme = section.get("kv_cache_scheme")
     if scheme is not None and not isinstance(scheme, Mapping):
         raise _type_error(
@@ -217,9 +281,96 @@ def _check_kv_scheme(check: _Checker, scheme: Mapping[str, Any]) -> None:
     for name in ("strategy", "type"):
         if scheme.get(name) is not None and not isinstance(scheme[name], str):
             raise _type_error(check.where, f"{field}.{name}", "a string", scheme[name])
-    bits = scheme.get("num_bits")
-    if bits is not None and not _is_int(bits):
-        raise _type_error(check.where, f"{field}.num_bits", "an integer", bits)
+    _bits(check, scheme, f"{field}.num_bits", "num_bits")
+
+
+def _bits(check: _Checker, section: Mapping[str, Any], field: str, name: str) -> None:
+    bits = section.get(name)
+    if bits is not None and (not _is_int(bits) or not 0 <= bits <= MAX_BITS):
+        raise _type_error(check.where, field, f"an integer from 0 to {MAX_BITS}", bits)
+
+
+def _size(check: _Checker, section: Mapping[str, Any], field: str, name: str) -> None:
+    """A group or block size: an integer of at most :data:`MAX_SECTION_INT` (-1: per channel)."""
+    size = section.get(name)
+    if size is not None and (not _is_int(size) or not -1 <= size <= MAX_SECTION_INT):
+        raise _type_error(check.where, field, f"an integer from -1 to {MAX_SECTION_INT}", size)
+
+
+def _check_method_fields(check: _Checker, section: Mapping[str, Any]) -> None:
+    """The fields of the fp8, GPTQ and AWQ sections the weight estimate reads."""
+    field = "quantization_config"
+    for name in ("modules_to_not_convert", "ignored_layers"):
+        check.strings(section, name, f"{field}.{name}")
+    for name in ("bits", "w_bit"):
+        _bits(check, section, f"{field}.{name}", name)
+    for name in ("group_size", "q_group_size"):
+        _size(check, section, f"{field}.{name}", name)
+    block = section.get("weight_block_size")
+    if block is not None and (
+        not isinstance(block, list)
+        or len(block) != 2
+        or not all(_is_int(b) and 1 <= b <= MAX_SECTION_INT for b in block)
+    ):
+        raise _type_error(
+            check.where, f"{field}.weight_block_size", "two positive integers or null", block
+        )
+
+
+def _check_per_layer(check: _Checker, section: object, layers: object) -> None:
+    """transformers' ``per_layer_config``: layer index -> the attention fields it overrides."""
+    if section is None:
+        return
+    if not isinstance(section, Mapping):
+        raise _type_error(check.where, "per_layer_config", "a JSON object", section)
+    count = layers if _is_int(layers) else 0
+    for key, overrides in section.items():
+        if not (key.isdecimal() and len(key) < 6 and int(key) < count):
+            raise UsageError(
+                f"{check.where}: per_layer_config key {key[:20]!r} is not a layer index "
+                f"below num_hidden_layers"
+            )
+        if not isinstance(overrides, Mapping):
+            raise _type_error(check.where, f"per_layer_config.{key}", "a JSON object", overrides)
+        for name in LAYER_FIELDS:
+            value = check.integer(overrides, name, nullable=True)
+            if value is not None and value < 1:
+                raise _type_error(
+                    check.where, f"per_layer_config.{key}.{name}", "a positive integer", value
+                )
+
+
+#: The attention fields a layer may override (transformers' per-layer configs).
+LAYER_FIELDS = ("num_attention_heads", "head_dim", "num_key_value_heads")
+
+#: The integers of a Qwen-VL-style ``vision_config`` the weight estimate reads.
+VISION_FIELDS = (
+    "depth",
+    "hidden_size",
+    "intermediate_size",
+    "in_channels",
+    "temporal_patch_size",
+    "patch_size",
+    "num_position_embeddings",
+    "spatial_merge_size",
+    "out_hidden_size",
+)
+
+
+def _check_vision(check: _Checker, section: object) -> None:
+    """Numbers of ``vision_config`` within :data:`MAX_SECTION_INT` (others are not read)."""
+    if not isinstance(section, Mapping):
+        return
+    for name in VISION_FIELDS:
+        value = section.get(name)
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not -MAX_SECTION_INT <= value <= MAX_SECTION_INT
+        ):
+            raise _type_error(
+                check.where, f"vision_config.{name}", f"at most {MAX_SECTION_INT}", value
+            )
 
 
 #: Weight formats compressed-tensors checkpoints may use that some vLLM 0.32 kernel runs:
@@ -251,6 +402,8 @@ def _check_ct_groups(check: _Checker, groups: object) -> None:
         group_size = weights.get("group_size")
         if not _is_int(bits):
             raise _type_error(check.where, f"{field}.{key}.weights.num_bits", "an integer", bits)
+        _bits(check, weights, f"{field}.{key}.weights.num_bits", "num_bits")
+        _size(check, weights, f"{field}.{key}.weights.group_size", "group_size")
         if not isinstance(kind, str):
             raise _type_error(check.where, f"{field}.{key}.weights.type", "a string", kind)
         if group_size is not None and not _is_int(group_size):

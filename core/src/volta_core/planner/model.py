@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import errno
-import json
 import logging
 import stat
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,8 @@ from typing import Any
 from volta_core.errors import UsageError
 from volta_core.host.checkpoint import quant_config
 from volta_core.host.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
-from volta_core.planner.config_check import check_config
+from volta_core.planner import model_files
+from volta_core.planner.config_check import LAYER_FIELDS, check_config
 
 #: Layer types (``config.layer_types``) that attend with a paged KV cache.
 ATTENTION_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "attention"})
@@ -45,13 +45,16 @@ def read_config(target: str) -> tuple[str, dict[str, Any]]:
 
     Returns a display name and the parsed JSON. Raises :class:`UsageError` with one accurate
     line for a missing path, a symbolic link loop, something that is not a regular file (a FIFO,
-    ``/dev/null``: reading those would block or read nothing), bytes that are not UTF-8, malformed
-    JSON, or an unknown example name (listing the known ones).
+    ``/dev/null``: reading those would block or read nothing), a directory's ``config.json`` that
+    resolves outside it, a file over :data:`~volta_core.planner.model_files.MAX_CONFIG_BYTES`,
+    bytes that are not UTF-8, malformed JSON (:func:`~volta_core.planner.model_files.loads`), or
+    an unknown example name (listing the known ones).
     """
     path = Path(target)
     kind = _file_kind(path, target)
-    if kind == "directory":
-        path = path / "config.json"
+    directory = path if kind == "directory" else None
+    if directory is not None:
+        path = directory / "config.json"
         kind = _file_kind(path, str(path))
         if kind == "missing":
             raise UsageError(f"{target}: directory has no config.json")
@@ -65,10 +68,9 @@ def read_config(target: str) -> tuple[str, dict[str, Any]]:
         return f"example {target}", _parse(text, target)
     if kind != "file":
         raise UsageError(f"{path}: not a regular file ({kind})")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
+    if directory is not None:  # a directory's config.json must stay inside it
+        model_files.confined(directory, path.name, target)
+    data = model_files.read_capped(path, model_files.MAX_CONFIG_BYTES)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -104,12 +106,7 @@ def _file_kind(path: Path, shown: str) -> str:
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: malformed JSON at line {exc.lineno}: {exc.msg}") from exc
-    except RecursionError as exc:
-        raise UsageError(f"{where}: JSON nested too deeply") from exc
+    data = model_files.loads(text, where)
     if not isinstance(data, dict):
         raise UsageError(f"{where}: a config.json must hold a JSON object")
     return data
@@ -277,10 +274,6 @@ def describe_model(name: str, raw: Mapping[str, Any]) -> ModelDescription:
         problems=check.problems,
         notes=check.notes,
     )
-
-
-#: The attention fields a layer may override (transformers' per-layer configs).
-LAYER_FIELDS = ("num_attention_heads", "head_dim", "num_key_value_heads")
 
 
 def _layer_attention(text: Any, index: int, layer_type: str) -> SimpleNamespace:

@@ -11,13 +11,20 @@ bytes, which for the fixed-width dtypes equals the product of the shape times th
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 from volta_core.errors import UsageError
+from volta_core.planner.model_files import (
+    MAX_INDEX_BYTES,
+    confined,
+    loads,
+    open_regular,
+    read_json,
+)
 
 #: The format's own limit on the header's size (the reference implementation refuses more).
 MAX_HEADER_BYTES = 100_000_000
@@ -62,25 +69,21 @@ def read_header(path: Path) -> list[TensorEntry]:
     length, a header longer than the file or than the format allows, bytes that are not a JSON
     object, or an entry whose dtype, shape or offsets are malformed or disagree.
     """
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
+    with open_regular(path) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
             head = handle.read(8)
             if len(head) < 8:
                 raise UsageError(f"{path}: not a safetensors file (shorter than 8 bytes)")
             (length,) = struct.unpack("<Q", head)
+            # The length is the file's own first bytes: it is judged, never printed.
             if length > MAX_HEADER_BYTES or length > size - 8:
-                raise UsageError(
-                    f"{path}: not a safetensors file (header length {length} exceeds "
-                    f"{'the format limit' if length > MAX_HEADER_BYTES else 'the file'})"
-                )
+                limit = "the format's limit" if length > MAX_HEADER_BYTES else "the file"
+                raise UsageError(f"{path}: not a safetensors file (header length past {limit})")
             text = handle.read(length)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
-    try:
-        header = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: safetensors header is not JSON text") from exc
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from exc
+    header = loads(text, f"{path}: safetensors header")
     if not isinstance(header, dict):
         raise UsageError(f"{path}: safetensors header is not a JSON object")
     data_bytes = size - 8 - length
@@ -92,7 +95,7 @@ def read_header(path: Path) -> list[TensorEntry]:
 
 
 def _entry(path: Path, name: str, info: object, data_bytes: int) -> TensorEntry:
-    where = f"{path}: tensor {name!r}"
+    where = f"{path}: tensor {name[:80]!r}"
     if not isinstance(info, dict):
         raise UsageError(f"{where}: entry is not a JSON object")
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
@@ -121,15 +124,13 @@ def _entry(path: Path, name: str, info: object, data_bytes: int) -> TensorEntry:
 def checkpoint_files(directory: Path) -> list[Path]:
     """The safetensors files of a checkpoint directory (its index's, else every one there).
 
-    Raises :class:`UsageError` for an index that is not JSON with a ``weight_map`` of strings,
-    or that names a file the directory lacks.
+    Raises :class:`UsageError` for an index that is not JSON with a ``weight_map`` of strings
+    (read under :data:`~volta_core.planner.model_files.MAX_INDEX_BYTES`), or that names a file
+    the directory lacks or one resolving outside it (:func:`.model_files.confined`).
     """
     index = directory / INDEX_NAME
     if index.is_file():
-        try:
-            data = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"{index}: not a readable JSON index") from exc
+        data = read_json(index, MAX_INDEX_BYTES)
         weight_map = data.get("weight_map") if isinstance(data, dict) else None
         if not isinstance(weight_map, dict) or not all(
             isinstance(v, str) for v in weight_map.values()
@@ -137,12 +138,13 @@ def checkpoint_files(directory: Path) -> list[Path]:
             raise UsageError(f"{index}: has no weight_map of tensor name -> file name")
         files = []
         for name in sorted(set(weight_map.values())):
-            file = directory / name
+            file = confined(directory, name, str(index))
             if not file.is_file():
-                raise UsageError(f"{index}: names {name}, which the directory does not hold")
+                raise UsageError(f"{index}: names {name[:80]!r}, which the directory does not hold")
             files.append(file)
         return files
-    return sorted(p for p in directory.glob("*.safetensors") if p.is_file())
+    found = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
+    return [confined(directory, p.name, str(directory)) for p in found]
 
 
 def checkpoint_tensors(directory: Path) -> list[TensorEntry]:

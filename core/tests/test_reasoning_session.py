@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+import types
 from typing import Any
 
 import pytest
@@ -86,6 +87,26 @@ def test_flushing_streams_hold_nothing_back(
     session = ReasoningSession(SPEC, manager, in_reasoning=True)
     released = [session.feed(delta, flush=True).reasoning for delta in deltas]
     assert "".join(r or "" for r in released) == expected
+
+
+class _NoFlush:
+    """A parser whose streams cannot flush, as vllm-volta-reasoning's before 0.2."""
+
+    def __init__(self, parser: Any) -> None:
+        self._parser = parser
+
+    def stream(self, *, in_reasoning: bool) -> Any:
+        stream = self._parser.stream(in_reasoning=in_reasoning)
+        return types.SimpleNamespace(feed=stream.feed, finish=stream.finish)
+
+
+def test_a_stream_that_cannot_flush_is_finished_by_the_last_delta(
+    manager: VoltaPluginManager,
+) -> None:
+    session = ReasoningSession(SPEC, manager, in_reasoning=True)
+    session.parser = _NoFlush(session.parser)
+    assert session.feed("a \n", flush=True) == ReasoningSplit("a", None)
+    assert session.feed("", flush=True, finish_reason="stop") == ReasoningSplit(" \n", None)
 
 
 def test_a_long_answer_costs_linear_time(manager: VoltaPluginManager) -> None:

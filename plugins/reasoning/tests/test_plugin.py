@@ -18,6 +18,7 @@ from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.records import PluginStatus
 from volta_core.host.resolution.reasoning import check_no_text_lost
 from volta_core.host.types import ReasoningContext, ReasoningSplit
+from volta_core.vllm.reasoning import ReasoningSession
 from volta_reasoning.parser import Qwen3ReasoningParser
 
 
@@ -123,6 +124,26 @@ def test_other_splits_are_left_to_the_engine(
 ) -> None:
     ctx = ReasoningContext("qwen3", decode(ids), tuple(ids), finish_reason, streaming)
     assert volta_reasoning.plugin.volta_reasoning_postprocess(engine, ctx) is None
+
+
+class _BlankingParser:
+    """An engine parser with the seed-004 failure: content re-decoded from no ids."""
+
+    def split(self, text: str, *, in_reasoning: bool) -> ReasoningSplit:
+        return ReasoningSplit(text if in_reasoning else None, "")
+
+
+@pytest.mark.parametrize("in_reasoning", [False, True])
+def test_the_rule_runs_on_the_hosts_non_streaming_path(
+    manager: VoltaPluginManager, in_reasoning: bool
+) -> None:
+    """The host's session, as vLLM's non-streaming path drives it: no finish reason (vLLM tells
+    a reasoning parser none there) and the prompt's mode; a blanked answer is restored."""
+    [(_, spec)] = manager.reasoning_parsers()
+    session = ReasoningSession(spec, manager, in_reasoning=in_reasoning)
+    session.parser = _BlankingParser()
+    expected = ("Step one", None) if in_reasoning else (None, "Step one")
+    assert session.split("Step one") == ReasoningSplit(*expected)
 
 
 def test_blanked_truncated_reasoning_uses_the_prompts_mode(manager: VoltaPluginManager) -> None:

@@ -2,11 +2,12 @@
 
 A plugin declares an engine-independent parser (``ReasoningParserSpec.impl``) with
 ``starts_in_reasoning(prompt)``, ``split(text, in_reasoning=...)`` and
-``stream(in_reasoning=...)``. :class:`ReasoningSession` holds what one request needs: whether
-the prompt left a think block open, the streaming state, and the text and token ids seen so
-far, and it runs the host's post-processing hook
-(:meth:`~volta_core.host.manager.VoltaPluginManager.postprocess_reasoning`) on every split it
-returns, non-streaming and streaming alike.
+``stream(in_reasoning=...)``, whose streams have ``feed(delta)``, ``finish()``, ``held``,
+``in_content`` and optionally ``flush()`` (release what is held and go on).
+:class:`ReasoningSession` holds what one request needs: whether the prompt left a think block
+open, the streaming state, and the text and token ids seen so far, and it runs the host's
+post-processing hook (:meth:`~volta_core.host.manager.VoltaPluginManager.postprocess_reasoning`)
+on every split it returns, non-streaming and streaming alike.
 """
 
 from __future__ import annotations
@@ -161,8 +162,9 @@ class ReasoningSession:
         """Streaming: the part of this delta (and anything held back before) released now.
 
         ``flush`` releases everything the stream holds, for engines that never say the output
-        ended: then no text waits for a call that may never come. ``finish_reason`` is the
-        output's, when this delta ended it.
+        ended: then no text waits for a call that may never come (a parser's stream without
+        ``flush`` is finished instead by the delta that has a ``finish_reason``).
+        ``finish_reason`` is the output's, when this delta ended it.
         """
         if self._stream is None:
             self._stream = self.parser.stream(in_reasoning=self.in_reasoning)
@@ -171,10 +173,21 @@ class ReasoningSession:
         self._finish_reason = finish_reason or self._finish_reason
         split = self._stream.feed(delta)
         if flush:
-            split = _joined(split, self._stream.flush())
+            split = _joined(split, self._flush(finish_reason))
         if split.content and split.content.strip():
             self._content_started = True
         return self._post_stream(split, delta)
+
+    def _flush(self, finish_reason: str | None) -> ReasoningSplit:
+        stream = self._stream
+        if hasattr(stream, "flush"):
+            return stream.flush()  # type: ignore[no-any-return]
+        # A stream that cannot flush (vllm-volta-reasoning before 0.2) is finished by the delta
+        # that ends the output, the one end an engine with no final call shows a parser.
+        if finish_reason is None:
+            return ReasoningSplit(reasoning=None, content=None)
+        self._stream = None
+        return stream.finish()  # type: ignore[no-any-return]
 
     def finish(self) -> ReasoningSplit | None:
         """Streaming: release what the stream still holds; None if nothing was streamed."""

@@ -6,6 +6,6 @@ registers it with vLLM under the name the plugin declares (``qwen3-volta``).
 
 from volta_reasoning.parser import Qwen3ReasoningParser, ReasoningStream
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 __all__ = ["Qwen3ReasoningParser", "ReasoningStream"]

@@ -49,8 +49,8 @@ class Qwen3ReasoningParser:
 
     start_tag = "<think>"
     end_tag = "</think>"
-    #: Tokens that end a Qwen chat turn or document: an engine that never says a stream is
-    #: over (vLLM before 0.32) finishes the stream on the delta that carries one.
+    #: Tokens that end a Qwen chat turn or document: the host's adapter reports the finish
+    #: reason ``"stop"`` to post-processors on the delta that carries one.
     end_markers = ("<|im_end|>", "<|endoftext|>")
 
     def starts_in_reasoning(self, prompt: str) -> bool:
@@ -144,7 +144,7 @@ class ReasoningStream:
         every piece holds nothing back, so an output cut anywhere loses no text. What is
         released cannot be taken back: whitespace later followed by a tag stays untrimmed in
         its region, and a tag counts only if one piece after a flush holds it whole (a
-        Qwen3 tag is one token, which an engine never splits). Leading whitespace before a
+        Qwen3 tag is one token, which an engine streams in one piece). Leading whitespace before a
         possible opening tag keeps that tag possible.
         """
         if self._finished:

@@ -53,15 +53,17 @@ def volta_reasoning_postprocess(
     """Truncation policy: a non-streaming result cut by ``max_tokens`` never comes back blanked.
 
     An engine parser (1Cat-vLLM's; 1CatAI/1Cat-vLLM#47 and #52) re-decoded content from the
-    empty content-id list of a truncated output and returned ``""``. For ``finish_reason ==
-    "length"``, a split that loses text, or that blanks content to ``""`` where none exists, is
-    replaced by this plugin's split of the whole text.
-    The mode is the context's ``in_reasoning`` (decided from the prompt by the adapter); when the
-    engine did not say, it is guessed from the incoming split (reasoning present means a think
-    block was open). The output's own leading ``<think>`` is recognised either way. Anything else,
-    and streaming deltas (a per-delta view cannot place held-back text), is left as it is.
+    empty content-id list of a truncated output and returned ``""``. For a non-streaming result
+    whose ``finish_reason`` is ``"length"`` or unknown (``None``: vLLM tells a reasoning parser
+    no finish reason on that path, so the host passes none), a split that loses text, or that
+    blanks content to ``""`` where none exists, is replaced by this plugin's split of the whole
+    text. The mode is the context's ``in_reasoning`` (decided from the prompt by the adapter);
+    when the engine did not say, it is guessed from the incoming split (reasoning present means
+    a think block was open). The output's own leading ``<think>`` is recognised either way.
+    Anything else, and streaming deltas (a per-delta view cannot place held-back text), is left
+    as it is.
     """
-    if context.streaming or context.finish_reason != "length":
+    if context.streaming or context.finish_reason not in ("length", None):
         return None
     in_reasoning = context.in_reasoning
     if in_reasoning is None:

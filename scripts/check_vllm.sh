@@ -155,6 +155,7 @@ echo "== 2/2 the suite's engine-free vLLM tests against $family"
   plugins/attn_v100/tests/test_backend.py \
   plugins/ct_wna16/tests/test_vllm_linear.py \
   plugins/ct_wna16/tests/test_moe.py \
+  plugins/ct_wna16/tests/test_awq_gptq.py \
   plugins/fp8w/tests/test_vllm_linear.py \
   plugins/fp8w/tests/test_moe.py \
   --deselect tests/e2e/test_adapter_sm70.py::test_platform_plugin_stays_out_on_the_cpu_build \

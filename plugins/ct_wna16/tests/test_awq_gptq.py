@@ -234,3 +234,61 @@ def test_act_order_groups_split_across_ranks_are_refused() -> None:
             g_idx=half,
             act_dtype=torch.float16,
         )
+
+
+HIDDEN, INTER, EXPERTS, TOP_K = 128, 64, 6, 2
+EXPERT_SHAPES = {
+    "gate_proj": (INTER, HIDDEN),
+    "up_proj": (INTER, HIDDEN),
+    "down_proj": (HIDDEN, INTER),
+}
+MOE_SCHEMES = [WeightScheme(4, False, 32, AWQ), WeightScheme(4, True, 64, GPTQ)]
+
+
+@pytest.mark.usefixtures("vllm_single_rank")
+@pytest.mark.parametrize("scheme", MOE_SCHEMES, ids=_id)
+def test_vllm_moe_layer_matches_float64_reference(scheme: WeightScheme, monkeypatch) -> None:
+    """A routed-experts layer of the installed family loads every expert through vLLM's
+    loader with a model's checkpoint names, and the fused kernel (interpreter) and the CPU
+    path both give ``sum_k w_k * down(silu(gate(x)) * up(x))`` in float64."""
+    from volta_ct_wna16.awq_gptq_moe import AWQGPTQMoEMethod
+
+    layer = vl.build_moe(
+        vl.engine_config(quantization_config(scheme)),
+        num_experts=EXPERTS,
+        top_k=TOP_K,
+        hidden_size=HIDDEN,
+        intermediate_size=INTER,
+        params_dtype=torch.float16,
+        prefix="model.layers.0.mlp.experts",
+    )
+    made = {
+        (e, proj): make_layer(n, k, scheme, seed=10 * e + i)
+        for e in range(EXPERTS)
+        for i, (proj, (n, k)) in enumerate(EXPERT_SHAPES.items())
+    }
+    named = [
+        (f"{e}.{proj}.{tensor}", value)
+        for (e, proj), one in made.items()
+        for tensor, value in one.tensors.items()
+    ]
+    list(layer.load_weights(named))
+    experts = layer.experts
+    assert isinstance(experts.quant_method, AWQGPTQMoEMethod)
+    experts.quant_method.process_weights_after_loading(experts)
+    assert not {n for n, _ in experts.named_parameters() if n.startswith(("w13_", "w2_"))}
+    gen = torch.Generator().manual_seed(3)
+    m = 17
+    x = torch.randn(m, HIDDEN, generator=gen).half()
+    ids = torch.stack([torch.randperm(EXPERTS, generator=gen)[:TOP_K] for _ in range(m)])
+    weights = torch.rand(m, TOP_K, generator=gen)
+    ref = torch.zeros(m, HIDDEN, dtype=torch.float64)
+    for t in range(m):
+        for w, e in zip(weights[t].tolist(), ids[t].tolist(), strict=True):
+            dense = {p: made[(e, p)].reference.double() for p in EXPERT_SHAPES}
+            h = torch.nn.functional.silu(dense["gate_proj"] @ x[t].double())
+            ref[t] += w * (dense["down_proj"] @ (h * (dense["up_proj"] @ x[t].double())))
+    for interpret in ("1", "0"):
+        monkeypatch.setenv("TRITON_INTERPRET", interpret)
+        out = experts.quant_method.apply(experts, x, weights, ids.to(torch.int32), None, None)
+        assert rel_error(out, ref) < 3e-3, interpret

@@ -551,10 +551,11 @@ def load_model(target: str) -> ModelTarget:
     return ModelTarget(target, describe_model(name, raw))
 
 
-def family_problems(model: ModelDescription, plan: Any = None) -> list[tuple[str, str]]:
+def family_problems(model: ModelDescription) -> list[tuple[str, str]]:
     """What the installed vLLM family itself refuses of this model on SM70, with the fix: the
-    limits no Volta plugin routes around (``families.Family``). ``plan`` (the model's plan on
-    sm_70) tells which quantized layers a plugin serves."""
+    limits no Volta plugin routes around (``families.Family``). The formats it refuses where no
+    plugin claims the layers are the plan's problems
+    (:func:`volta_core.host.engine_quant.engine_refusal`)."""
     from volta_core.vllm import families
 
     family = families.family_of(families.installed_vllm())

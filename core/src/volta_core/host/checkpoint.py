@@ -177,14 +177,22 @@ def is_ignored(config: QuantConfig, prefix: str) -> bool:
     return False
 
 
+#: AWQ and GPTQ ``quant_method`` names (and vLLM's Marlin and "auto" variants of them).
+_AWQ_GPTQ = frozenset({"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq"})
+
+
 def unquantized_reason(config: QuantConfig, prefix: str) -> str | None:
     """Why the engine runs module ``prefix`` of a quantized checkpoint unquantized, or None when
     it is quantized: the checkpoint's ``ignore`` list (:func:`is_ignored`); for vLLM's ``fp8``
     method its ``ignored_layers`` (``modules_to_not_convert``) by exact name, and the output head,
     which ``Fp8Config`` never quantizes (it quantizes linear layers; ``lm_head`` is a
-    ``ParallelLMHead`` there)."""
+    ``ParallelLMHead`` there); for AWQ and GPTQ the output head unless the config sets
+    ``lm_head``."""
     if is_ignored(config, prefix):
         return "in the checkpoint's ignore list"
+    is_head = prefix.rsplit(".", 1)[-1] == "lm_head"
+    if config.method in _AWQ_GPTQ and is_head and not config.raw.get("lm_head"):
+        return f"vLLM's {config.method} method quantizes the output head only with lm_head set"
     if config.method != "fp8":
         return None
     if prefix.rsplit(".", 1)[-1] == "lm_head":

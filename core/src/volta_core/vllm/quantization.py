@@ -191,12 +191,12 @@ def _asymmetric_type_map(base: type) -> dict[Any, Any] | None:
     return {**known, (4, False): scalar_types.uint4, (8, False): scalar_types.uint8}
 
 
-def _awq_gptq_override(host: _HostQuant, base: type, method: str) -> type:
+def _awq_gptq_override(host: _HostQuant, base: Any, method: str) -> type:
     """A subclass of one of vLLM's AWQ or GPTQ configs that asks the host first for every
     linear and routed-experts layer, and lets a checkpoint a plugin serves pass the capability
     gate; anything no plugin claims keeps the class's own behaviour."""
 
-    class VoltaAwqGptqConfig(base):  # type: ignore[misc, valid-type]
+    class VoltaAwqGptqConfig(base):
         volta_raw: dict[str, Any]
 
         volta_refusal: str | None = None

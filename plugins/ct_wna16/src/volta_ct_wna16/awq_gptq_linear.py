@@ -51,7 +51,7 @@ TENSORS = {
 }
 
 
-def _engine_view(raw: dict[str, Any], engine_config: Any) -> dict[str, Any]:
+def engine_view(raw: dict[str, Any], engine_config: Any) -> dict[str, Any]:
     """The config as vLLM's own reader holds it: its module lists mapped to vLLM's names
     (``apply_vllm_mapper``) and, for GPTQ, the quantized modules it read from the checkpoint's
     tensors (``maybe_update_config``)."""
@@ -68,7 +68,7 @@ def make_linear_method(
 ) -> QuantizeMethodBase:
     """The factory named by the plugin's AWQ and GPTQ claims (the adapter's contract)."""
     fused = getattr(engine_config, "packed_modules_mapping", None) or DEFAULT_FUSED
-    scheme = quant_layer_scheme(_engine_view(volta_config.raw, engine_config), layer, fused=fused)
+    scheme = quant_layer_scheme(engine_view(volta_config.raw, engine_config), layer, fused=fused)
     if scheme is None:
         return UnquantizedLinearMethod()
     if isinstance(scheme, Unsupported):

@@ -129,7 +129,7 @@ class WNA16MoEMethod(FusedMoEMethodBase):
     ) -> None:
         self.moe = layer.moe_config
         name, scheme = self.prefix, self.scheme
-        _check_layer(name, scheme, layer, self.raw, hidden_size, params_dtype, extra_weight_attrs)
+        check_layer(name, scheme, layer, self.raw, hidden_size, params_dtype, extra_weight_attrs)
         global_experts = int(extra_weight_attrs.get("global_num_experts", num_experts))
         check_expert_schemes(name, scheme, self.raw, self.ignore, global_experts)
         pack = scheme.pack_factor
@@ -218,15 +218,7 @@ class WNA16MoEMethod(FusedMoEMethodBase):
             for tensor in TENSORS:
                 delattr(layer, f"{stem}_{tensor}")
         del layer.ct_wna16_seen
-        for stem, pw in (("w13", weights.w13), ("w2", weights.w2)):
-            for attr in ("qweight", "scales", "zeros"):
-                tensor = getattr(pw, attr)
-                if tensor is None:
-                    setattr(layer, f"ct_{stem}_{attr}", None)
-                else:
-                    param = torch.nn.Parameter(tensor, requires_grad=False)
-                    layer.register_parameter(f"ct_{stem}_{attr}", param)
-        layer.ct_wna16_meta = (h, i, scheme.num_bits, weights.w13.group, weights.w2.group)
+        install_experts(layer, weights)
 
     def get_fused_moe_quant_config(self, layer: torch.nn.Module) -> FusedMoEQuantConfig | None:
         """None: ``apply`` runs the experts itself, no modular kernel reads a quant config."""
@@ -254,6 +246,21 @@ class WNA16MoEMethod(FusedMoEMethodBase):
         )
 
 
+def install_experts(layer: torch.nn.Module, weights: ExpertWeights) -> None:
+    """Register the stacked experts in the kernels' layout (``ct_*`` parameters), which
+    :func:`expert_weights` reads at every call."""
+    for stem, pw in (("w13", weights.w13), ("w2", weights.w2)):
+        for attr in ("qweight", "scales", "zeros"):
+            tensor = getattr(pw, attr)
+            if tensor is None:
+                setattr(layer, f"ct_{stem}_{attr}", None)
+            else:
+                param = torch.nn.Parameter(tensor, requires_grad=False)
+                layer.register_parameter(f"ct_{stem}_{attr}", param)
+    w13, w2 = weights.w13, weights.w2
+    layer.ct_wna16_meta = (w13.k, w2.k, w13.bits, w13.group, w2.group)
+
+
 def expert_weights(layer: torch.nn.Module) -> ExpertWeights:
     """The loaded layer's weights as :class:`ExpertWeights` (its parameters, no copies)."""
     h, i, bits, g13, g2 = layer.ct_wna16_meta
@@ -265,11 +272,11 @@ def expert_weights(layer: torch.nn.Module) -> ExpertWeights:
     )
 
 
-def _check_layer(
+def check_layer(
     name: str,
     scheme: WeightScheme,
     layer: torch.nn.Module,
-    raw: Mapping[str, Any],
+    raw: Mapping[str, Any] | None,
     hidden_size: int,
     params_dtype: torch.dtype,
     extra_weight_attrs: Mapping[str, Any],
@@ -280,7 +287,8 @@ def _check_layer(
     only; 0.19: none) and TP padding (0.32+) are read where the family has them; absent, the
     family has no such layers. A family's layer that names no checkpoint projections (0.19,
     1Cat: its model's loader maps them) has the ``gate_proj``/``up_proj``/``down_proj`` that
-    vLLM's own compressed-tensors MoE reads there.
+    vLLM's own compressed-tensors MoE reads there (``raw``: the compressed-tensors config whose
+    per-projection schemes are compared; None where one scheme covers the experts module).
     """
     moe = layer.moe_config
     if moe.activation is not MoEActivation.SILU or not moe.is_act_and_mul:
@@ -308,7 +316,7 @@ def _check_layer(
     projections: Sequence[str] = tuple(
         getattr(layer, f"ckpt_{p}_proj_name", p + "_proj") for p in ("gate", "up", "down")
     )
-    if tuple(projections) != EXPERT_PROJECTIONS:
+    if raw is not None and tuple(projections) != EXPERT_PROJECTIONS:
         actual = expert_scheme(raw, name, projections)
         if actual != scheme:
             raise WeightFormatError(

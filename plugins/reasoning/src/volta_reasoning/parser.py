@@ -143,9 +143,10 @@ class ReasoningStream:
         For an engine that never says the output ended (vLLM 0.19, 1Cat-vLLM): flushing after
         every piece holds nothing back, so an output cut anywhere loses no text. What is
         released cannot be taken back: whitespace later followed by a tag stays untrimmed in
-        its region, and a tag counts only if one piece after a flush holds it whole (a
-        Qwen3 tag is one token, which an engine streams in one piece). Leading whitespace before a
-        possible opening tag keeps that tag possible.
+        its region, and a tag counts only if one piece after a flush holds it whole (a Qwen3
+        tag is one token, which an engine streams in one piece). Only leading whitespace is
+        released without deciding the region: as content, or dropped where the prompt opened
+        the block, and an opening tag after it still opens the reasoning.
         """
         if self._finished:
             raise RuntimeError("ReasoningStream.flush called after finish()")

@@ -8,6 +8,7 @@ dequantized reference the repacked weights must equal exactly.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,6 +56,21 @@ def test_repack_equals_the_producers_reference(scheme: WeightScheme) -> None:
     k = 3 * scheme.group_size if scheme.group_size else 200
     layer = make_layer(56, k, scheme, seed=k + scheme.num_bits)
     assert torch.equal(_unpermuted(layer), layer.reference)
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_vllms_own_awq_dequantizer_agrees(group: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's Triton AWQ dequantization kernel (``awq_triton.awq_dequantize_triton``, run by the
+    interpreter) reads the checkpoint tensors to the same weights the repacked layout holds."""
+    import ct_wna16_awq_bench
+    import vllm.model_executor.layers.quantization as quantization
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    peer = ct_wna16_awq_bench.load_peer(Path(quantization.__file__).with_name("awq_triton.py"))
+    layer = make_layer(64, 2 * group, WeightScheme(4, False, group, AWQ), seed=group)
+    t = layer.tensors
+    theirs = peer.awq_dequantize_triton(t["qweight"], t["scales"], t["qzeros"])
+    assert torch.equal(theirs.t(), _unpermuted(layer))
 
 
 def test_act_order_rows_are_sorted_into_whole_groups() -> None:

@@ -277,19 +277,33 @@ def writer_name(write: Callable[..., None]) -> str:
 def watch_kernel_calls(on_call: Callable[[str, tuple, dict], None]) -> None:
     """Report every real call into the backend's kernels to ``on_call(name, args, kwargs)``
     after it ran unchanged, so an engine test can prove the plugin's kernels did the work and
-    check what they wrote: ``paged_attention`` with its arguments, and ``write_kv_cache``
-    (each layer's cache update) with ``(key, value, kv_cache, slot_mapping)`` and the writer
-    the layer's impl holds (``writer``: :func:`writer_name`)."""
+    check what they wrote: each layer's attention (``run_attention``) as ``"paged_attention"``
+    with the arguments :func:`volta_attn_v100.ops.paged_attention` would take for it (the
+    batch's rows of query and output), and ``write_kv_cache`` (each layer's cache update) with
+    ``(key, value, kv_cache, slot_mapping)`` and the writer the layer's impl holds (``writer``:
+    :func:`writer_name`)."""
     import volta_attn_v100.backend as volta
 
-    attend = volta.paged_attention
+    attend = volta.run_attention
 
-    def watched_attention(*args, **kwargs):
-        result = attend(*args, **kwargs)
+    def watched_attention(layer, step, query, kv, out, *, num_tokens=None, layout=None):
+        attend(layer, step, query, kv, out, num_tokens=num_tokens, layout=layout)
+        n = query.shape[0] if num_tokens is None else num_tokens
+        args = (query[:n], kv, step.block_table, step.seq_lens, step.query_start_loc, out[:n])
+        kwargs = {
+            "kv_cache_dtype": layer.kv_dtype,
+            "sm_scale": layer.sm_scale,
+            "max_query_len": step.max_query_len,
+            "max_seq_len": step.max_seq_len,
+            "k_scale": layer.scales.k,
+            "v_scale": layer.scales.v,
+            "sliding_window": layer.window or None,
+            "logits_soft_cap": layer.softcap,
+            "sinks": layer.sinks if layer.has_sinks else None,
+        }
         on_call("paged_attention", args, kwargs)
-        return result
 
-    volta.paged_attention = watched_attention
+    volta.run_attention = watched_attention
     update = volta.VoltaAttentionImpl.do_kv_cache_update
 
     def watched_update(self, layer, key, value, kv_cache, slot_mapping):

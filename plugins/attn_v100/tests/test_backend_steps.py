@@ -309,3 +309,64 @@ def test_block_table_reach_uses_whole_blocks() -> None:
             max_seq_len=33,
             seq_lens_cpu_upper_bound=torch.tensor([33]),
         )
+
+
+# -- no host read in a step: the trap on CPU tensors (CI) -----------------------------------------
+
+
+class _NoLaunch:
+    """A Triton kernel whose launch does nothing: the trap sees only the host's work."""
+
+    def __getitem__(self, grid: Any) -> Any:
+        return lambda *args, **kwargs: None
+
+
+@pytest.fixture
+def kernels_stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attention and cache-write kernels as no-ops (the interpreter reads tensors itself)."""
+    import volta_attn_v100.kernels
+    import volta_fp8kv.kernels.cache_write
+
+    for name in ("paged_decode_kernel", "paged_prefill_kernel"):
+        monkeypatch.setattr(volta_attn_v100.kernels, name, _NoLaunch())
+    monkeypatch.setattr(volta_fp8kv.kernels.cache_write, "cache_write_kernel", _NoLaunch())
+
+
+#: A decode step, and a mixed one (decodes beside a prefill chunk over a cached prefix).
+TRAPPED_STEPS = {"decode": [(1, 40), (1, 17), (1, 33)], "mixed": [(1, 40), (20, 50), (1, 17)]}
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+@pytest.mark.parametrize("kv_dtype", list(KV_SPELLING))
+@pytest.mark.parametrize("step", list(TRAPPED_STEPS))
+def test_a_step_reads_nothing_back(step: str, kv_dtype: str) -> None:
+    """The builder, then two layers' cache writes and attention (the second takes what the
+    first made for the step), with every host read of a tensor an error, except of vLLM's host
+    copies of the lengths; the same call with its bounds checked trips the trap."""
+    from volta_attn_v100.ops import paged_attention
+    from volta_devkit.host_reads import HostReadError, no_host_reads
+
+    case = make_case(
+        TRAPPED_STEPS[step], head_size=128, num_heads=8, num_kv_heads=2,
+        kv_cache_dtype=kv_dtype, scales="head",
+    )  # fmt: skip
+    sinks = torch.zeros(8, dtype=torch.float16)
+    layer, builder = make_layer(case, num_heads=8, max_model_len=1024)
+    layer.impl.sinks = sinks
+    builder = type(builder)(
+        builder.kv_cache_spec, builder.layer_names, builder.vllm_config, builder.device
+    )
+    num_tokens, _, head_size = case.query.shape
+    key = value = torch.zeros((num_tokens, 2, head_size), dtype=torch.float16)
+    slots = new_token_slots(case)
+    metadata = common_metadata(case, slots)
+    out = torch.empty((num_tokens, 8 * head_size), dtype=torch.float16)
+    query = case.query.reshape(num_tokens, -1)
+    host = [metadata.query_start_loc_cpu, getattr(metadata, "seq_lens_cpu_upper_bound", None)]
+    with no_host_reads(allow=[t for t in host if t is not None]):
+        attn_metadata = builder.build(0, metadata)
+        for _ in range(2):
+            layer.impl.do_kv_cache_update(layer, key, value, case.kv_cache, slots)
+            layer.impl.forward(layer, query, key, value, case.kv_cache, attn_metadata, output=out)
+        with pytest.raises(HostReadError):
+            paged_attention(*case.tensors(), out.view(case.query.shape), **case.kwargs())

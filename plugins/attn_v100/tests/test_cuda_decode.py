@@ -353,16 +353,18 @@ def test_nothing_compiles_during_capture(loads, monkeypatch) -> None:
     assert loads == [_options(128, "fp8_e5m2")]
 
 
-def _common(group: int, kv_dtype: str = "float16") -> SimpleNamespace:
-    """What ``ops._cuda_decode`` reads of a call, on a pretend CUDA device."""
+def _call(group: int, kv_dtype: str = "float16") -> tuple[SimpleNamespace, ...]:
+    """What ``ops._cuda_decode`` reads of a call, on a pretend CUDA device: the layer's
+    arguments, the step's tensors, the query, the cache and the output."""
     query = SimpleNamespace(is_cuda=True, device=CUDA0)
     kv = SimpleNamespace(dtype=torch.float16 if kv_dtype == "float16" else torch.uint8)
     scales = SimpleNamespace(k="k", v="v", stride=0)
-    return SimpleNamespace(
-        query=query, kv=kv, block_table="bt", seq_lens="lens", query_start_loc="qs", out="out",
+    layer = SimpleNamespace(
         scales=scales, sinks="sinks", has_sinks=0, sm_scale=0.1, softcap=0.0, window=0,
-        group=group,
+        group=group, num_heads=8 * group, head_size=128,
     )  # fmt: skip
+    step = SimpleNamespace(block_table="bt", seq_lens="lens", query_start_loc="qs")
+    return layer, step, query, kv, SimpleNamespace()
 
 
 def _choice(kv_dtype: str, head_size: int, group: int, q_len: int = 1, **kwargs):
@@ -376,18 +378,33 @@ def _choice(kv_dtype: str, head_size: int, group: int, q_len: int = 1, **kwargs)
 
 def test_the_launcher_routes_a_v100_decode_to_the_tensor_cores(monkeypatch) -> None:
     """Dispatch gives a V100's decode to the CUDA kernel where the rule takes it, with its Triton
-    fallback's partitions; the launcher runs it where the build is ready and the tensors are
-    aligned, and the Triton fallback otherwise."""
-    launched: list[CudaDecodeLaunch] = []
-    ready = {"value": True}
+    fallback's partitions; the launcher runs it where the build is ready (asked once a step) and
+    the tensors are aligned, with the step's partial buffers, and the Triton fallback
+    otherwise."""
+    launched: list[dict] = []
+    ready = {"value": True, "asked": 0}
     aligned = {"value": True}
-    monkeypatch.setattr(decode, "ready", lambda device, head_size, kv: ready["value"])
+
+    def is_ready(device, head_size, kv):
+        ready["asked"] += 1
+        return ready["value"]
+
+    monkeypatch.setattr(decode, "ready", is_ready)
     monkeypatch.setattr(decode, "vector_aligned", lambda query, kv: aligned["value"])
-    monkeypatch.setattr(decode, "launch", lambda *args, **kwargs: launched.append(kwargs["launch"]))
+    monkeypatch.setattr(decode, "launch", lambda *args, **kwargs: launched.append(kwargs))
+    made: list[tuple] = []
+    monkeypatch.setattr(
+        ops, "_decode_partials", lambda planned, shape, dtype, device: made.append(shape) or shape
+    )
     choice = _choice("fp8_e5m2", 128, 4, num_splits=7)
     assert isinstance(choice.launch, CudaDecodeLaunch)
-    assert ops._cuda_decode(_common(4, "fp8_e5m2"), choice.launch)
-    assert launched[-1] == choice.launch
+    planned = ops._Planned(choice, num_tokens=1)
+    for _ in range(2):  # two layers of one step
+        assert ops._cuda_decode(*_call(4, "fp8_e5m2"), planned, choice.launch)
+    assert [kwargs["launch"] for kwargs in launched] == [choice.launch] * 2
+    assert ready["asked"] == 1
+    assert made == [(1, 32, 7, 128)] * 2
+    assert launched[-1]["partials"] == (1, 32, 7, 128)
     assert (choice.launch.num_splits, choice.launch.kv_dtype, choice.launch.max_query_len) == (
         7,
         "fp8_e5m2",
@@ -396,7 +413,7 @@ def test_the_launcher_routes_a_v100_decode_to_the_tensor_cores(monkeypatch) -> N
     wide = _choice("float16", 256, 8, 2)
     assert isinstance(wide.launch, CudaDecodeLaunch)
     assert wide.launch.row_chunks == 2
-    assert ops._cuda_decode(_common(8), wide.launch)
+    assert ops._cuda_decode(*_call(8), ops._Planned(wide, num_tokens=2), wide.launch)
     # Three chunks of 8 rows, a group of 16, head size 64, another device: Triton alone.
     for triton in (
         _choice("float16", 128, 8, 3),
@@ -407,14 +424,15 @@ def test_the_launcher_routes_a_v100_decode_to_the_tensor_cores(monkeypatch) -> N
         assert (triton.kernel, triton.fallback) == (TRITON, None)
     # A build that did not load, or tensors its loads cannot read: the fallback runs.
     ran: list = []
-    monkeypatch.setattr(ops, "_launch_decode", lambda a, launch: ran.append(launch))
+    monkeypatch.setattr(ops, "_launch_decode", lambda *args: ran.append(args[-1]))
     choice = _choice("float16", 128, 4)
     for ready["value"], aligned["value"] in ((False, True), (True, False)):
-        assert not ops._cuda_decode(_common(4), choice.launch)
-        ops._run(_common(4), choice)
+        planned = ops._Planned(choice, num_tokens=1)
+        assert not ops._cuda_decode(*_call(4), planned, choice.launch)
+        ops._run(*_call(4), None, planned)
     assert choice.fallback is not None
     assert ran == [choice.fallback.launch] * 2
-    assert len(launched) == 2
+    assert len(launched) == 3
 
 
 def test_cpu_tensors_keep_the_triton_kernel(monkeypatch) -> None:

@@ -19,6 +19,14 @@ builder is made (after the weights are loaded); each step's lengths in
 :meth:`VoltaAttentionMetadataBuilder.build`, once for all layers, from the CPU copies vLLM
 keeps. The per-layer cache write and attention read nothing back from the GPU, in eager steps
 as in captured ones: a read-back there waits for the GPU to drain at every layer.
+
+Host work is done once where it can be, since eager and mixed steps pay it at every layer: a
+layer's arguments (scales, sinks cast to float32, masking) when the builder is made
+(:func:`volta_attn_v100.ops.layer_args`), its tensors' layout on its first call and whenever
+its cache or its query's or output's token stride changes; a step's batch tensors in
+:meth:`VoltaAttentionMetadataBuilder.build`, and its launches (the choice and the decode's
+partial buffers) by the step's first layer of each shape
+(:class:`volta_attn_v100.ops.StepLaunches`).
 """
 
 from __future__ import annotations
@@ -41,7 +49,14 @@ from vllm.v1.attention.backend import (
 from vllm.v1.kv_cache_interface import AttentionSpec
 
 from volta_attn_v100.dispatch import takes_cuda_decode, takes_cuda_prefill
-from volta_attn_v100.inputs import AttentionInputError, check_lengths, kv_scales
+from volta_attn_v100.inputs import (
+    KV_STORAGE,
+    AttentionInputError,
+    cache_view,
+    check_inputs,
+    check_lengths,
+    check_step_tensors,
+)
 from volta_attn_v100.limits import (
     HEAD_SIZES,
     MAX_CAPABILITY,
@@ -49,7 +64,15 @@ from volta_attn_v100.limits import (
     MIN_CAPABILITY,
     kv_dtype_refusal,
 )
-from volta_attn_v100.ops import default_num_splits, paged_attention
+from volta_attn_v100.ops import (
+    LayerArgs,
+    StepLaunches,
+    TensorLayout,
+    default_num_splits,
+    layer_args,
+    run_attention,
+    tensor_layout,
+)
 from volta_core import PACKED_KV_LAYOUT, KVCacheWriter, canonical_kv_dtype, kv_cache_writer
 
 #: vLLM's ``--kv-cache-dtype`` spellings the kernels read, and the format each names (the
@@ -62,7 +85,8 @@ KV_CACHE_DTYPES: dict[str, str] = {
 
 @dataclass
 class VoltaAttentionMetadata:
-    """What one forward step needs: vLLM's per-batch tensors plus the decode partition count."""
+    """What one forward step needs: vLLM's per-batch tensors, the decode partition count, and
+    the step's launches, which its layers share (:class:`volta_attn_v100.ops.StepLaunches`)."""
 
     num_actual_tokens: int
     max_query_len: int
@@ -72,6 +96,7 @@ class VoltaAttentionMetadata:
     block_table: torch.Tensor
     slot_mapping: torch.Tensor
     num_splits: int
+    launches: StepLaunches
 
 
 class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetadata]):
@@ -106,7 +131,7 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
             layer = layers.get(name)
             impl = getattr(layer, "impl", None)
             if isinstance(impl, VoltaAttentionImpl):
-                impl.check_scales(layer, device)
+                impl.prepare(layer, device)
 
     def build(
         self,
@@ -129,7 +154,12 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
             self.block_size,
             m.block_table_tensor.shape[1],
         )
+        check_step_tensors(m.block_table_tensor, m.seq_lens, m.query_start_loc)
         length = self.max_model_len if self.graphs else m.max_seq_len
+        num_splits = default_num_splits(
+            m.num_reqs, self.num_kv_heads, length, self.device, self.cache_format
+        )
+        decode = m.max_query_len <= MAX_DECODE_QUERY_LEN
         return VoltaAttentionMetadata(
             num_actual_tokens=m.num_actual_tokens,
             max_query_len=m.max_query_len,
@@ -138,8 +168,15 @@ class VoltaAttentionMetadataBuilder(AttentionMetadataBuilder[VoltaAttentionMetad
             seq_lens=m.seq_lens,
             block_table=m.block_table_tensor,
             slot_mapping=m.slot_mapping,
-            num_splits=default_num_splits(
-                m.num_reqs, self.num_kv_heads, length, self.device, self.cache_format
+            num_splits=num_splits,
+            launches=StepLaunches(
+                m.block_table_tensor,
+                m.seq_lens,
+                m.query_start_loc,
+                max_query_len=m.max_query_len,
+                max_seq_len=m.max_seq_len,
+                num_splits=num_splits if decode else None,
+                path="decode" if decode else "prefill",
             ),
         )
 
@@ -303,6 +340,10 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         self.write_kv_cache: KVCacheWriter = kv_cache_writer(
             PACKED_KV_LAYOUT, kv_cache_dtype, "float16"
         )
+        self._storage = KV_STORAGE[self.cache_format]
+        self._args: LayerArgs | None = None
+        self._layout: TensorLayout | None = None
+        self._layout_key: tuple[int, int, int] | None = None
         if torch.cuda.is_available():
             self._load_tensor_core_builds(torch.cuda.get_device_capability())
 
@@ -330,11 +371,30 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             return None, None
         return layer._k_scale, layer._v_scale
 
-    def check_scales(self, layer: AttentionLayer, device: torch.device) -> None:
-        """Refuse fp8 scales that are not finite and positive (reads them back to the host:
-        called once per layer, by the metadata builder, never in a step)."""
+    def prepare(self, layer: AttentionLayer, device: torch.device) -> None:
+        """Make the layer's kernel arguments once its weights are loaded: the fp8 scales,
+        refused unless finite and positive (read back to the host: called once per layer, by
+        the metadata builder, never in a step), and the sinks cast to float32."""
+        self._args = self._layer_args(layer, device, check_values=True)
+
+    def _layer_args(
+        self, layer: AttentionLayer, device: torch.device, *, check_values: bool
+    ) -> LayerArgs:
         k_scale, v_scale = self._scales(layer)
-        kv_scales(k_scale, v_scale, self.num_kv_heads, device, check_values=True)
+        return layer_args(
+            self.num_heads,
+            self.num_kv_heads,
+            self.head_size,
+            self.cache_format,
+            device,
+            sm_scale=self.scale,
+            k_scale=k_scale,
+            v_scale=v_scale,
+            sinks=self.sinks,
+            sliding_window=self.sliding_window,
+            logits_soft_cap=self.logits_soft_cap,
+            check_values=check_values,
+        )
 
     def do_kv_cache_update(
         self,
@@ -377,30 +437,47 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             raise AttentionInputError("fused output quantization is not supported on Volta")
         if attn_metadata is None:  # profiling run: no cache yet
             return output.fill_(0)
-        n = attn_metadata.num_actual_tokens
+        # Whole-buffer views (vLLM pads the batch's rows under CUDA graphs): the kernels touch
+        # only the batch's rows, ``num_actual_tokens`` of them.
         out = output.view(-1, self.num_heads, self.head_size)
         q = query.view(-1, self.num_heads, self.head_size)
-        k_scale, v_scale = self._scales(layer)
-        sinks = self.sinks.to(torch.float32) if self.sinks is not None else None
-        paged_attention(
-            q[:n],
-            kv_cache,
-            attn_metadata.block_table,
-            attn_metadata.seq_lens,
-            attn_metadata.query_start_loc,
-            out[:n],
-            max_query_len=attn_metadata.max_query_len,
-            max_seq_len=attn_metadata.max_seq_len,
-            sm_scale=self.scale,
-            kv_cache_dtype=self.cache_format,
-            k_scale=k_scale,
-            v_scale=v_scale,
-            sliding_window=self.sliding_window,
-            logits_soft_cap=self.logits_soft_cap,
-            sinks=sinks,
-            num_splits=attn_metadata.num_splits
-            if attn_metadata.max_query_len <= MAX_DECODE_QUERY_LEN
-            else None,
+        if kv_cache.dtype != self._storage:
+            kv_cache = cache_view(kv_cache, self.cache_format)
+        args = self._args
+        if args is None:  # a layer no metadata builder prepared: its scales are not read back
+            args = self._args = self._layer_args(layer, query.device, check_values=False)
+        launches = attn_metadata.launches
+        layout = self._layout
+        if layout is None or (kv_cache.data_ptr(), q.stride(0), out.stride(0)) != self._layout_key:
+            layout = self._check_layout(q, kv_cache, out, launches, args)
+        run_attention(
+            args, launches, q, kv_cache, out, num_tokens=attn_metadata.num_actual_tokens,
+            layout=layout,
+        )  # fmt: skip
+        return output
+
+    def _check_layout(
+        self,
+        query: torch.Tensor,
+        kv: torch.Tensor,
+        out: torch.Tensor,
+        launches: StepLaunches,
+        args: LayerArgs,
+    ) -> TensorLayout:
+        """Check the layer's tensors (shapes, dtypes, strides, devices; nothing read back) and
+        keep their layout: vLLM calls a layer with the same cache and views of the same width
+        at every step, so this runs on its first call and again only if the cache's address or
+        the query's or output's token stride changes."""
+        check_inputs(
+            query,
+            kv,
+            launches.block_table,
+            launches.seq_lens,
+            launches.query_start_loc,
+            out,
+            args.sinks if args.has_sinks else None,
             check_bounds=False,
         )
-        return output
+        self._layout = tensor_layout(query, kv, out)
+        self._layout_key = (kv.data_ptr(), query.stride(0), out.stride(0))
+        return self._layout

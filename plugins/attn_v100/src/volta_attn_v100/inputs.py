@@ -5,11 +5,11 @@ raised before any kernel is launched: a bad head size, dtype or stride would oth
 cache at the wrong place, and a block table pointing past the cache would read another layer's
 memory. Here: the cache's storage dtypes (:data:`KV_STORAGE`) and its view as the kernels read
 it (:func:`cache_view`), the fp8 scales (:class:`KVScales`, :func:`kv_scales`), the checks of
-shapes, dtypes, devices, strides and bounds (:func:`check_inputs`, :func:`check_lengths`), of
-masking (:func:`check_masking`), of the kernel a call asks for (:func:`check_path`,
-:func:`check_num_splits`, :func:`check_kv_dtype`), and the span of the cache's addresses
-(:func:`cache_span`). The launchers (:mod:`volta_attn_v100.ops`) call them; nothing here
-launches.
+shapes, dtypes, devices, strides and bounds (:func:`check_inputs`, :func:`check_lengths`,
+:func:`check_step_tensors`), of masking (:func:`check_masking`), of the kernel a call asks for
+(:func:`check_path`, :func:`check_num_splits`, :func:`check_kv_dtype`), and the span of the
+cache's addresses (:func:`cache_span`). The launchers (:mod:`volta_attn_v100.ops`) call them;
+nothing here launches.
 """
 
 from __future__ import annotations
@@ -243,25 +243,12 @@ def check_inputs(
                 "elements (its tiles are compiled for aligned rows); got "
                 + ", ".join(f"{what} {value}" for value, what in odd)
             )
-    devices = {t.device for t in (query, kv_cache, block_table, seq_lens, query_start_loc, out)}
-    if len(devices) != 1:
+    devices = {t.device for t in (query, kv_cache, out)}
+    if len(devices) != 1 or block_table.device not in devices:
+        devices |= {t.device for t in (block_table, seq_lens, query_start_loc)}
         _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
-    for name, t in (
-        ("block_table", block_table),
-        ("seq_lens", seq_lens),
-        ("query_start_loc", query_start_loc),
-    ):
-        if t.dtype != torch.int32:
-            _fail(f"{name} must be int32, got {t.dtype}")
-    if block_table.dim() != 2 or block_table.stride(1) != 1:
-        _fail("block_table must be a 2-D tensor contiguous in its last dimension")
+    check_step_tensors(block_table, seq_lens, query_start_loc)
     num_seqs = seq_lens.shape[0]
-    if query_start_loc.shape != (num_seqs + 1,) or block_table.shape[0] < num_seqs:
-        _fail(
-            f"{num_seqs} sequences need query_start_loc of {num_seqs + 1} entries and a block "
-            f"table of at least {num_seqs} rows; got {tuple(query_start_loc.shape)} and "
-            f"{tuple(block_table.shape)}"
-        )
     if sinks is not None and (sinks.shape != (num_heads,) or sinks.device != query.device):
         _fail(f"sinks must have one value per query head ({num_heads}) on {query.device}")
     if not check_bounds or num_seqs == 0:
@@ -280,6 +267,34 @@ def check_inputs(
         _fail(
             f"block table entry [{seq}, {col}] = {int(rows[seq, col])} points past the KV cache "
             f"of {kv_cache.shape[0]} blocks"
+        )
+
+
+def check_step_tensors(
+    block_table: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor
+) -> None:
+    """A step's batch tensors, as every layer reads them: int32 on one device, a 2-D block
+    table contiguous in its last dimension with a row per sequence, one more query offset than
+    sequences. Shapes and dtypes only: nothing is read back (the vLLM backend's metadata
+    builder calls this once a step)."""
+    devices = {t.device for t in (block_table, seq_lens, query_start_loc)}
+    if len(devices) != 1:
+        _fail(f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    for name, t in (
+        ("block_table", block_table),
+        ("seq_lens", seq_lens),
+        ("query_start_loc", query_start_loc),
+    ):
+        if t.dtype != torch.int32:
+            _fail(f"{name} must be int32, got {t.dtype}")
+    if block_table.dim() != 2 or block_table.stride(1) != 1:
+        _fail("block_table must be a 2-D tensor contiguous in its last dimension")
+    num_seqs = seq_lens.shape[0]
+    if query_start_loc.shape != (num_seqs + 1,) or block_table.shape[0] < num_seqs:
+        _fail(
+            f"{num_seqs} sequences need query_start_loc of {num_seqs + 1} entries and a block "
+            f"table of at least {num_seqs} rows; got {tuple(query_start_loc.shape)} and "
+            f"{tuple(block_table.shape)}"
         )
 
 

@@ -13,11 +13,17 @@ call and its launch come from :func:`volta_attn_v100.dispatch.choose`, over the 
 table or over a table the caller passes (benchmark variants, tests that force a kernel form);
 the one thing decided here is whether a CUDA choice can run now (its build loaded on this
 device, tensors its vector loads can read), else its Triton fallback runs.
+
+The vLLM backend calls the parts separately, so a step's host work is done once where it can
+be: :func:`layer_args` once per layer (scales, sinks cast to float32), a :class:`StepLaunches`
+once per step (the metadata builder's), and :func:`run_attention` per layer, which chooses the
+launch and makes the decode's partial buffers for the first layer of each shape in the step
+and reuses them for the others (layers run one after another on the stream).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -123,58 +129,47 @@ def paged_attention(
         check_bounds=check_bounds,
         table=table,
     )
-    check_masking(sliding_window, logits_soft_cap)
     path = check_path(path, max_query_len)
-    num_seqs = seq_lens.shape[0]
-    if num_seqs == 0 or query.shape[0] == 0:
-        return out
     check_num_splits(path, num_splits)
-    num_kv_heads = kv.shape[1]
-    scales = kv_scales(k_scale, v_scale, num_kv_heads, query.device, check_values=check_bounds)
-    sinks_f32 = sinks.to(torch.float32).contiguous() if sinks is not None else scales.k
-    args = _Common(
-        query=query,
-        kv=kv,
-        block_table=block_table,
-        seq_lens=seq_lens,
-        query_start_loc=query_start_loc,
-        out=out,
-        scales=scales,
-        sinks=sinks_f32,
-        has_sinks=int(sinks is not None),
-        sm_scale=float(sm_scale),
-        softcap=float(logits_soft_cap),
-        window=int(sliding_window or 0),
+    _, num_heads, head_size = query.shape
+    layer = layer_args(
+        num_heads,
+        kv.shape[1],
+        head_size,
+        kv_cache_dtype,
+        query.device,
+        sm_scale=sm_scale,
+        k_scale=k_scale,
+        v_scale=v_scale,
+        sinks=sinks,
+        sliding_window=sliding_window,
+        logits_soft_cap=logits_soft_cap,
+        check_values=check_bounds,
     )
-    num_tokens, num_heads, head_size = query.shape
-    call = AttentionCall(
-        head_size=head_size,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        kv_dtype=kv_cache_dtype,
-        num_seqs=num_seqs,
-        num_tokens=num_tokens,
+    step = StepLaunches(
+        block_table,
+        seq_lens,
+        query_start_loc,
         max_query_len=max_query_len,
         max_seq_len=max_seq_len,
-        cache_span=cache_span(kv),
-        page_size=kv.shape[2],
         num_splits=num_splits,
         path=path,
+        table=table,
     )
-    _run(args, choose(call, facts.capability, facts.sm_count, table))
+    run_attention(layer, step, query, kv, out)
     return out
 
 
 @dataclass(frozen=True)
-class _Common:
-    """The tensors and runtime values both kernels take."""
+class LayerArgs:
+    """What one layer passes every kernel, the same at every step: its shapes and KV dtype
+    (canonical), the fp8 scales as float32 vectors, the sinks as float32 (the K scale, unread,
+    where it has none) and the masking."""
 
-    query: torch.Tensor
-    kv: torch.Tensor
-    block_table: torch.Tensor
-    seq_lens: torch.Tensor
-    query_start_loc: torch.Tensor
-    out: torch.Tensor
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    kv_dtype: str
     scales: KVScales
     sinks: torch.Tensor
     has_sinks: int
@@ -184,162 +179,400 @@ class _Common:
 
     @property
     def group(self) -> int:
-        return self.query.shape[1] // self.kv.shape[1]
+        return self.num_heads // self.num_kv_heads
 
 
-def _launch_decode(a: _Common, launch: DecodeLaunch) -> None:
+def layer_args(
+    num_heads: int,
+    num_kv_heads: int,
+    head_size: int,
+    kv_cache_dtype: str,
+    device: torch.device,
+    *,
+    sm_scale: float,
+    k_scale: torch.Tensor | float | None,
+    v_scale: torch.Tensor | float | None,
+    sinks: torch.Tensor | None,
+    sliding_window: int | None,
+    logits_soft_cap: float,
+    check_values: bool,
+) -> LayerArgs:
+    """One layer's :class:`LayerArgs`, checked (:func:`~volta_attn_v100.inputs.check_masking`,
+    :func:`~volta_attn_v100.inputs.kv_scales`; ``check_values`` reads the scales back). The
+    sinks are cast here, so a layer made once casts them once; the scales stay views of the
+    given float32 tensors, so a scale updated in place is read at the next launch."""
+    check_masking(sliding_window, logits_soft_cap)
+    scales = kv_scales(k_scale, v_scale, num_kv_heads, device, check_values=check_values)
+    return LayerArgs(
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_size=head_size,
+        kv_dtype=kv_cache_dtype,
+        scales=scales,
+        sinks=sinks.to(torch.float32).contiguous() if sinks is not None else scales.k,
+        has_sinks=int(sinks is not None),
+        sm_scale=float(sm_scale),
+        softcap=float(logits_soft_cap),
+        window=int(sliding_window or 0),
+    )
+
+
+@dataclass
+class _Planned:
+    """A layer shape's launch in one step: the choice, the batch's query tokens, whether its
+    CUDA build runs on this device (asked once), the Triton launch with its compile-time
+    arguments and arrival counters once made, and the decode's partial buffers."""
+
+    choice: Choice[Launch]
+    num_tokens: int
+    cuda_ready: bool | None = None
+    triton: tuple[Launch, dict[str, object], torch.Tensor] | None = None
+    partials: dict[tuple[object, ...], tuple[torch.Tensor, torch.Tensor]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass
+class StepLaunches:
+    """One step's batch as every layer reads it (the metadata tensors and lengths, the decode
+    partitions or None for the table's policy, the kernel ``path``) and the launches its layers
+    take, by layer shape: the first layer of a shape chooses the launch
+    (:func:`volta_attn_v100.dispatch.choose`) and makes the decode's partial buffers, the others
+    reuse both. A step's layers run one after another on one stream, so they may share the
+    buffers; under CUDA-graph capture they are made inside the captured region (the graph's
+    memory pool keeps them for its replays)."""
+
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_start_loc: torch.Tensor
+    max_query_len: int
+    max_seq_len: int
+    num_splits: int | None
+    path: str
+    table: LaunchTable | None = None
+    planned: dict[tuple[int, ...], _Planned] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TensorLayout:
+    """What the kernels take of a call's tensors besides their addresses: the query's and the
+    output's token and head strides, the cache's block, head and slot strides, its span in
+    elements and its page size. The same at every call of a layer whose tensors keep their
+    layout (the vLLM backend checks that), so it is read once."""
+
+    query: tuple[int, int]
+    out: tuple[int, int]
+    kv: tuple[int, int, int]
+    span: int
+    page_size: int
+
+
+def tensor_layout(query: torch.Tensor, kv: torch.Tensor, out: torch.Tensor) -> TensorLayout:
+    """The :class:`TensorLayout` of ``query`` and ``out`` ``[tokens, heads, head_size]`` and the
+    cache ``kv`` as :func:`~volta_attn_v100.inputs.cache_view` gives it."""
+    return TensorLayout(
+        query=(query.stride(0), query.stride(1)),
+        out=(out.stride(0), out.stride(1)),
+        kv=(kv.stride(0), kv.stride(1), kv.stride(2)),
+        span=cache_span(kv),
+        page_size=kv.shape[2],
+    )
+
+
+def run_attention(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_tokens: int | None = None,
+    layout: TensorLayout | None = None,
+) -> None:
+    """Attention of ``query`` over the cache ``kv`` (as :func:`~volta_attn_v100.inputs.cache_view`
+    gives it) into ``out``, for inputs already checked (:func:`paged_attention`'s checks, or the
+    vLLM backend's: each layer's once, each step's in its metadata builder). ``num_tokens``: the
+    query tokens the batch holds, when ``query`` and ``out`` have more rows (vLLM's padded
+    buffers; the kernels touch only the batch's rows); ``layout``: the tensors' layout when the
+    caller knows it."""
+    if num_tokens is None:
+        num_tokens = query.shape[0]
+    num_seqs = step.seq_lens.shape[0]
+    if num_seqs == 0 or num_tokens == 0:
+        return
+    if layout is None:
+        layout = tensor_layout(query, kv, out)
+    key = (
+        layer.num_heads,
+        layer.num_kv_heads,
+        layer.head_size,
+        num_tokens,
+        layout.span,
+        layout.page_size,
+    )
+    planned = step.planned.get(key)
+    if planned is None:
+        facts = device_facts(query.device)
+        call = AttentionCall(
+            head_size=layer.head_size,
+            num_heads=layer.num_heads,
+            num_kv_heads=layer.num_kv_heads,
+            kv_dtype=layer.kv_dtype,
+            num_seqs=num_seqs,
+            num_tokens=num_tokens,
+            max_query_len=step.max_query_len,
+            max_seq_len=step.max_seq_len,
+            cache_span=layout.span,
+            page_size=layout.page_size,
+            num_splits=step.num_splits,
+            path=step.path,
+        )
+        planned = _Planned(choose(call, facts.capability, facts.sm_count, step.table), num_tokens)
+        step.planned[key] = planned
+    _run(layer, step, query, kv, out, layout, planned)
+
+
+def _decode_partials(
+    planned: _Planned,
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode's partial accumulators ``shape`` (tokens, heads, partitions, width) of
+    ``dtype`` and its running max and sum, made by the step's first layer that needs them (the
+    CUDA decode's and its Triton fallback's differ in width and dtype)."""
+    key = (shape, dtype)
+    found = planned.partials.get(key)
+    if found is None:
+        acc = torch.empty(shape, dtype=dtype, device=device)
+        ml = torch.empty((*shape[:3], 2), dtype=torch.float32, device=device)
+        found = planned.partials[key] = (acc, ml)
+    return found
+
+
+_NO_BUFFERS: dict[tuple[torch.device, torch.dtype], torch.Tensor] = {}
+
+
+def _no_buffer(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor of ``dtype`` on ``device``, made once: the pointer a launch passes for a
+    buffer it does not use, typed as the gated build's signature says."""
+    key = (device, dtype)
+    if key not in _NO_BUFFERS:
+        _NO_BUFFERS[key] = torch.empty(0, dtype=dtype, device=device)
+    return _NO_BUFFERS[key]
+
+
+def _triton_launch(
+    planned: _Planned, launch: DecodeLaunch | PrefillLaunch, device: torch.device, counters: int
+) -> tuple[dict[str, object], torch.Tensor]:
+    """The launch's compile-time and launch options, and the arrival counters of ``device``'s
+    current stream (``counters`` of them, none for 0), made by the step's first layer."""
+    if planned.triton is None or planned.triton[0] is not launch:
+        build = launch.build
+        options: dict[str, object] = {
+            **build.constexprs(),
+            "num_warps": build.tiles.num_warps,
+            "num_stages": build.tiles.num_stages,
+        }
+        buffer = arrival_counters(device, counters) if counters else _no_buffer(device, torch.int32)
+        planned.triton = (launch, options, buffer)
+    return planned.triton[1], planned.triton[2]
+
+
+def _launch_decode(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    layout: TensorLayout,
+    planned: _Planned,
+    launch: DecodeLaunch,
+) -> None:
     from volta_attn_v100.kernels import paged_decode_kernel
 
-    num_tokens, num_heads, _ = a.query.shape
-    num_seqs = a.seq_lens.shape[0]
-    device = a.query.device
+    num_seqs = step.seq_lens.shape[0]
+    num_heads = layer.num_heads
+    device = query.device
     build = launch.build
     num_splits = launch.num_splits
     partials_dtype = torch.float16 if build.partials_f16 else torch.float32
     if num_splits > 1:
-        part_acc = torch.empty(
-            (num_tokens, num_heads, num_splits, head_pad(build.head_size)),
-            dtype=partials_dtype,
-            device=device,
+        part_acc, part_ml = _decode_partials(
+            planned,
+            (planned.num_tokens, num_heads, num_splits, head_pad(build.head_size)),
+            partials_dtype,
+            device,
         )
-        part_ml = torch.empty(
-            (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
-        )
-        counters = arrival_counters(device, num_seqs * launch.kv_programs)
+        options, counters = _triton_launch(planned, launch, device, num_seqs * launch.kv_programs)
     else:
         # One partition writes the output itself: nothing to combine, nothing to count.
-        part_ml = torch.empty(0, dtype=torch.float32, device=device)
-        part_acc = torch.empty(0, dtype=partials_dtype, device=device)
-        counters = torch.empty(0, dtype=torch.int32, device=device)
+        part_acc = _no_buffer(device, partials_dtype)
+        part_ml = _no_buffer(device, torch.float32)
+        options, counters = _triton_launch(planned, launch, device, 0)
+    scales = layer.scales
     paged_decode_kernel[(num_seqs, launch.kv_programs, num_splits)](
-        a.query,
-        a.kv,
-        a.block_table,
-        a.seq_lens,
-        a.query_start_loc,
-        a.scales.k,
-        a.scales.v,
-        a.sinks,
-        a.out,
+        query,
+        kv,
+        step.block_table,
+        step.seq_lens,
+        step.query_start_loc,
+        scales.k,
+        scales.v,
+        layer.sinks,
+        out,
         part_acc,
         part_ml,
         counters,
-        a.sm_scale,
-        a.softcap,
-        a.window,
-        a.has_sinks,
-        a.group,
+        layer.sm_scale,
+        layer.softcap,
+        layer.window,
+        layer.has_sinks,
+        layer.group,
         launch.heads_per_prog,
         launch.head_chunks,
         num_heads,
         num_splits,
-        a.scales.stride,
-        a.query.stride(0),
-        a.query.stride(1),
-        a.kv.stride(0),
-        a.kv.stride(1),
-        a.kv.stride(2),
-        a.block_table.stride(0),
-        a.out.stride(0),
-        a.out.stride(1),
-        **build.constexprs(),
-        num_warps=build.tiles.num_warps,
-        num_stages=build.tiles.num_stages,
+        scales.stride,
+        *layout.query,
+        *layout.kv,
+        step.block_table.stride(0),
+        *layout.out,
+        **options,
     )
 
 
-def _run(a: _Common, choice: Choice[Launch]) -> None:
-    """Run ``choice``'s launch: a CUDA one where it can run now (:func:`_cuda_decode`,
+def _run(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    layout: TensorLayout,
+    planned: _Planned,
+) -> None:
+    """Run the planned choice's launch: a CUDA one where it can run now (:func:`_cuda_decode`,
     :func:`_cuda_prefill`), else its Triton fallback; a Triton one as it is."""
+    choice = planned.choice
     launch = choice.launch
-    if isinstance(launch, CudaDecodeLaunch) and _cuda_decode(a, launch):
+    if isinstance(launch, CudaDecodeLaunch) and _cuda_decode(
+        layer, step, query, kv, out, planned, launch
+    ):
         return
-    if isinstance(launch, CudaPrefillLaunch) and _cuda_prefill(a, launch):
+    if isinstance(launch, CudaPrefillLaunch) and _cuda_prefill(
+        layer, step, query, kv, out, planned, launch
+    ):
         return
     if choice.fallback is not None:
         launch = choice.fallback.launch
     if isinstance(launch, DecodeLaunch):
-        _launch_decode(a, launch)
+        _launch_decode(layer, step, query, kv, out, layout, planned, launch)
     elif isinstance(launch, PrefillLaunch):
-        _launch_prefill(a, launch)
+        _launch_prefill(layer, step, query, kv, out, layout, planned, launch)
     else:
         raise TypeError(f"a CUDA choice needs a Triton fallback, got {choice!r}")
 
 
-def _cuda_decode(a: _Common, launch: CudaDecodeLaunch) -> bool:
+def _cuda_decode(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    planned: _Planned,
+    launch: CudaDecodeLaunch,
+) -> bool:
     """Run the decode on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.decode`) as
-    ``launch`` says where the tensors are on a CUDA device, the build loads there and the
-    tensors allow its vector loads; False leaves it to the Triton fallback."""
-    if not a.query.is_cuda:
+    ``launch`` says where the tensors are on a CUDA device, the build loads there (asked once a
+    step) and the tensors allow its vector loads; False leaves it to the Triton fallback."""
+    if not query.is_cuda:
         return False
     from volta_attn_v100.cuda import decode
 
-    if not decode.ready(a.query.device, launch.head_size, launch.kv_dtype):
+    if planned.cuda_ready is None:
+        planned.cuda_ready = decode.ready(query.device, launch.head_size, launch.kv_dtype)
+    if not planned.cuda_ready or not decode.vector_aligned(query, kv):
         return False
-    if not decode.vector_aligned(a.query, a.kv):
-        return False
+    partials = None
+    if launch.num_splits > 1:
+        shape = (planned.num_tokens, layer.num_heads, launch.num_splits, layer.head_size)
+        partials = _decode_partials(planned, shape, torch.float32, query.device)
+    scales = layer.scales
     decode.launch(
-        a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
-        k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
-        has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
-        launch=launch,
+        query, kv, step.block_table, step.seq_lens, step.query_start_loc, out,
+        k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride, sinks=layer.sinks,
+        has_sinks=layer.has_sinks, sm_scale=layer.sm_scale, softcap=layer.softcap,
+        window=layer.window, launch=launch, partials=partials,
     )  # fmt: skip
     return True
 
 
-def _cuda_prefill(a: _Common, launch: CudaPrefillLaunch) -> bool:
+def _cuda_prefill(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    planned: _Planned,
+    launch: CudaPrefillLaunch,
+) -> bool:
     """Run the prefill on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.prefill`) as
-    ``launch`` says where the tensors are on a CUDA device, the build loads there and the cache
-    allows its vector loads; False leaves it to the Triton fallback."""
-    if not a.query.is_cuda:
+    ``launch`` says where the tensors are on a CUDA device, the build loads there (asked once a
+    step) and the cache allows its vector loads; False leaves it to the Triton fallback."""
+    if not query.is_cuda:
         return False
     from volta_attn_v100.cuda import prefill
 
-    if not prefill.ready(a.query.device, launch.head_size, launch.kv_dtype):
+    if planned.cuda_ready is None:
+        planned.cuda_ready = prefill.ready(query.device, launch.head_size, launch.kv_dtype)
+    if not planned.cuda_ready or not prefill.vector_aligned(kv):
         return False
-    if not prefill.vector_aligned(a.kv):
-        return False
+    scales = layer.scales
     prefill.launch(
-        a.query, a.kv, a.block_table, a.seq_lens, a.query_start_loc, a.out,
-        k_scale=a.scales.k, v_scale=a.scales.v, scale_stride=a.scales.stride, sinks=a.sinks,
-        has_sinks=a.has_sinks, sm_scale=a.sm_scale, softcap=a.softcap, window=a.window,
-        launch=launch,
+        query, kv, step.block_table, step.seq_lens, step.query_start_loc, out,
+        k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride, sinks=layer.sinks,
+        has_sinks=layer.has_sinks, sm_scale=layer.sm_scale, softcap=layer.softcap,
+        window=layer.window, launch=launch,
     )  # fmt: skip
     return True
 
 
-def _launch_prefill(a: _Common, launch: PrefillLaunch) -> None:
+def _launch_prefill(
+    layer: LayerArgs,
+    step: StepLaunches,
+    query: torch.Tensor,
+    kv: torch.Tensor,
+    out: torch.Tensor,
+    layout: TensorLayout,
+    planned: _Planned,
+    launch: PrefillLaunch,
+) -> None:
     from volta_attn_v100.kernels import paged_prefill_kernel
 
-    build = launch.build
+    options, _ = _triton_launch(planned, launch, query.device, 0)
+    scales = layer.scales
     paged_prefill_kernel[launch.grid](
-        a.query,
-        a.kv,
-        a.block_table,
-        a.seq_lens,
-        a.query_start_loc,
-        a.scales.k,
-        a.scales.v,
-        a.sinks,
-        a.out,
-        a.sm_scale,
-        a.softcap,
-        a.window,
-        a.has_sinks,
-        a.group,
+        query,
+        kv,
+        step.block_table,
+        step.seq_lens,
+        step.query_start_loc,
+        scales.k,
+        scales.v,
+        layer.sinks,
+        out,
+        layer.sm_scale,
+        layer.softcap,
+        layer.window,
+        layer.has_sinks,
+        layer.group,
         launch.heads_per_prog,
         launch.head_chunks,
-        a.seq_lens.shape[0],
-        a.scales.stride,
-        a.query.stride(0),
-        a.query.stride(1),
-        a.kv.stride(0),
-        a.kv.stride(1),
-        a.kv.stride(2),
-        a.block_table.stride(0),
-        a.out.stride(0),
-        a.out.stride(1),
-        **build.constexprs(),
-        num_warps=build.tiles.num_warps,
-        num_stages=build.tiles.num_stages,
+        step.seq_lens.shape[0],
+        scales.stride,
+        *layout.query,
+        *layout.kv,
+        step.block_table.stride(0),
+        *layout.out,
+        **options,
     )

@@ -85,12 +85,15 @@ def launch(
     window: int,
     launch: CudaDecodeLaunch,
     ptx_arch: str | None = None,
+    partials: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> None:
     """Split-KV paged decode of every sequence in the batch into ``out`` as ``launch`` says, for
     inputs :func:`volta_attn_v100.ops.paged_attention` has checked (``kv`` the cache as the
     kernels read it, fp16 or e5m2 bytes; the scales float32 vectors, ``scale_stride`` 0 or 1),
     every sequence with at most ``launch.max_query_len`` query tokens, and a build :func:`ready`
-    loaded.
+    loaded. ``partials``: the float32 partial accumulators ``[tokens, heads, partitions,
+    head_size]`` and running max and sum ``[tokens, heads, partitions, 2]`` to use when the
+    launch has partitions (a step's layers share them); made here when not given.
 
     :raises ValueError: ``launch.num_splits`` outside 1..64 or too many sequences for the grid,
         before any launch.
@@ -108,12 +111,18 @@ def launch(
         raise RuntimeError("launch() needs a build ready() loaded")
     device = query.device
     if num_splits > 1:
-        part_acc = torch.empty(
-            (num_tokens, num_heads, num_splits, head_size), dtype=torch.float32, device=device
-        )
-        part_ml = torch.empty(
-            (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
-        )
+        if partials is None:
+            partials = (
+                torch.empty(
+                    (num_tokens, num_heads, num_splits, head_size),
+                    dtype=torch.float32,
+                    device=device,
+                ),
+                torch.empty(
+                    (num_tokens, num_heads, num_splits, 2), dtype=torch.float32, device=device
+                ),
+            )
+        part_acc, part_ml = partials
         counters = arrival_counters(device, num_seqs * num_kv_heads * launch.row_chunks)
     else:
         part_acc = part_ml = counters = None

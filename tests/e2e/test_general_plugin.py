@@ -78,7 +78,7 @@ def test_register_without_vllm_loaded_imports_nothing_heavy(tmp_path: Path) -> N
         (("vllm", "0.31.4"), False),
         (("vllm", "0.34.0"), False),
         (("vllm", "1.1.0"), False),
-        (("1cat-vllm", "1.4.0"), False),
+        (("1cat-vllm", "1.4.0"), True),
         (("1cat-vllm", "0.22.0"), False),
     ],
 )

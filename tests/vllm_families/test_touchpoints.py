@@ -925,7 +925,7 @@ def _stream_as_the_family_serves(
 
         wrapped = ParserManager.get_parser(reasoning_parser_name=name, tokenizer=tokenizer)
         parse_delta = wrapped(tokenizer, None, chat_template_kwargs={}).parse_delta
-    elif FAMILY.distributions == ("1cat-vllm",):
+    elif "1cat-vllm" in FAMILY.distributions:
         from vllm.parser import ParserManager
 
         wrapped = ParserManager.get_parser(reasoning_parser_name=name)
@@ -1109,7 +1109,7 @@ def test_plan_reads_gemma4_layers_with_this_environments_transformers() -> None:
 
 
 @pytest.mark.skipif(
-    FAMILY.distributions != ("1cat-vllm",), reason="FLASH_ATTN_V100 is 1Cat-vLLM's own backend"
+    "1cat-vllm" not in FAMILY.distributions, reason="FLASH_ATTN_V100 is 1Cat-vLLM's own backend"
 )
 def test_1cats_flash_attn_v100_runs_when_named_and_never_on_a_512_dim_layer(
     manager: VoltaPluginManager, custom_slot: Any

@@ -10,7 +10,8 @@ exact fix) or ``info``. The rules, and where they come from:
   from its CUDA 12.8 wheels in release 2.11 and its CUDA 13 wheels never had it (CUDA 13
   removed Volta; pytorch/pytorch#172352, PyTorch ``RELEASE.md`` "PyTorch CUDA Support
   Matrix"): 2.10's default CUDA 12.8 wheel and the ``+cu126`` wheels carry ``sm_70``.
-- vLLM: inside the adapter's supported range (:mod:`volta_core.vllm.families`) and with compiled
+- vLLM: inside the adapter's supported range (:mod:`volta_core.vllm.families`; a 1Cat-vLLM
+  release with every touchpoint the adapter reads) and with compiled
   extensions carrying ``sm_70`` SASS or ``compute_70`` PTX, read from their ``.nv_fatbin``
   sections (:mod:`volta_core.doctor.fatbin`) without importing vLLM. vLLM removed 7.0 from its
   CUDA >= 12.8 architecture list (vllm-project/vllm#39878), so its 0.20+ wheels carry none.
@@ -53,13 +54,15 @@ TORCH_FIX = (
     "pip install torch==2.10.0 (CUDA 12.8, has sm_70), or for torch 2.11-2.14 a +cu126 build: "
     "pip install torch==2.14.0 --index-url https://download.pytorch.org/whl/cu126"
 )
+#: 1Cat-vLLM's current release (github.com/1CatAI/1Cat-vLLM releases), which the fixes name.
+CURRENT_1CAT = "1Cat-vLLM 1.5.1 (October 2026; 1.2-1.5 are supported)"
 VLLM_FIX = (
     "vLLM 0.20+ wheels carry no sm_70 code: install vllm==0.19.1 with torch==2.10.0, "
-    "or 1Cat-vLLM 1.3, or build vLLM with CUDA 12.6 and TORCH_CUDA_ARCH_LIST=7.0"
+    f"or {CURRENT_1CAT}, or build vLLM with CUDA 12.6 and TORCH_CUDA_ARCH_LIST=7.0"
 )
 SUPPORTED_VLLM_FIX = (
     "install a vLLM the Volta adapter supports and that carries sm_70 code: vllm==0.19.1 "
-    "with torch==2.10.0, or 1Cat-vLLM 1.3 (the README's 'Serving with vLLM' lists the range)"
+    f"with torch==2.10.0, or {CURRENT_1CAT} (the README's 'Serving with vLLM' lists the range)"
 )
 PTXAS_ENV = "TRITON_PTXAS_PATH"
 
@@ -362,7 +365,7 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         ]
     rows = []
     label = f"{installed[0]} {installed[1]}" if installed else "vllm (no distribution metadata)"
-    family = families.family_of(installed)
+    family = families.installed_family()
     if installed is None:
         where = ", ".join(str(d) for d in dirs)
         detail = (
@@ -371,7 +374,7 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         )
         rows.append(Check("vllm", _serving_severity(gpus), detail, fix=SUPPORTED_VLLM_FIX))
     elif family is None:
-        reason = families.unsupported_reason(installed) or f"{label} is not supported"
+        reason = families.unsupported_reason() or f"{label} is not supported"
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
         rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))

@@ -59,9 +59,44 @@ FLASH_ATTN_V100 = AttentionBackendSpec(
     notes="1Cat-vLLM 1.2-1.3 only; used only when named with --attention-backend",
 )
 
+#: The same backend in 1Cat-vLLM 1.4-1.5 (the ``flash_v100/`` package; 1.5.1, October 2026),
+#: declared from its sources: ``backend.py`` keeps head sizes 64, 128 and 256
+#: (``get_supported_head_sizes``, "aligned with the dense prefill kernel dispatch table") and
+#: Triton's block sizes (multiples of 16; exactly 16 with ``VLLM_FLASH_V100_KERNEL_BLOCK_SIZE16``);
+#: ``routing.py`` declares fp16, fp8_e4m3 and fp8_e5m2 as its native KV codecs (``codec.py``
+#: maps ``fp8`` to E4M3; bf16 only through its Triton fallbacks, which SM70 cannot run); fp16
+#: activations as before.
+FLASH_ATTN_V100_1CAT_15 = AttentionBackendSpec(
+    name="FLASH_ATTN_V100",
+    impl="vllm.v1.attention.backends.flash_v100.backend:FlashAttnV100Backend",
+    priority=0,
+    min_capability=(7, 0),
+    max_capability=(7, 0),
+    dtypes=frozenset({"float16"}),
+    kv_cache_dtypes=frozenset({"float16", "fp8_e4m3", "fp8_e5m2"}),
+    head_sizes=frozenset({64, 128, 256}),
+    block_size_multiple=16,
+    features=frozenset(AttentionFeature),
+    vllm_name="FLASH_ATTN_V100",
+    builtin=True,
+    notes="1Cat-vLLM 1.4-1.5 only; used only when named with --attention-backend",
+)
+
 #: Built-ins that exist in one vLLM family only: judged when named with
-#: ``--attention-backend``, never a fallback (the host does not know which family will run).
-NAMED_ONLY_BACKENDS: tuple[AttentionBackendSpec, ...] = (FLASH_ATTN_V100,)
+#: ``--attention-backend``, never a fallback. Without a known family, the current 1Cat release's.
+NAMED_ONLY_BACKENDS: tuple[AttentionBackendSpec, ...] = (FLASH_ATTN_V100_1CAT_15,)
+
+#: Per vLLM family (``volta_core.vllm.families.Family.name``): its own named-only backends.
+FAMILY_NAMED_BACKENDS: dict[str, tuple[AttentionBackendSpec, ...]] = {
+    "1Cat-vLLM 1.2-1.3": (FLASH_ATTN_V100,),
+    "1Cat-vLLM 1.4-1.5": (FLASH_ATTN_V100_1CAT_15,),
+}
+
+
+def named_only_backends(family: str | None) -> tuple[AttentionBackendSpec, ...]:
+    """The named-only built-ins of a vLLM family; for any other family, or none known (a
+    planning machine), the current 1Cat release's (what a plan for it would run)."""
+    return FAMILY_NAMED_BACKENDS.get(family or "", NAMED_ONLY_BACKENDS)
 
 
 def _names(text: str) -> frozenset[str]:

@@ -13,8 +13,9 @@ Read from the families' sources (``vllm/model_executor/layers/quantization/``):
 - vLLM 0.32-0.33: AWQ and GPTQ are ``AutoAWQConfig`` / ``AutoGPTQConfig``; GPTQ's config says
   6.0 but its only CUDA linear method is Marlin (``query_marlin_supported_quant_types`` returns
   nothing below 7.5); the rest as 0.19.
-- 1Cat-vLLM 1.2-1.3: AWQ (TurboMind SM70 GEMMs, ``awq_marlin`` 7.0), GPTQ and FP8 on its own SM70
-  paths; compressed-tensors only when asked (``VLLM_SM70_COMPRESSED_TENSORS_TURBOMIND``).
+- 1Cat-vLLM 1.2-1.3 and 1.4-1.5: AWQ (TurboMind SM70 GEMMs, ``awq_marlin`` 7.0), GPTQ and FP8 on
+  its own SM70 paths; compressed-tensors only when asked
+  (``VLLM_SM70_COMPRESSED_TENSORS_TURBOMIND``).
 """
 
 from __future__ import annotations
@@ -39,11 +40,14 @@ ENGINE_MIN_CAPABILITY: Mapping[str, Mapping[str, tuple[int, int]]] = {
         fp8=(("fp8",), (7, 5)),
         ct=(("compressed-tensors",), (7, 5)),
     ),
-    "1Cat-vLLM 1.2-1.3": _table(
-        awq=(_AWQ, (7, 0)),
-        gptq=(_GPTQ, (7, 0)),
-        fp8=(("fp8",), (7, 0)),
-        ct=(("compressed-tensors",), (7, 5)),
+    **dict.fromkeys(
+        ("1Cat-vLLM 1.2-1.3", "1Cat-vLLM 1.4-1.5"),
+        _table(
+            awq=(_AWQ, (7, 0)),
+            gptq=(_GPTQ, (7, 0)),
+            fp8=(("fp8",), (7, 0)),
+            ct=(("compressed-tensors",), (7, 5)),
+        ),
     ),
     "vLLM 0.32-0.33": _table(
         awq=(_AWQ, (7, 5)),

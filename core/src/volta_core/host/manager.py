@@ -165,15 +165,20 @@ class VoltaPluginManager(PluginRegistry):
     # -- resolutions (the one source of truth for plan and adapter) -------------------
 
     def select_attention(
-        self, layer: AttentionLayer, device: Device, forced: str | None = None
+        self,
+        layer: AttentionLayer,
+        device: Device,
+        forced: str | None = None,
+        family: str | None = None,
     ) -> AttentionChoice:
         """Choose the backend for one layer among plugin backends and valid built-ins.
 
-        A built-in a plugin replaces (``replaces_builtin``) is not also a fallback.
+        A built-in a plugin replaces (``replaces_builtin``) is not also a fallback; a family's own
+        backend (``family``: the vLLM family's name) is judged only when ``forced`` names it.
         """
         candidates = [spec for _, spec in self.attention_backends()]
         taken = {spec.name for spec in candidates}
-        named = builtins.NAMED_ONLY_BACKENDS if forced is not None else ()
+        named = builtins.named_only_backends(family) if forced is not None else ()
         fallbacks = [b for b in (*builtins.BUILTIN_BACKENDS, *named) if b.name not in taken]
         formats = frozenset(spec.name for _, spec in self.kv_cache_formats())
         return select_backend(layer, device, [*candidates, *fallbacks], forced, formats)

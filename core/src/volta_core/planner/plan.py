@@ -323,7 +323,9 @@ def _plan_layer(
         sliding_window=layer.sliding_window,
     )
     try:
-        choice = manager.select_attention(spec, options.device, options.attention_backend)
+        choice = manager.select_attention(
+            spec, options.device, options.attention_backend, options.engine_family
+        )
     except NoAttentionBackendError as exc:
         return LayerPlan(layer, error=exc.summary)
     reasons = tuple(f"{r.backend}: {r.reason}" for r in choice.refusals)

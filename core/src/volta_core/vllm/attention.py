@@ -88,8 +88,10 @@ def select(
     layer: SelectorLayer,
     device: Device,
     forced: str | None,
+    family: str | None = None,
 ) -> AttentionBackendSpec | None:
-    """The backend for one layer, or None where vLLM's own selection should decide.
+    """The backend for one layer, or None where vLLM's own selection should decide; ``family``
+    (the vLLM family's name) says whose own backend an explicit name means.
 
     None for layers the host cannot describe (``special``) and for an explicit
     ``--attention-backend`` the host does not know (vLLM validates that one itself). A layer no
@@ -100,4 +102,4 @@ def select(
         return None
     if forced is not None and not known_backend(manager, forced):
         return None
-    return manager.select_attention(to_attention_layer(layer), device, forced).backend
+    return manager.select_attention(to_attention_layer(layer), device, forced, family).backend

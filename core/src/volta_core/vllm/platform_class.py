@@ -17,7 +17,7 @@ from typing import Any
 
 from volta_core.device import Device
 from volta_core.host.manager import VoltaPluginManager
-from volta_core.vllm import attention, kv_cache, report
+from volta_core.vllm import attention, families, kv_cache, report
 from volta_core.vllm.backend_binding import backend_class_path
 from volta_core.vllm.engine_config import activation_dtype
 
@@ -106,7 +106,8 @@ def make_platform_class(base: type, manager_fn: Callable[[], VoltaPluginManager]
             if attention.routes(device):
                 layer = selector_layer(attn_selector_config, num_heads)
                 forced = selected_backend.name if selected_backend is not None else None
-                spec = attention.select(manager_fn(), layer, device, forced)  # type: ignore[arg-type]
+                family = families.family().name if forced is not None else None
+                spec = attention.select(manager_fn(), layer, device, forced, family)  # type: ignore[arg-type]
                 if spec is not None:
                     path = backend_class_path(spec)
                     report.event("attention", backend=spec.name, head_size=layer.head_size)

@@ -4,10 +4,11 @@ One manager is discovered as a user's environment loads it (no test plugins), wi
 call monitoring (``pm.add_hookcall_monitoring``) recording, per hook, which plugin gave a real
 answer (not ``None``, not an empty list) in a call that did not raise. It is then driven as
 production drives it: ``vllm-volta plan`` on every bundled example with an e5m2 KV cache
-(declarations, quant claims, the KV verdict, kernel paths and costs), the compile gate's
-build lists, and the reasoning post-processor on a result cut by ``max_tokens``. Each plugin
-implementing a hook must have answered it at least once, so a hook that is named in a test
-but never reached, or a plugin whose implementation always passes, fails here.
+(declarations, quant claims, the KV verdict, kernel paths and costs), ``vllm-volta bench``'s
+list of calls for each (their bench cases), the compile gate's build lists, and the reasoning
+post-processor on a result cut by ``max_tokens``. Each plugin implementing a hook must have
+answered it at least once, so a hook that is named in a test but never reached, or a plugin
+whose implementation always passes, fails here.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ import pytest
 
 from volta_core import V100
 from volta_core import cli as cli_module
+from volta_core.bench.cases import QUICK, plan_cases
 from volta_core.host import hookspecs
 from volta_core.host.discovery import discover
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import ReasoningContext, ReasoningSplit
-from volta_core.planner.model import example_names
+from volta_core.planner.model import describe_model, example_names, read_config
+from volta_core.planner.plan import PlanOptions, make_plan
 
 HOOKS = sorted(
     name
@@ -42,6 +45,7 @@ Answers = dict[str, set[str]]
 def test_the_spec_has_the_declaration_families_the_resolutions_and_the_gate_hook() -> None:
     assert HOOKS == [
         "volta_attention_backends",
+        "volta_bench_case",
         "volta_cuda_kernel_configs",
         "volta_kernel_configs",
         "volta_kernel_cost",
@@ -88,6 +92,9 @@ def driven() -> tuple[VoltaPluginManager, Answers]:
         for example in example_names():
             with contextlib.redirect_stdout(io.StringIO()):
                 cli_module.main(["plan", example, "--kv-cache-dtype", "fp8_e5m2"])
+            name, raw = read_config(example)
+            options = PlanOptions(device=V100, kv_cache_dtype="fp8_e5m2")
+            plan_cases(manager, make_plan(describe_model(name, raw), options, manager), name, QUICK)
     manager.kernel_configs(V100)
     manager.cuda_kernel_configs(V100)
     for _, parser in manager.reasoning_parsers():

@@ -62,6 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--model", default=None, help="also plan this model on sm70")
     doctor.add_argument("--json", action="store_true", help="print JSON")
+    _add_bench_parser(sub)
     _add_warmup_parser(sub)
     return parser
 
@@ -87,6 +88,23 @@ def _add_warmup_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
         help="compile only builds whose PLUGIN:NAME matches this shell pattern (repeatable)",
     )
     warmup.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_bench_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
+    """``bench``: the model (or the default set), how long, and where the report goes."""
+    bench = sub.add_parser(
+        "bench",
+        help="time this GPU's ceilings and the kernels a model's plan names beside their estimates",
+    )
+    bench.add_argument(
+        "model", nargs="*", help="model directory, config.json or bundled example (default: a set)"
+    )
+    bench.add_argument("--quick", action="store_true", help="fewer points, under a minute")
+    bench.add_argument("--kv-cache-dtype", default="auto")
+    bench.add_argument("--json", action="store_true", help="print the JSON report")
+    bench.add_argument(
+        "--out", default=None, help="write the JSON report here (a folder: bench.json and .txt)"
+    )
 
 
 def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
@@ -260,11 +278,37 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     return EXIT_PROBLEMS if report.failed or report.problems else EXIT_OK
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from volta_core.bench.report import render_text
+    from volta_core.bench.run import run_bench
+
+    report = run_bench(
+        args.model,
+        quick=args.quick,
+        kv_cache_dtype=args.kv_cache_dtype,
+        manager=get_plugin_manager(),
+    )
+    text = json.dumps(report, indent=2)
+    summary = render_text(report)
+    if args.out is not None:
+        out = Path(args.out)
+        if out.is_dir() or args.out.endswith("/"):
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "bench.txt").write_text(summary + "\n")
+            out = out / "bench.json"
+        out.write_text(text + "\n")
+    print(text if args.json else summary)
+    return EXIT_OK
+
+
 _COMMANDS = {
     "plugins": _cmd_plugins,
     "plan": _cmd_plan,
     "examples": _cmd_examples,
     "doctor": _cmd_doctor,
+    "bench": _cmd_bench,
     "warmup": _cmd_warmup,
 }
 

@@ -20,6 +20,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from volta_core.errors import PluginError
+from volta_core.host.bench_case import BenchCase
 from volta_core.host.dispatch import KernelCost, LaunchCost, StageCost
 from volta_core.host.types import (
     AttentionBackendSpec,
@@ -57,6 +58,7 @@ ONE_HOOKS: dict[str, tuple[type, ...]] = {
     "volta_kv_cache_verdict": (KVVerdict,),
     "volta_reasoning_postprocess": (ReasoningSplit,),
     "volta_kernel_cost": (StageCost,),
+    "volta_bench_case": (BenchCase,),
 }
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -132,6 +134,13 @@ def _check_fields(hook: str, declaration: object) -> None:
         )
     if isinstance(declaration, StageCost):
         _check_stage_cost(hook, declaration)
+    if isinstance(declaration, BenchCase) and (
+        not declaration.stage or not declaration.kernel or not IMPL_RE.match(declaration.impl)
+    ):
+        raise InvalidAnswer(
+            f"{hook} returned a BenchCase with an empty stage or kernel, or an impl "
+            f"{declaration.impl!r} that is not 'package.module:Attribute'"
+        )
     if isinstance(declaration, KernelPath):
         if not declaration.stage or not declaration.kernel:
             raise InvalidAnswer(f"{hook} returned a KernelPath with an empty stage or kernel")

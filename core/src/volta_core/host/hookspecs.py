@@ -32,6 +32,7 @@ from collections.abc import Iterable
 import pluggy
 
 from volta_core.device import Device
+from volta_core.host.bench_case import BenchCase
 from volta_core.host.dispatch import StageCost, Workload
 from volta_core.host.types import (
     AttentionBackendSpec,
@@ -201,4 +202,25 @@ def volta_kernel_cost(
     fallback where it needs NVRTC: both from the plugin's dispatch module, the one the
     launcher and :func:`volta_kernel_paths` read, so the estimate prices what the plan prints.
     None: the plugin does not price this layer, and the host's own model serves.
+    """
+
+
+@hookspec
+def volta_bench_case(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> BenchCase | None:
+    """Declare how to time the kernel that would run ``work`` on ``layer`` on ``device``.
+
+    Asked, like :func:`volta_kernel_cost` and with the same arguments, only of the plugin whose
+    backend or quant method (``served_by``) serves the layer, when ``vllm-volta bench`` lists
+    the kernels the plan names (never while vLLM serves). The answer is data: the ``stage`` and
+    ``kernel`` :func:`volta_kernel_cost` names for the same work (the report shows a
+    mismatch), and the import path of the function making the call
+    (:class:`~volta_core.kernel_api.BenchCall`) through the plugin's own launcher, imported only
+    when the command times it on a GPU. None: the plugin has no bench case for this layer,
+    which the report lists as not measured.
     """

@@ -9,10 +9,12 @@ answers are :mod:`volta_core.host.resolution`'s.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from volta_core.device import Device
 from volta_core.errors import ReasoningTextLost
 from volta_core.host import builtins
+from volta_core.host.bench_case import BenchCase
 from volta_core.host.declarations import FAMILIES
 from volta_core.host.dispatch import StageCost, Workload
 from volta_core.host.registry import PluginRegistry, _HookFailed
@@ -48,8 +50,8 @@ log = logging.getLogger("volta_core")
 
 class VoltaPluginManager(PluginRegistry):
     """The host's manager: the registry of every discovered plugin, and what they declare and
-    decide together (attention backends, quantization, the KV cache, reasoning, kernel paths
-    and costs).
+    decide together (attention backends, quantization, the KV cache, reasoning, kernel paths,
+    costs and bench cases).
     """
 
     def attention_backends(self) -> list[tuple[str, AttentionBackendSpec]]:
@@ -145,19 +147,32 @@ class VoltaPluginManager(PluginRegistry):
     ) -> StageCost | None:
         """What ``plugin`` says ``work`` costs on ``layer`` (:func:`volta_kernel_cost`): None
         when it does not say, or when it fails in the hook (it is then disabled)."""
-        hook = "volta_kernel_cost"
-        kwargs = {
-            "layer": layer,
-            "served_by": served_by,
-            "device": device,
-            "quant": quant,
-            "work": work,
-        }
+        kwargs = {"layer": layer, "served_by": served_by, "device": device, "quant": quant}
+        answer: StageCost | None = self._ask_serving(plugin, "volta_kernel_cost", kwargs, work)
+        return answer
+
+    def bench_case(
+        self,
+        plugin: str,
+        layer: AttentionLayer | QuantLayer,
+        served_by: str,
+        device: Device,
+        quant: QuantConfig | None,
+        work: Workload,
+    ) -> BenchCase | None:
+        """A runnable call of the kernel ``plugin`` runs for ``work`` on ``layer``
+        (:func:`volta_bench_case`): None when it gives none, or when it fails in the hook (it
+        is then disabled)."""
+        kwargs = {"layer": layer, "served_by": served_by, "device": device, "quant": quant}
+        answer: BenchCase | None = self._ask_serving(plugin, "volta_bench_case", kwargs, work)
+        return answer
+
+    def _ask_serving(self, plugin: str, hook: str, kwargs: dict[str, Any], work: Workload) -> Any:
+        """``plugin``'s checked answer to ``hook`` about the work on a layer it serves, or None."""
         for impl in self._impls(hook):
             if impl.plugin_name == plugin:
                 try:
-                    answer: StageCost | None = self._call_impl(impl, hook, kwargs)
-                    return answer
+                    return self._call_impl(impl, hook, {**kwargs, "work": work})
                 except _HookFailed as exc:
                     self._disable(plugin, exc.hook, exc.error)
         return None

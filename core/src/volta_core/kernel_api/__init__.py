@@ -17,7 +17,13 @@
   :data:`SM70_PRELUDE`, the device helpers those kernels share (``mma_m8n8k4``, ``pack_half2``,
   ``h2f``, ``ex2``, the ``u8``/``u16``/``u32`` typedefs, the split-K epilogue
   ``splitk_mma_epilogue`` and its arrival ``splitk_arrive``), put in front of a kernel's source
-  by :func:`with_prelude`.
+  by :func:`with_prelude`;
+* the timing of a GPU call as vLLM runs it (:func:`time_cuda_graph`, :func:`time_cuda`,
+  :func:`rotation_count`) and the ceilings it is judged against (:func:`measure_copy_bandwidth`,
+  :func:`measure_read_bandwidth`, :func:`measure_matmul`), torch imported inside, which the
+  ``vllm-volta bench`` command and the devkit's benchmark harness share; and
+  :class:`BenchCase` and :class:`BenchCall`, how a plugin has that command time one
+  stage's kernel.
 
 The codec and the split-K functions import triton, so each module is loaded on first use of one
 of its names (PEP 562): importing this package imports neither torch nor triton. Developer
@@ -31,6 +37,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable, nvrtc_version
+from volta_core.host.bench_case import BenchCall, BenchCase
 from volta_core.host.dispatch import (
     V100_RATES,
     Choice,
@@ -65,6 +72,20 @@ from volta_core.kernel_api._nvrtc import (
     nvrtc_build,
 )
 from volta_core.kernel_api._prelude import SM70_PRELUDE, with_prelude
+from volta_core.kernel_api._timing import (
+    COPY_BYTES,
+    L2_MULTIPLE,
+    MATMUL_N,
+    Timing,
+    l2_bytes,
+    measure_copy_bandwidth,
+    measure_fp16_matmul,
+    measure_matmul,
+    measure_read_bandwidth,
+    rotation_count,
+    time_cuda,
+    time_cuda_graph,
+)
 
 if TYPE_CHECKING:
     from volta_core.kernel_api._fp8 import (
@@ -92,11 +113,16 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "COPY_BYTES",
     "FP8_FORMAT_CODES",
     "INTERPRETER_FACTS",
+    "L2_MULTIPLE",
+    "MATMUL_N",
     "MIN_COUNTERS",
     "SM70_PRELUDE",
     "V100_RATES",
+    "BenchCall",
+    "BenchCase",
     "Choice",
     "CudaBuilds",
     "CudaCompileError",
@@ -108,6 +134,7 @@ __all__ = [
     "LaunchCost",
     "NvrtcBuild",
     "StageCost",
+    "Timing",
     "Unit",
     "Workload",
     "accumulate_splits",
@@ -121,14 +148,22 @@ __all__ = [
     "encode_fp8",
     "interpreting",
     "kernel_paths",
+    "l2_bytes",
     "load_cuda_kernel",
+    "measure_copy_bandwidth",
+    "measure_fp16_matmul",
+    "measure_matmul",
+    "measure_read_bandwidth",
     "nvrtc_build",
     "nvrtc_version",
     "quantize_tile",
+    "rotation_count",
     "stage_of",
     "stage_ranges",
     "store_out",
     "take_sums",
+    "time_cuda",
+    "time_cuda_graph",
     "token_stage",
     "with_prelude",
     "zeroed_accumulators",

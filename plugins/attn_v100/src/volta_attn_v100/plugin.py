@@ -35,9 +35,9 @@ from volta_core import (
     QuantLayer,
     hookimpl,
 )
-from volta_core.kernel_api import StageCost, Workload
+from volta_core.kernel_api import BenchCase, StageCost, Workload
 
-VOLTA_HOST_API = "1.2"
+VOLTA_HOST_API = "1.3"
 
 #: The backend's name in plans and listings.
 BACKEND_NAME = "VOLTA_ATTN_V100"
@@ -107,3 +107,19 @@ def volta_kernel_cost(
         return None
     capability = device.capability
     return dispatch.stage_cost(layer, capability, dispatch.plan_sm_count(capability), work)
+
+
+@hookimpl
+def volta_bench_case(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> BenchCase | None:
+    """The stage and kernel of :func:`volta_kernel_cost`'s answer for the same work, made by
+    :func:`volta_attn_v100.bench_cases.attention_call`."""
+    cost = volta_kernel_cost(layer, served_by, device, quant, work)
+    if cost is None:
+        return None
+    return BenchCase(cost.stage, cost.cost.kernel, "volta_attn_v100.bench_cases:attention_call")

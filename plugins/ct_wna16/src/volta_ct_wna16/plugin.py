@@ -27,12 +27,12 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
-from volta_core.kernel_api import StageCost, Workload
+from volta_core.kernel_api import BenchCase, StageCost, Workload
 from volta_ct_wna16.awq_gptq import AWQ_METHODS, GPTQ_METHODS
 from volta_ct_wna16.limits import supports_device
 from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
 
-VOLTA_HOST_API = "1.2"
+VOLTA_HOST_API = "1.3"
 
 #: The quant method's name in plans and claims.
 METHOD = "ct-wna16"
@@ -174,3 +174,23 @@ def volta_kernel_cost(
     if scheme is None or not isinstance(layer, QuantLayer):
         return None
     return stage_cost(layer, scheme, device.capability, work)
+
+
+@hookimpl
+def volta_bench_case(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> BenchCase | None:
+    """For a claimed linear layer whose inputs are not gathered (no GPTQ act-order), the stage
+    and kernel of :func:`volta_kernel_cost`'s answer for the same work, made by
+    :func:`volta_ct_wna16.bench_cases.linear_call`; None for fused experts."""
+    scheme = _served_scheme(layer, served_by, quant)
+    if scheme is None or scheme.act_order or not isinstance(layer, QuantLayer):
+        return None
+    cost = volta_kernel_cost(layer, served_by, device, quant, work)
+    if layer.kind is not LayerKind.LINEAR or cost is None:
+        return None
+    return BenchCase(cost.stage, cost.cost.kernel, "volta_ct_wna16.bench_cases:linear_call")

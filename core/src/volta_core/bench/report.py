@@ -1,0 +1,238 @@
+"""A bench report: each timed call beside its estimate, a verdict per kernel family.
+
+Each call's estimate is the serving plugin's cost for the same work (the bytes and FLOPs of
+the kernel the plan names, its fallback's where no NVRTC is installed), priced two ways: at
+this device's ceilings measured in the same run (copy bandwidth, fp16 cuBLAS and fp32 FMA
+matmul rates), which is what the ratio and the verdict judge, so that a V100 and another GPU
+are judged alike; and at the rates ``vllm-volta plan`` prices a V100 with
+(:data:`~volta_core.kernel_api.V100_RATES`), its own figure for the call. The ratio is
+measured time over the estimate: above 1 the kernel is slower than its roofline.
+
+The report holds the device and software (:mod:`volta_core.bench.machine`), every figure with
+its unit in its key, and nothing else about the machine or its user.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from volta_core.bench.cases import Family, Planned
+from volta_core.host.dispatch import V100_RATES, DeviceRates
+from volta_core.kernel_api import Timing
+
+#: The report's format, for tools that read ``--json``.
+SCHEMA = "vllm-volta-bench/1"
+
+#: Median ratios (measured over estimate) bounding each verdict: at most AT_ESTIMATE is
+#: "as estimated"; below FASTER the cost model counts more work than the kernel does; above
+#: FAR_SLOWER the kernel is worth an issue.
+FASTER = 0.8
+AT_ESTIMATE = 1.25
+FAR_SLOWER = 2.0
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The device's ceilings measured in this run."""
+
+    copy_gbps: float
+    """Device-to-device copy, bytes read plus written, 1e9 B/GB."""
+    read_gbps: float
+    """A reduction's read of 1 GiB, bytes read."""
+    fp16_tflops: float
+    """fp16 cuBLAS matmul (the tensor cores)."""
+    fp32_tflops: float
+    """fp32 cuBLAS matmul without TF32 (the FMA units)."""
+
+    def rates(self, name: str) -> DeviceRates:
+        """These ceilings as the rates a roofline prices with (the copy bandwidth as HBM's:
+        it counts bytes both ways, as the costs do)."""
+        return DeviceRates(
+            name, self.copy_gbps * 1e9, self.fp16_tflops * 1e12, self.fp32_tflops * 1e12
+        )
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One planned call and what timing it gave: a :class:`Timing`, or ``error`` saying why
+    there is none. ``timed_in`` says how (``CUDA graph``, or eagerly where capture failed)."""
+
+    planned: Planned
+    timing: Timing | None = None
+    timed_in: str = ""
+    error: str = ""
+
+
+def _ms(seconds: float) -> float:
+    """Milliseconds to six significant digits (a decode kernel takes microseconds)."""
+    return float(f"{seconds * 1e3:.6g}")
+
+
+def kernel_row(measured: Measured, rates: DeviceRates, nvrtc: bool) -> dict[str, Any]:
+    """One call of the report: where, what, measured, estimated, ratio and notes."""
+    p = measured.planned
+    notes = [n for n in (p.note, measured.error) if n]
+    row: dict[str, Any] = {
+        "model": p.model,
+        "family": p.family.value,
+        "module": p.module,
+        "plugin": p.plugin,
+        "served_by": p.served_by,
+        "work": p.shape,
+        "stage": p.stage or (p.estimate.stage if p.estimate else None),
+        "kernel": p.kernel,
+    }
+    cost = p.estimate.serving(nvrtc) if p.estimate is not None else None
+    if cost is None:
+        notes.append(f"plugin {p.plugin} gives no cost for this call")
+    if p.stage is not None and p.estimate is not None and p.stage != p.estimate.stage:
+        notes.append(f"the bench case's stage {p.stage!r} is not the cost's {p.estimate.stage!r}")
+    timing = measured.timing
+    row["timing"] = asdict(timing) if timing is not None else None
+    row["timed_in"] = measured.timed_in or None
+    row["estimate_kernel"] = cost.kernel if cost is not None else None
+    row["bytes"] = cost.bytes if cost is not None else None
+    row["flops"] = cost.flops if cost is not None else None
+    row["estimate_ms"] = _ms(cost.seconds(rates)) if cost is not None else None
+    row["plan_v100_estimate_ms"] = _ms(cost.seconds(V100_RATES)) if cost is not None else None
+    row["bound"] = cost.bound(rates) if cost is not None else None
+    ratio = gbps = tflops = None
+    if timing is not None and cost is not None and timing.median_ms > 0:
+        seconds = timing.median_ms * 1e-3
+        estimate = cost.seconds(rates)
+        ratio = round(seconds / estimate, 3) if estimate > 0 else None
+        gbps = round(cost.bytes / seconds / 1e9, 2)
+        tflops = round(cost.flops / seconds / 1e12, 3)
+    row["ratio"] = ratio
+    row["achieved_gbps"] = gbps
+    row["achieved_tflops"] = tflops
+    row["notes"] = notes
+    return row
+
+
+def verdict(ratio: float) -> str:
+    """What a family's median ratio (measured over estimate) says."""
+    if ratio < FASTER:
+        return (
+            f"faster than estimated ({ratio:.2f}x): the cost model counts more work than "
+            "the kernel does"
+        )
+    if ratio <= AT_ESTIMATE:
+        return f"as estimated ({ratio:.2f}x)"
+    if ratio <= FAR_SLOWER:
+        return f"slower than estimated ({ratio:.2f}x): the roofline is optimistic here"
+    return f"far slower than estimated ({ratio:.2f}x): worth an issue with this report"
+
+
+def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per kernel family (in :class:`Family` order): calls, calls measured, median ratio and
+    its verdict."""
+    out = []
+    for family in Family:
+        mine = [r for r in rows if r["family"] == family.value]
+        if not mine:
+            continue
+        ratios = [r["ratio"] for r in mine if r["ratio"] is not None]
+        median = round(statistics.median(ratios), 3) if ratios else None
+        out.append(
+            {
+                "family": family.value,
+                "calls": len(mine),
+                "measured": len(ratios),
+                "median_ratio": median,
+                "verdict": verdict(median) if median is not None else "not measured",
+            }
+        )
+    return out
+
+
+def assemble(
+    *,
+    models: Sequence[str],
+    quick: bool,
+    device: dict[str, Any],
+    software: dict[str, Any],
+    ceilings: Ceilings,
+    measured: Sequence[Measured],
+    unmeasured: Sequence[dict[str, str]],
+    seconds: float,
+) -> dict[str, Any]:
+    """The whole report, as ``--json`` prints it."""
+    rates = ceilings.rates(str(device.get("name", "this device")))
+    nvrtc = software.get("nvrtc") is not None
+    rows = [kernel_row(m, rates, nvrtc) for m in measured]
+    return {
+        "schema": SCHEMA,
+        "models": list(models),
+        "quick": quick,
+        "device": device,
+        "software": software,
+        "ceilings": {
+            "copy_gbps": round(ceilings.copy_gbps, 1),
+            "read_gbps": round(ceilings.read_gbps, 1),
+            "fp16_cublas_tflops": round(ceilings.fp16_tflops, 2),
+            "fp32_fma_tflops": round(ceilings.fp32_tflops, 2),
+        },
+        "calibration": {
+            "device": device.get("name"),
+            "bandwidth_gbps": round(ceilings.copy_gbps, 1),
+            "tensor_tflops": round(ceilings.fp16_tflops, 2),
+            "fma_tflops": round(ceilings.fp32_tflops, 2),
+        },
+        "kernels": rows,
+        "not_measured": list(unmeasured),
+        "verdicts": verdicts(rows),
+        "seconds": round(seconds, 1),
+    }
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _work(work: dict[str, int]) -> str:
+    if "tokens" in work:
+        return f"{work['tokens']} tok"
+    if work["query_len"] == 1:
+        return f"{work['sequences']} x ctx {work['context']}"
+    return f"{work['query_len']} tok, ctx {work['context']}"
+
+
+def render_text(report: dict[str, Any]) -> str:
+    """The summary to paste: device, versions, ceilings, each call, the verdicts."""
+    d, s, c = report["device"], report["software"], report["ceilings"]
+    plugins = ", ".join(f"{name} {label}" for name, label in s["plugins"].items()) or "none"
+    lines = [
+        f"vllm-volta bench ({'quick' if report['quick'] else 'full'}, {report['seconds']} s): "
+        f"{', '.join(report['models'])}",
+        f"device: {d['name']} (sm {d['capability']}, {d['sm_count']} SMs, {d['memory_gib']} GiB, "
+        f"SM clock max {d.get('sm_clock_max_mhz') or '?'} MHz, memory clock max "
+        f"{d.get('memory_clock_max_mhz') or '?'} MHz), driver {d.get('driver') or '?'}, "
+        f"{d['gpus']} GPU(s), {d['interconnect']}",
+        f"software: vllm-volta-core {s['vllm_volta_core']}, torch {s['torch']} (CUDA "
+        f"{s['cuda_runtime']}), Triton {s['triton'] or 'none'}, NVRTC {s['nvrtc'] or 'none'}, "
+        f"vLLM {s['vllm'] or 'none'} (family {s['vllm_family'] or 'none'})",
+        f"plugins: {plugins}",
+        f"ceilings: copy {c['copy_gbps']} GB/s, read {c['read_gbps']} GB/s, fp16 cuBLAS "
+        f"{c['fp16_cublas_tflops']} TFLOP/s, fp32 FMA {c['fp32_fma_tflops']} TFLOP/s",
+        f"{'family':<18} {'module':<34} {'work':<18} {'kernel':<34} {'ms':>9} "
+        f"{'est ms':>9} {'ratio':>6} {'V100 ms':>9}",
+    ]
+    for r in report["kernels"]:
+        median = r["timing"]["median_ms"] if r["timing"] else None
+        kernel = r["kernel"] or r["estimate_kernel"] or "-"
+        lines.append(
+            f"{r['family']:<18} {r['module'][:34]:<34} {_work(r['work']):<18} {kernel[:34]:<34} "
+            f"{_fmt(median, '.4f'):>9} {_fmt(r['estimate_ms'], '.4f'):>9} "
+            f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['plan_v100_estimate_ms'], '.4f'):>9}"
+        )
+        lines += [f"    note: {note}" for note in r["notes"]]
+    for row in report["not_measured"]:
+        lines.append(f"not measured: {row['module']}: {row['stage']}: {row['kernel']}")
+    lines.append("verdicts (median of measured / estimate at this device's ceilings):")
+    for v in report["verdicts"]:
+        lines.append(f"  {v['family']}: {v['measured']}/{v['calls']} measured, {v['verdict']}")
+    return "\n".join(lines)

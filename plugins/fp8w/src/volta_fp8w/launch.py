@@ -86,15 +86,21 @@ def aligned_args(launch: Launch) -> tuple[str, ...]:
     return ("SCALE_K", "K_PER_SPLIT")
 
 
-def splitk_constexprs(launch: Launch, bias: bool, split: bool) -> dict[str, int | bool]:
+def splitk_constexprs(
+    launch: Launch, bias: bool, split: bool, words: bool | None = None
+) -> dict[str, int | bool]:
     """The split-K kernel's ``tl.constexpr`` arguments: ``split``, more than one split (summed
-    atomically in the launch), ``bias``, a bias added."""
+    atomically in the launch), ``bias``, a bias added, ``words``, the one-token tile reading its
+    codes as int32 words (default: every one-token tile, as on a CUDA device with the layer's
+    own contiguous codes; the launcher passes False under the Triton interpreter, which has no
+    inline PTX, and for codes not 4-byte aligned)."""
     return {
         "BLOCK_M": launch.block_m,
         "BLOCK_N": launch.block_n,
         "BLOCK_K": launch.block_k,
         "HAS_BIAS": bias,
         "SPLIT": split,
+        "WORDS": launch.block_m == 1 if words is None else words and launch.block_m == 1,
     }
 
 

@@ -233,7 +233,7 @@ def fp8_linear(
         kernels.fp8w_splitk_kernel[grid](
             x2, w.weight, w.scales, b, out2, ws, counters, m, *common, w.block_n, w.block_k,
             per_split,
-            **splitk_constexprs(tile, bias is not None, split),
+            **splitk_constexprs(tile, bias is not None, split, _word_aligned(w)),
             num_warps=tile.num_warps,
         )  # fmt: skip
     elif chosen.path == GEMM:
@@ -243,6 +243,13 @@ def fp8_linear(
             num_warps=tile.num_warps,
         )  # fmt: skip
     return out
+
+
+def _word_aligned(w: Fp8Weights) -> bool:
+    """Whether the one-token tile may read ``w``'s codes as int32 words: on CUDA (the
+    interpreter has no inline PTX), the base and the row stride 4-byte aligned."""
+    codes = w.weight
+    return not interpreting() and codes.data_ptr() % 4 == 0 and codes.stride(0) % 4 == 0
 
 
 def _dequantize(w: Fp8Weights, launch: Launch) -> torch.Tensor:

@@ -174,9 +174,11 @@ SM70 = Table(
 )
 
 #: From the H200 sweep of docs/perf/fp8w (``fp8w_bench.py --sweep``, 27648x5120, 5120x5120 and
-#: 5120x27648 at 1, 4, 16 and 32 tokens): the fastest launch per token range there.
+#: 5120x27648 at 1, 4, 16 and 32 tokens): the fastest launch per token range there. One token:
+#: 2 warps, the best of the second sweep, after the GEMV decoded its codes as words
+#: (docs/perf/fp8w/PERFORMANCE_HISTORY.md#gemv_words).
 SM90 = Table(
-    gemv=Launch(SPLITK, block_m=1, block_n=64, block_k=128, num_warps=4, programs_per_sm=8),
+    gemv=Launch(SPLITK, block_m=1, block_n=64, block_k=128, num_warps=2, programs_per_sm=8),
     small=Launch(SPLITK, block_m=16, block_n=128, block_k=128, num_warps=4, programs_per_sm=4),
     gemm=Launch(GEMM, block_m=32, block_n=128, block_k=128, num_warps=4),
     dequant_from=512,

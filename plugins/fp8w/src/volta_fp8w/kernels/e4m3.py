@@ -21,6 +21,36 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Four codes of one little-endian word to four fp32 values ``2**-8`` times theirs, with the
+# conversion above done on pairs: ``prmt`` moves codes 0 and 2 (then 1 and 3) into the high
+# bytes of an fp16 pair, one ``and``/``shr`` puts exponent and mantissa at bits 7-13 of each
+# half and one ``and``/``or`` keeps the sign at bit 15, then ``cvt`` widens each half: about
+# four instructions a weight where the byte-at-a-time conversion takes eight (PTX ISA:
+# ``prmt``, ``cvt.f32.f16``). Outputs ``$0..$3`` are the values of bytes 0..3.
+_WORD_TO_FP32 = tl.constexpr("""
+{
+.reg .b32 z, t0, t1, m0, m1, g0, g1, r0, r1;
+.reg .b16 h0, h1, h2, h3;
+mov.b32 z, 0;
+prmt.b32 t0, $4, z, 0x2404;
+prmt.b32 t1, $4, z, 0x3414;
+and.b32 m0, t0, 0x7F007F00;
+and.b32 m1, t1, 0x7F007F00;
+shr.u32 m0, m0, 1;
+shr.u32 m1, m1, 1;
+and.b32 g0, t0, 0x80008000;
+and.b32 g1, t1, 0x80008000;
+or.b32 r0, m0, g0;
+or.b32 r1, m1, g1;
+mov.b32 {h0, h2}, r0;
+mov.b32 {h1, h3}, r1;
+cvt.f32.f16 $0, h0;
+cvt.f32.f16 $1, h1;
+cvt.f32.f16 $2, h2;
+cvt.f32.f16 $3, h3;
+}
+""")
+
 #: What :func:`e4m3_scaled_fp16`'s values are multiplied by to give the codes' values.
 E4M3_FOLD = 256.0
 
@@ -31,6 +61,21 @@ def e4m3_scaled_fp16(codes):
     c = codes.to(tl.uint16)
     bits = ((c & 0x7F) << 7) | ((c & 0x80) << 8)
     return bits.to(tl.float16, bitcast=True)
+
+
+@triton.jit
+def e4m3_words_scaled_fp32(words):
+    """int32 words of four e4m3fn codes each (byte ``i`` the input ``4 * j + i``) to four fp32
+    tensors of values ``2**-8`` times theirs, one per byte, exactly (NaN codes not handled).
+    PTX: CUDA only (the Triton interpreter runs :func:`e4m3_scaled_fp16`)."""
+    return tl.inline_asm_elementwise(
+        _WORD_TO_FP32,
+        "=f,=f,=f,=f,r",
+        [words],
+        dtype=(tl.float32, tl.float32, tl.float32, tl.float32),
+        is_pure=True,
+        pack=1,
+    )
 
 
 @triton.jit

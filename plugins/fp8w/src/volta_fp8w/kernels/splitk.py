@@ -11,6 +11,7 @@ import triton.language as tl
 
 from volta_core.kernel_api import accumulate_splits, store_out
 from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
+from volta_fp8w.kernels.e4m3 import e4m3_words_scaled_fp32
 
 #: Inputs of one ``tl.dot`` of the multi-token tile: SM70's FMA dot holds each operand's inputs
 #: for its outputs in registers, so a 128-input dot of 8 tokens by 32 rows spills at sm_70 and
@@ -43,6 +44,7 @@ def fp8w_splitk_kernel(
     BLOCK_K: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
+    WORDS: tl.constexpr,
 ):
     """``out[m, i] = sum_j x[m, j] * e4m3(w[i, j]) * scales[i // SCALE_N, j // SCALE_K]
     (+ b[i])`` for one ``[BLOCK_M, BLOCK_N]`` output tile, each program summing one split of
@@ -55,6 +57,10 @@ def fp8w_splitk_kernel(
     multiplied once per (token, row): ``BLOCK_K`` divides ``SCALE_K``
     (:func:`volta_fp8w.launch.fitted`) and splits start on tiles, so a tile has one scale per
     row. ``2**8`` is multiplied back once per output, at the end.
+
+    ``WORDS`` (one token, weights 4-byte aligned, on CUDA): the codes are loaded four to an
+    int32 word and decoded in pairs (:func:`~volta_fp8w.kernels.e4m3.e4m3_words_scaled_fp32`),
+    each word's four products summed against four strided activation loads.
 
     The grid is ``(row blocks, output blocks, splits)``. With ``SPLIT`` the splits add their
     partials atomically and the last to arrive writes the output (:func:`accumulate_splits`);
@@ -71,7 +77,11 @@ def fp8w_splitk_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
         s = tile_scales(s_ptr, rn, n_ok, k0, stride_sn, stride_sk, SCALE_N, SCALE_K)
-        if BLOCK_M == 1:
+        if WORDS:
+            part = _word_products(w_ptr, x_ptr + pid_m * stride_xm, rn, n_ok, k0, k_end,
+                                  stride_wn, BLOCK_K)  # fmt: skip
+            acc += (part * s)[None, :]
+        elif BLOCK_M == 1:
             # The activations as one row, broadcast onto the codes' layout (a 2-D tile of them
             # would carry its own layout, into which the whole weight tile would be converted).
             kk = k0 + tl.arange(0, BLOCK_K)
@@ -96,3 +106,26 @@ def fp8w_splitk_kernel(
         )
     else:
         store_out(acc, b_ptr, out_ptr, rm, rn, n_ok, tile_ok, stride_om, HAS_BIAS)
+
+
+@triton.jit
+def _word_products(w_ptr, x_row, rn, n_ok, k0, k_end, stride_wn, BLOCK_K: tl.constexpr):
+    """``sum_j x[j] * e4m3(w[rn, j]) * 2**-8`` over the tile's inputs ``k0 .. k0 + BLOCK_K``
+    for one token, in fp32 ``[BLOCK_N]``: the codes read as int32 words (``stride_wn`` and the
+    base 4-byte aligned, the input a multiple of 4), word ``j`` holding inputs ``4j .. 4j + 3``.
+    """
+    kw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+    k_ok = kw * 4 < k_end
+    words = tl.load(
+        w_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (stride_wn // 4) + kw[None, :],
+        mask=n_ok[:, None] & k_ok[None, :],
+        other=0,
+    )
+    v0, v1, v2, v3 = e4m3_words_scaled_fp32(words)
+    xs = x_row + kw * 4
+    x0 = tl.load(xs, mask=k_ok, other=0.0).to(tl.float32)
+    x1 = tl.load(xs + 1, mask=k_ok, other=0.0).to(tl.float32)
+    x2 = tl.load(xs + 2, mask=k_ok, other=0.0).to(tl.float32)
+    x3 = tl.load(xs + 3, mask=k_ok, other=0.0).to(tl.float32)
+    products = v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :]
+    return tl.sum(products, axis=1)

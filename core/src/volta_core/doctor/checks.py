@@ -647,8 +647,13 @@ def run_checks(
     manager_fn: Callable[[], VoltaPluginManager],
     model: ModelTarget | None = None,
     gpu_probe: Callable[[], GpuProbe] = probe_gpus,
+    topology_probe: Callable[[], Any] | None = None,
 ) -> Report:
-    """Every check, in the order a reader follows: hardware, torch, vLLM, Triton, plugins."""
+    """Every check, in the order a reader follows: hardware (the GPUs, then how they connect:
+    :mod:`volta_core.doctor.topology`, whose probe ``topology_probe`` replaces), torch, vLLM,
+    Triton, plugins."""
+    from volta_core.doctor import topology
+
     report = Report()
     probes: list[GpuProbe] = []
 
@@ -656,7 +661,12 @@ def run_checks(
         probes.append(gpu_probe())
         return check_gpus(probes[0])
 
+    def connected() -> list[Check]:
+        found = (topology_probe or topology.probe_topology)()
+        return topology.check_topology(found, topology.torch_cuda())
+
     report.checks += _guarded("gpus", gpus)
+    report.checks += _guarded("topology", connected)
     probe = probes[0] if probes else GpuProbe(None, reason="NVML probe failed")
     report.checks += _guarded("torch", lambda: check_torch(probe))
     report.checks += _guarded("vllm", lambda: check_vllm(probe))

@@ -137,6 +137,21 @@ def test_a_member_of_another_class_or_a_missing_module_is_no_touchpoint(
     ]
 
 
+def test_members_after_an_unindented_docstring_line_are_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_1cat: families.Family
+) -> None:
+    """A line at column 0 inside a class (a docstring's) ends the line scan early; the parse
+    that confirms a miss finds the members after it."""
+    root = write_sources(tmp_path, new_1cat)
+    registry = root / "v1" / "attention" / "backends" / "registry" / "__init__.py"
+    registry.write_text(
+        'class AttentionBackendEnum:\n    """Backends.\nat column 0\n"""\n'
+        "    CUSTOM = None\n    FLASH_ATTN_V100 = 'path'\n\n\ndef register_backend(): ...\n"
+    )
+    installed(monkeypatch, root)
+    assert families.missing_touchpoints(new_1cat) == []
+
+
 def test_upstream_families_are_judged_by_version_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     installed(monkeypatch, None, "vllm", "0.19.1")
     assert families.unsupported_reason() is None

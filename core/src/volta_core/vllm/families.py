@@ -67,6 +67,7 @@ touchpoints from its source files).
 
 from __future__ import annotations
 
+import ast
 import enum
 import importlib.util
 import re
@@ -332,9 +333,7 @@ def _binds(text: str, name: str, indent: str) -> bool:
     return indent == "" and any(re.search(pattern, m.group(1)) for m in _IMPORT.finditer(text))
 
 
-def _defines(source: str, attribute: str) -> bool:
-    """Whether a module's source binds ``attribute`` (``Class.member``: a member of a class it
-    defines, at the class body's indentation)."""
+def _scanned(source: str, attribute: str) -> bool:
     head, _, member = attribute.partition(".")
     if not member:
         return _binds(source, head, "")
@@ -344,6 +343,38 @@ def _defines(source: str, attribute: str) -> bool:
     end = _TOP_LEVEL.search(source, start.end() + 1)
     body = source[start.end() : end.start() if end else len(source)]
     return _binds(body, member, r"[ \t]+")
+
+
+def _bound_names(body: list[ast.stmt]) -> dict[str, ast.stmt]:
+    """The names a module or class body binds (definitions, assignments, imports)."""
+    found: dict[str, ast.stmt] = {}
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            found[node.name] = node
+        elif isinstance(node, ast.Assign):
+            found.update((t.id, node) for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found[node.target.id] = node
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update(((a.asname or a.name).split(".")[0], node) for a in node.names)
+    return found
+
+
+def _parsed(source: str, attribute: str) -> bool:
+    head, _, member = attribute.partition(".")
+    try:
+        node = _bound_names(ast.parse(source).body).get(head)
+    except SyntaxError:
+        return False
+    if node is None or not member:
+        return node is not None
+    return isinstance(node, ast.ClassDef) and member in _bound_names(node.body)
+
+
+def _defines(source: str, attribute: str) -> bool:
+    """Whether a module's source binds ``attribute`` (``Class.member``: a member of a class it
+    defines): a line scan finds what is there; what it misses, a full parse confirms missing."""
+    return _scanned(source, attribute) or _parsed(source, attribute)
 
 
 def missing_touchpoints(family: Family) -> list[Touchpoint]:

@@ -95,6 +95,7 @@ def _report(planned: list[Planned], plan: Any) -> dict[str, Any]:
         measured=measured,
         unmeasured=unmeasured_paths(plan, planned),
         seconds=12.0,
+        calibrated=False,
     )
 
 
@@ -110,7 +111,9 @@ def test_the_report_pairs_every_planned_kernel_with_its_estimate_and_judges_each
         "bandwidth_gbps": 800.0,
         "tensor_tflops": 100.0,
         "fma_tflops": 14.0,
+        "source": "vllm-volta bench (quick), vllm-volta-core 0.9.0",
     }
+    assert report["calibrated"] is False
     for row in report["kernels"]:
         assert row["ratio"] == pytest.approx(FACTORS[Family(row["family"])], rel=1e-3), row
         assert row["notes"] == [], row

@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from volta_core import __version__
 from volta_core.device import parse_device
@@ -22,6 +22,9 @@ from volta_core.errors import UsageError, VoltaError
 from volta_core.host.checkpoint import ignore_match_budget
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.records import PluginRecord
+
+if TYPE_CHECKING:
+    from volta_core.planner.estimate import SpeedAssumptions
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE = 0, 1, 2
 
@@ -146,6 +149,13 @@ def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
     speed.add_argument("--pcie-gbps", type=float, default=a.pcie_gbps)
     speed.add_argument("--allreduce-us", type=float, default=a.allreduce_us)
     speed.add_argument("--launch-us", type=float, default=a.launch_us)
+    speed.add_argument(
+        "--calibration",
+        default=None,
+        metavar="GPU",
+        help="price with a measured GPU's rates (a name in the calibration table, from a "
+        "vllm-volta bench report) instead of the V100 whitepaper's",
+    )
 
 
 def _plugin_lines(records: Sequence[PluginRecord]) -> list[str]:
@@ -183,7 +193,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from volta_core.planner.capacity import SpeedRequest, assess
-    from volta_core.planner.estimate import SpeedAssumptions
     from volta_core.planner.fit import FitOptions, parse_size
     from volta_core.planner.model import describe_model, read_config
     from volta_core.planner.plan import PlanOptions, make_plan, plan_as_dict, render_text
@@ -208,12 +217,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         args.context,
         args.speculative_tokens,
         args.acceptance,
-        SpeedAssumptions(
-            hbm_gbps=args.hbm_gbps,
-            pcie_gbps=args.pcie_gbps,
-            allreduce_us=args.allreduce_us,
-            launch_us=args.launch_us,
-        ),
+        _speed_assumptions(args),
     )
     options = PlanOptions(
         device=parse_device(args.device),
@@ -236,6 +240,25 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(render_text(plan, capacity.sections()))
     return EXIT_PROBLEMS if plan.problems else EXIT_OK
+
+
+def _speed_assumptions(args: argparse.Namespace) -> SpeedAssumptions:
+    """The estimate's assumptions from ``plan``'s options: a ``--calibration`` sets the HBM
+    bandwidth, so it cannot be given with ``--hbm-gbps`` too."""
+    from volta_core.planner.calibration import calibration_for
+    from volta_core.planner.estimate import SpeedAssumptions
+
+    assumptions = SpeedAssumptions(
+        hbm_gbps=args.hbm_gbps,
+        pcie_gbps=args.pcie_gbps,
+        allreduce_us=args.allreduce_us,
+        launch_us=args.launch_us,
+    )
+    if args.calibration is None:
+        return assumptions
+    if args.hbm_gbps != SpeedAssumptions().hbm_gbps:
+        raise UsageError("--calibration sets the HBM bandwidth: leave out --hbm-gbps")
+    return assumptions.calibrated(calibration_for(args.calibration))
 
 
 def _cmd_examples(_args: argparse.Namespace) -> int:

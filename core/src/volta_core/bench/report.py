@@ -159,8 +159,10 @@ def assemble(
     measured: Sequence[Measured],
     unmeasured: Sequence[dict[str, str]],
     seconds: float,
+    calibrated: bool,
 ) -> dict[str, Any]:
-    """The whole report, as ``--json`` prints it."""
+    """The whole report, as ``--json`` prints it. ``calibrated``: whether the calibration
+    table already holds this device (its ``calibration`` entry is one, ready to add)."""
     rates = ceilings.rates(str(device.get("name", "this device")))
     nvrtc = software.get("nvrtc") is not None
     rows = [kernel_row(m, rates, nvrtc) for m in measured]
@@ -181,7 +183,10 @@ def assemble(
             "bandwidth_gbps": round(ceilings.copy_gbps, 1),
             "tensor_tflops": round(ceilings.fp16_tflops, 2),
             "fma_tflops": round(ceilings.fp32_tflops, 2),
+            "source": f"vllm-volta bench ({'quick' if quick else 'full'}), vllm-volta-core "
+            f"{software.get('vllm_volta_core')}",
         },
+        "calibrated": calibrated,
         "kernels": rows,
         "not_measured": list(unmeasured),
         "verdicts": verdicts(rows),
@@ -232,6 +237,12 @@ def render_text(report: dict[str, Any]) -> str:
         lines += [f"    note: {note}" for note in r["notes"]]
     for row in report["not_measured"]:
         lines.append(f"not measured: {row['module']}: {row['stage']}: {row['kernel']}")
+    lines.append(
+        "calibration: this device is in the table"
+        if report["calibrated"]
+        else "calibration: this device is not in the table yet; the JSON's calibration entry "
+        "is one, ready to add"
+    )
     lines.append("verdicts (median of measured / estimate at this device's ceilings):")
     for v in report["verdicts"]:
         lines.append(f"  {v['family']}: {v['measured']}/{v['calls']} measured, {v['verdict']}")

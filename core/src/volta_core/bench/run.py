@@ -32,6 +32,7 @@ from volta_core.kernel_api import (
     time_cuda,
     time_cuda_graph,
 )
+from volta_core.planner.calibration import calibrations
 from volta_core.planner.model import describe_model, read_config
 from volta_core.planner.plan import PlanOptions, make_plan
 from volta_core.vllm.families import installed_family_name
@@ -192,13 +193,15 @@ def run_bench(
         _progress(progress, 4 + i, total, f"{p.family.value}: {p.module} {p.shape}")
         measured.append(time_planned(p, budget, settings.replays, l2))
     _progress(progress, total, total, "done")
+    device_facts = describe_device()
     return assemble(
         models=names,
         quick=quick,
-        device=describe_device(),
+        device=device_facts,
         software=describe_software(manager),
         ceilings=Ceilings(copy, read, fp16, fp32),
         measured=measured,
         unmeasured=unmeasured,
         seconds=time.monotonic() - begin,
+        calibrated=device_facts["name"] in calibrations(),
     )

@@ -29,7 +29,8 @@ summed over the layers that have it:
 * launches: (layers x KERNELS_PER_LAYER + 4) x launch gap (inside a CUDA graph).
 
 Rates are :data:`volta_core.host.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
-choose their kernels by), overridable; PCIe, all-reduce latency and launch gap are named
+choose their kernels by), overridable, or a measured device's calibration
+(:mod:`volta_core.planner.calibration`); PCIe, all-reduce latency and launch gap are named
 assumptions. A roofline: real kernels reach a fraction of 900 GB/s, so it is optimistic.
 """
 
@@ -43,6 +44,7 @@ from typing import Any
 from volta_core.host.dispatch import V100_RATES, DeviceRates, KernelCost, LaunchCost, Unit, Workload
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import QuantLayer
+from volta_core.planner.calibration import Calibration
 from volta_core.planner.fit import Fit
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
 from volta_core.planner.weights import WeightPart, linear_format, rank_share, tensor_kind
@@ -66,15 +68,38 @@ class SpeedAssumptions:
     pcie_gbps: float = 12.0
     allreduce_us: float = 30.0
     launch_us: float = 2.0
+    calibration: str = ""
+    """The measured device and report the rates come from; empty for the whitepaper's."""
+
+    def calibrated(self, calibration: Calibration) -> SpeedAssumptions:
+        """These assumptions with ``calibration``'s measured bandwidth and rates."""
+        return replace(
+            self,
+            hbm_gbps=calibration.bandwidth_gbps,
+            tensor_tflops=calibration.tensor_tflops,
+            fma_tflops=calibration.fma_tflops,
+            calibration=calibration.label,
+        )
 
     def rates(self) -> DeviceRates:
         return DeviceRates(
-            V100_RATES.name, self.hbm_gbps * 1e9, self.tensor_tflops * 1e12, self.fma_tflops * 1e12
+            self.calibration or V100_RATES.name,
+            self.hbm_gbps * 1e9,
+            self.tensor_tflops * 1e12,
+            self.fma_tflops * 1e12,
         )
 
     def lines(self) -> list[str]:
+        source = "measured" if self.calibration else "V100 whitepaper"
+        calibrated = (
+            f"calibrated: rates measured on {self.calibration}"
+            if self.calibration
+            else "not calibrated: the V100 whitepaper's rates, not a measured device's "
+            "(vllm-volta bench measures one; --calibration NAME uses it)"
+        )
         return [
-            f"HBM2 {self.hbm_gbps:g} GB/s (V100 whitepaper) for weight, KV and state reads",
+            calibrated,
+            f"HBM2 {self.hbm_gbps:g} GB/s ({source}) for weight, KV and state reads",
             f"fp16 tensor cores {self.tensor_tflops:g} TFLOP/s (cuBLAS; the plugins' CUDA "
             "mma.m8n8k4 kernels)",
             f"fp32 FMA {self.fma_tflops:g} TFLOP/s (Triton's tl.dot and the GEMVs on SM70; "

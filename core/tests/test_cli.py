@@ -130,7 +130,7 @@ def test_plan_reports_unrunnable_layers_with_exit_1(capsys: pytest.CaptureFixtur
         capsys, "plan", "gemma-4-dual-head", "--attention-backend", "TEST_HEALTHY_ATTN"
     )
     assert code == 1
-    problems = out.split("problems:\n")[1].splitlines()
+    problems = out.split("problems:\n")[1].split("\n\n")[0].splitlines()
     assert len(problems) == 2
     assert problems[0].startswith("  - layers 0-4, 6-10, ")
     assert "no attention backend can run head size 256" in problems[0]

@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--attention-backend", default=None)
     plan.add_argument("--json", action="store_true", help="print JSON")
     _add_fit_arguments(plan)
+    _add_serve_arguments(plan)
     sub.add_parser("examples", help="list the bundled example configs")
     doctor = sub.add_parser(
         "doctor", help="check this machine (GPUs, torch, vLLM, Triton, plugins) for serving on SM70"
@@ -158,6 +159,21 @@ def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_serve_arguments(plan: argparse.ArgumentParser) -> None:
+    """The options of the serve command ``plan`` ends with."""
+    from volta_core.planner.serve import INTERCONNECTS
+
+    serve = plan.add_argument_group("serve command")
+    serve.add_argument(
+        "--interconnect",
+        choices=INTERCONNECTS,
+        default="pcie",
+        help="between the GPUs (default pcie: PCIe cards without NVLink, as most V100 boxes "
+        "are; tensor parallelism over PCIe gets NCCL_P2P_DISABLE=1 and "
+        "--disable-custom-all-reduce)",
+    )
+
+
 def _plugin_lines(records: Sequence[PluginRecord]) -> list[str]:
     if not records:
         return ["no vllm-volta plugins installed"]
@@ -196,6 +212,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from volta_core.planner.fit import FitOptions, parse_size
     from volta_core.planner.model import describe_model, read_config
     from volta_core.planner.plan import PlanOptions, make_plan, plan_as_dict, render_text
+    from volta_core.planner.serve import ServeOptions, serve_commands
     from volta_core.vllm.families import installed_family_name
 
     # Either defaults to the other: -tp 2 alone plans two GPUs, --gpus 2 alone plans TP 2.
@@ -235,10 +252,22 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     directory = Path(args.model)
     checkpoint = directory if directory.is_dir() else None
     capacity = assess(plan, model, raw, fit_options, speed, manager, checkpoint)
+    target = checkpoint or (directory.parent if directory.is_file() else None)
+    where = ServeOptions(
+        str(target) if target is not None else args.model,
+        args.interconnect,
+        options.engine_family,
+        example=target is None,
+    )
+    serve = serve_commands(plan, capacity.fit, fit_options, manager, where)
     if args.json:
-        print(json.dumps(plan_as_dict(plan) | capacity.as_dict(), indent=2))
+        print(
+            json.dumps(
+                plan_as_dict(plan) | capacity.as_dict() | {"serve": serve.as_dict()}, indent=2
+            )
+        )
     else:
-        print(render_text(plan, capacity.sections()))
+        print(render_text(plan, capacity.sections()) + "\n\n" + "\n".join(serve.lines()))
     return EXIT_PROBLEMS if plan.problems else EXIT_OK
 
 

@@ -2,8 +2,9 @@
 
 :func:`assess` sizes the planned model (:mod:`volta_core.planner.fit`), looks for the knobs that
 make it fit when it does not, and estimates its V100 decode speed
-(:mod:`volta_core.planner.estimate`; only for an SM7x device). A model that fits at no setting
-adds a problem to the plan (exit 1).
+(:mod:`volta_core.planner.estimate`; only for an SM7x device), at the requested batch and at the
+concurrency the plan serves: one stream and ``--max-num-seqs`` streams (:class:`Streams`). A
+model that fits at no setting adds a problem to the plan (exit 1).
 """
 
 from __future__ import annotations
@@ -46,13 +47,68 @@ class SpeedRequest:
             raise UsageError("--hbm-gbps and --pcie-gbps must be positive, latencies not negative")
 
 
+@dataclass(frozen=True)
+class Streams:
+    """The decode estimate at one stream and at ``--max-num-seqs`` streams, at one context.
+
+    ``kv_sequences`` is how many sequences of that context the KV cache holds at once: streams
+    past it wait (vLLM schedules no more than fit, and preempts when the cache runs out).
+    """
+
+    context: int
+    max_num_seqs: int
+    kv_sequences: int
+    estimates: tuple[SpeedEstimate, ...]
+
+    def lines(self) -> list[str]:
+        first = self.estimates[0]
+        lines = [
+            f"speed per stream at the served concurrency (ESTIMATE for V100, context "
+            f"{self.context}, tensor parallel {first.tp}"
+            + (f", {first.speculative_tokens} MTP draft tokens" if first.speculative_tokens else "")
+            + ")"
+        ]
+        for e in self.estimates:
+            streams = f"{e.batch} stream{'s' if e.batch > 1 else ''}"
+            lines.append(
+                f"  {streams:>12}: {e.per_sequence_tokens_per_second:8.1f} tokens/s per stream, "
+                f"{e.tokens_per_second:8.1f} tokens/s in all ({e.step_seconds * 1e3:.1f} ms "
+                "per step)"
+            )
+        if self.kv_sequences < self.max_num_seqs:
+            lines.append(
+                f"  the KV cache holds {self.kv_sequences} sequences of {self.context} tokens at "
+                f"once: of --max-num-seqs {self.max_num_seqs} streams the rest wait"
+            )
+        return lines
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": "estimate (SM70 roofline sum, not a measurement)",
+            "context": self.context,
+            "max_num_seqs": self.max_num_seqs,
+            "kv_sequences_at_context": self.kv_sequences,
+            "streams": [
+                {
+                    "streams": e.batch,
+                    "step_ms": round(e.step_seconds * 1e3, 3),
+                    "tokens_per_second_per_stream": round(e.per_sequence_tokens_per_second, 2),
+                    "tokens_per_second": round(e.tokens_per_second, 2),
+                }
+                for e in self.estimates
+            ],
+        }
+
+
 @dataclass
 class Capacity:
-    """A plan's fit and speed estimate (None where the model has no layers to size)."""
+    """A plan's fit and speed estimates (None where the model has no layers to size, and the
+    speed where the device is not SM7x)."""
 
     fit: Fit | None = None
     fit_options: FitOptions | None = None
     speed: SpeedEstimate | None = None
+    streams: Streams | None = None
 
     def sections(self) -> list[list[str]]:
         out = []
@@ -60,12 +116,15 @@ class Capacity:
             out.append(render_fit(self.fit, self.fit_options))
         if self.speed is not None:
             out.append(render_speed(self.speed))
+        if self.streams is not None:
+            out.append(self.streams.lines())
         return out
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "fit": self.fit.as_dict() if self.fit else None,
             "speed": self.speed.as_dict() if self.speed else None,
+            "streams": self.streams.as_dict() if self.streams else None,
         }
 
 
@@ -93,17 +152,27 @@ def assess(
     sizer.suggest(fit)
     if fit.impossible:
         plan.problems.append(f"cannot fit at any setting: {fit.impossible}")
-    estimate = None
-    if plan.options.device.capability[0] == 7:
-        estimate = estimate_decode(
+    if plan.options.device.capability[0] != 7:
+        return Capacity(fit, fit_options)
+
+    def at(batch: int) -> SpeedEstimate:
+        return estimate_decode(
             fit,
             plan,
             manager,
             text,
-            speed.batch,
+            batch,
             context,
             speed.assumptions,
             speed.speculative_tokens,
             speed.acceptance,
         )
-    return Capacity(fit, fit_options, estimate)
+
+    seqs = fit_options.max_num_seqs
+    streams = Streams(
+        context,
+        seqs,
+        int(max(0, fit.kv_available) // max(1, fit.need(context))),
+        tuple(at(batch) for batch in sorted({1, seqs})),
+    )
+    return Capacity(fit, fit_options, at(speed.batch), streams)

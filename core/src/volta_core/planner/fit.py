@@ -38,7 +38,7 @@ from volta_core.host.manager import VoltaPluginManager
 from volta_core.planner.linear_state import state_bytes_per_sequence
 from volta_core.planner.model import ModelDescription
 from volta_core.planner.plan import Plan, PlanOptions, make_plan
-from volta_core.planner.reserve import RESERVE_MODEL, Reserve, engine_reserve
+from volta_core.planner.reserve import RESERVE_MODEL, Reserve, capture_sizes, engine_reserve
 from volta_core.planner.safetensors_header import TensorEntry, checkpoint_files, checkpoint_tensors
 from volta_core.planner.weights import WeightReport, weights_from_config, weights_from_tensors
 
@@ -143,6 +143,9 @@ class Fit:
     layers: list[LayerNeed]
     block_size: int
     max_num_seqs: int
+    capture_sizes: tuple[int, ...] = ()
+    """The CUDA-graph capture sizes the reserve counts (:func:`~volta_core.planner.reserve.
+    capture_sizes`), the ones the plan's serve command passes."""
     notes: list[str] = field(default_factory=list)
     suggestions: list[str] = field(default_factory=list)
     impossible: str | None = None
@@ -220,6 +223,7 @@ class Fit:
             },
             "weights_source": self.weights.source,
             "reserve_model": RESERVE_MODEL,
+            "cuda_graph_capture_sizes": list(self.capture_sizes),
             "kv_tokens": self.tokens,
             "concurrency_at_max_model_len": round(self.concurrency, 3),
             "sequences_at_max_model_len": self.sequences,
@@ -329,6 +333,7 @@ class Sizer:
             ),
         )
         fo = self.fit_options
+        sizes = capture_sizes(fo.max_num_seqs, 1 + fo.speculative_tokens, fo.max_num_batched_tokens)
         reserve = engine_reserve(
             int(text.hidden_size),
             widest,
@@ -336,6 +341,7 @@ class Sizer:
             tp,
             fo.max_num_batched_tokens,
             fo.max_num_seqs,
+            len(sizes),
         )
         return Fit(
             tp=tp,
@@ -347,6 +353,7 @@ class Sizer:
             layers=layers,
             block_size=plan.options.block_size,
             max_num_seqs=fo.max_num_seqs,
+            capture_sizes=sizes,
             notes=notes,
         )
 
@@ -461,7 +468,13 @@ def render_fit(fit: Fit, fit_options: FitOptions) -> list[str]:
         f"  weights: {w.source}",
         f"  engine reserve (estimate): activation {gib(fit.reserve.activation)}, "
         f"sampler {gib(fit.reserve.sampler)}, non-torch {gib(fit.reserve.non_torch)}, "
-        f"CUDA graphs {gib(fit.reserve.cuda_graphs)}",
+        f"CUDA graphs {gib(fit.reserve.cuda_graphs)}"
+        + (
+            f" ({len(fit.capture_sizes)} capture sizes, {fit.capture_sizes[0]}-"
+            f"{fit.capture_sizes[-1]} tokens)"
+            if fit.capture_sizes
+            else ""
+        ),
         f"    models {RESERVE_MODEL}",
         f"  KV per token per rank: {fit.bytes_per_token:,} bytes"
         + (

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from volta_core import Device, VoltaPluginManager
+from volta_core.doctor import checks as doctor
+from volta_core.doctor.checks import Status
 from volta_core.errors import NoAttentionBackendError
 from volta_core.host.types import AttentionLayer
 from volta_core.vllm import families
@@ -188,3 +190,19 @@ def test_each_1cat_family_judges_its_own_flash_attn_v100(
     big = AttentionLayer("l", 512, 32, 8, "float16", "float16")
     with pytest.raises(NoAttentionBackendError, match="head size 512"):
         manager.select_attention(big, sm70, "FLASH_ATTN_V100", family)
+
+
+def test_doctor_serves_1cat_13_and_names_the_current_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = next(f for f in families.FAMILIES if f.name == "1Cat-vLLM 1.2-1.3")
+    installed(monkeypatch, write_sources(tmp_path, old), "1cat-vllm", "1.3.0")
+    monkeypatch.setattr(doctor, "_check_vllm_code", lambda *_: doctor.Check("k", Status.OK, ""))
+    row = doctor.check_vllm(doctor.GpuProbe(None))[0]
+    assert row.status is Status.OK
+    assert row.detail == "1cat-vllm 1.3.0: supported (1Cat-vLLM 1.2-1.3 family)"
+    assert row.notes == (
+        "the current 1Cat release: 1Cat-vLLM 1.5.1 (October 2026; 1.2-1.5 are supported)",
+    )
+    installed(monkeypatch, write_sources(tmp_path / "new", old), "1cat-llm", "1.5.1")
+    assert doctor.check_vllm(doctor.GpuProbe(None))[0].notes == ()

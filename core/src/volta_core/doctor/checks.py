@@ -377,7 +377,11 @@ def check_vllm(gpus: GpuProbe) -> list[Check]:
         reason = families.unsupported_reason() or f"{label} is not supported"
         rows.append(Check("vllm", Status.PROBLEM, reason, fix=SUPPORTED_VLLM_FIX))
     else:
-        rows.append(Check("vllm", Status.OK, f"{label}: supported ({family.name} family)"))
+        # An older 1Cat release is served; its owner still learns of the current one.
+        newer = family.by_touchpoints and not family.later_releases
+        notes = (f"the current 1Cat release: {CURRENT_1CAT}",) if newer else ()
+        detail = f"{label}: supported ({family.name} family)"
+        rows.append(Check("vllm", Status.OK, detail, notes=notes))
     rows.append(_check_vllm_code(label, dirs, gpus))
     return rows
 

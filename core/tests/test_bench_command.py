@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from volta_core import V100, AttentionLayer
+from volta_core import V100, AttentionLayer, Device, UsageError
 from volta_core.bench import run as bench_run
 from volta_core.bench.cases import QUICK, Family, Planned, plan_cases, unmeasured_paths
 from volta_core.bench.machine import nvlink_links, smi_facts
 from volta_core.bench.report import Ceilings, Measured, assemble, render_text
-from volta_core.bench.run import time_planned
+from volta_core.bench.run import load_plugins, time_planned
 from volta_core.cli import main
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.manager import VoltaPluginManager
@@ -239,3 +239,22 @@ def test_the_device_facts_come_from_nvidia_smi_without_identifiers() -> None:
     assert smi_facts(None)["driver"] is None
     status = "GPU 0: Tesla V100 (UUID: GPU-x)\n\t Link 0: 25.781 GB/s\n\t Link 1: <inactive>\n"
     assert nvlink_links(status) == ["25.781 GB/s"]
+
+
+def test_a_source_checkout_benches_its_plugins_without_entry_points() -> None:
+    """``--plugin MODULE``: the plugins registered from their modules, as on a GPU box where
+    the checkout is on PYTHONPATH and nothing is installed; at fp16 an H100/H200 plan puts
+    attention on the Volta backend too."""
+    manager = load_plugins(
+        ["volta_fp8kv.plugin", "volta_attn_v100.plugin", "volta_ct_wna16.plugin"]
+    )
+    assert sorted(manager.records) == ["attn_v100", "ct_wna16", "fp8kv"]
+    name, raw = read_config(MODEL)
+    options = PlanOptions(device=Device((9, 0)), dtype="float16")
+    planned = plan_cases(
+        manager, make_plan(describe_model(name, raw), options, manager), name, QUICK
+    )
+    assert {p.family for p in planned} == set(FACTORS)
+    assert all(p.make_call is not None for p in planned)
+    with pytest.raises(UsageError, match=r"--plugin volta_nothing\.plugin: cannot be imported"):
+        load_plugins(["volta_nothing.plugin"])

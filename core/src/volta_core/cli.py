@@ -104,7 +104,18 @@ def _add_bench_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
         "model", nargs="*", help="model directory, config.json or bundled example (default: a set)"
     )
     bench.add_argument("--quick", action="store_true", help="fewer points, under a minute")
+    bench.add_argument(
+        "--dtype", default="float16", help="activation dtype (default float16, as a V100 runs)"
+    )
     bench.add_argument("--kv-cache-dtype", default="auto")
+    bench.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="load this plugin module (volta_attn_v100.plugin) instead of the installed ones: "
+        "a source checkout on PYTHONPATH (repeatable)",
+    )
     bench.add_argument("--json", action="store_true", help="print the JSON report")
     bench.add_argument(
         "--out", default=None, help="write the JSON report here (a folder: bench.json and .txt)"
@@ -334,13 +345,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from volta_core.bench.report import render_text
-    from volta_core.bench.run import run_bench
+    from volta_core.bench.run import load_plugins, run_bench
 
     report = run_bench(
         args.model,
         quick=args.quick,
+        dtype=args.dtype,
         kv_cache_dtype=args.kv_cache_dtype,
-        manager=get_plugin_manager(),
+        manager=load_plugins(args.plugin) if args.plugin else get_plugin_manager(),
     )
     text = json.dumps(report, indent=2)
     summary = render_text(report)

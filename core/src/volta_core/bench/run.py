@@ -9,6 +9,7 @@ fewer points with fewer graph replays.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -148,15 +149,35 @@ def _progress(stream: TextIO, done: int, total: int, label: str) -> None:
     stream.flush()
 
 
+def load_plugins(modules: Sequence[str]) -> VoltaPluginManager:
+    """A manager holding the plugin modules named by import path (``volta_attn_v100.plugin``),
+    registered as their entry points would be, each under its package's name without
+    ``volta_``: for a source checkout on ``PYTHONPATH``, where no entry point is installed."""
+    manager = VoltaPluginManager()
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:
+            raise UsageError(f"--plugin {name}: cannot be imported: {exc}") from exc
+        package = name.partition(".")[0]
+        version = str(getattr(sys.modules[package], "__version__", ""))
+        manager.register(
+            module, package.removeprefix("volta_"), distribution=package, version=version
+        )
+    return manager
+
+
 def run_bench(
     models: Sequence[str],
     *,
     quick: bool,
+    dtype: str,
     kv_cache_dtype: str,
     manager: VoltaPluginManager,
     progress: TextIO = sys.stderr,
 ) -> dict[str, Any]:
-    """Measure the ceilings and every call the plans of ``models`` name on GPU 0."""
+    """Measure the ceilings and every call the plans of ``models`` (at activation ``dtype``
+    and ``kv_cache_dtype``) name on GPU 0."""
     begin = time.monotonic()
     torch = require_gpu()
     settings = QUICK_SETTINGS if quick else FULL_SETTINGS
@@ -170,7 +191,9 @@ def run_bench(
         name, raw = read_config(target)
         plan = make_plan(
             describe_model(name, raw),
-            PlanOptions(device=device, kv_cache_dtype=kv_cache_dtype, engine_family=family),
+            PlanOptions(
+                device=device, dtype=dtype, kv_cache_dtype=kv_cache_dtype, engine_family=family
+            ),
             manager,
         )
         mine = plan_cases(manager, plan, name, points)

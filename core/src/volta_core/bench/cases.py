@@ -175,10 +175,15 @@ def kv_write_cost(layer: AttentionLayer, tokens: int) -> StageCost:
 
 
 def kv_write_call(
-    write: Callable[..., None], layer: AttentionLayer, tokens: int, blocks: int
+    write: Callable[..., None],
+    layer: AttentionLayer,
+    tokens: int,
+    blocks: int,
+    device: str = "cuda",
 ) -> BenchCall:
     """The write of ``tokens`` new tokens' K and V into a ``blocks``-block packed cache at
-    distinct random slots, with per-tensor scales of 1, as the engine's step calls it."""
+    distinct random slots, with per-tensor scales of 1, as the engine's step calls it (on
+    ``device``: the tests run it on CPU under the Triton interpreter)."""
     heads, head, block = max(1, layer.num_kv_heads), layer.head_size, layer.block_size
     dtype = canonical_kv_dtype(layer.kv_cache_dtype, layer.dtype)
     cache_bytes = 2 if dtype == "float16" else 1
@@ -186,12 +191,12 @@ def kv_write_call(
     def make_inputs() -> tuple[Any, ...]:
         import torch
 
-        key = torch.randn(tokens, heads, head, dtype=torch.float16, device="cuda")
+        key = torch.randn(tokens, heads, head, dtype=torch.float16, device=device)
         value = torch.randn_like(key)
         cache_dtype = torch.float16 if dtype == "float16" else torch.uint8
-        cache = torch.zeros(blocks, heads, block, 2 * head, dtype=cache_dtype, device="cuda")
-        slots = torch.randperm(blocks * block, device="cuda")[:tokens]
-        scale = torch.ones(1, dtype=torch.float32, device="cuda")
+        cache = torch.zeros(blocks, heads, block, 2 * head, dtype=cache_dtype, device=device)
+        slots = torch.randperm(blocks * block, device=device)[:tokens].clone()
+        scale = torch.ones(1, dtype=torch.float32, device=device)
         return key, value, cache, slots, scale
 
     def run(key: Any, value: Any, cache: Any, slots: Any, scale: Any) -> None:
@@ -201,7 +206,7 @@ def kv_write_call(
         )  # fmt: skip
 
     size = 2 * tokens * heads * head * 2 + blocks * heads * block * 2 * head * cache_bytes
-    return BenchCall(make_inputs, run, size + 8 * tokens)
+    return BenchCall(make_inputs, run, size + 8 * tokens + 4)  # int64 slots, a float32 scale
 
 
 def _kv_writes(

@@ -16,10 +16,12 @@ from volta_core import AttentionLayer, QuantConfig, canonical_kv_dtype
 from volta_core.kernel_api import BenchCall, Workload
 
 
-def attention_call(layer: AttentionLayer, quant: QuantConfig | None, work: Workload) -> BenchCall:
+def attention_call(
+    layer: AttentionLayer, quant: QuantConfig | None, work: Workload, device: str = "cuda"
+) -> BenchCall:
     """``work`` on ``layer``: ``work.sequences`` sequences of ``work.query_len`` new tokens,
     each ``max(work.context, work.query_len)`` tokens long, a decode or a prefill chunk as the
-    launcher chooses for it."""
+    launcher chooses for it, on ``device`` (the tests run it on CPU under the interpreter)."""
     import torch
 
     from volta_attn_v100.ops import paged_attention
@@ -33,16 +35,16 @@ def attention_call(layer: AttentionLayer, quant: QuantConfig | None, work: Workl
 
     def make_inputs() -> tuple[Any, ...]:
         shape = (seqs * pages, kv_heads, layer.block_size, 2 * head)
-        cache = torch.randn(shape, dtype=torch.float16, device="cuda")
+        cache = torch.randn(shape, dtype=torch.float16, device=device)
         if kv_dtype == "fp8_e5m2":  # e5m2 is fp16's high byte
             cache = (cache.view(torch.int16) >> 8).to(torch.uint8)
         elif kv_dtype == "fp8_e4m3":
             cache = cache.to(torch.float8_e4m3fn).view(torch.uint8)
-        table = torch.randperm(seqs * pages, device="cuda").to(torch.int32).view(seqs, pages)
-        seq_lens = torch.full((seqs,), seq_len, dtype=torch.int32, device="cuda")
-        q_start = torch.arange(seqs + 1, dtype=torch.int32, device="cuda") * q_len
-        query = torch.randn(seqs * q_len, heads, head, dtype=torch.float16, device="cuda")
-        scale = torch.ones(1, dtype=torch.float32, device="cuda")
+        table = torch.randperm(seqs * pages, device=device).to(torch.int32).view(seqs, pages)
+        seq_lens = torch.full((seqs,), seq_len, dtype=torch.int32, device=device)
+        q_start = torch.arange(seqs + 1, dtype=torch.int32, device=device) * q_len
+        query = torch.randn(seqs * q_len, heads, head, dtype=torch.float16, device=device)
+        scale = torch.ones(1, dtype=torch.float32, device=device)
         return query, cache, table, seq_lens, q_start, torch.empty_like(query), scale
 
     def run(*inputs: Any) -> None:
@@ -56,4 +58,6 @@ def attention_call(layer: AttentionLayer, quant: QuantConfig | None, work: Workl
 
     cache_bytes = seqs * pages * kv_heads * layer.block_size * 2 * head * element
     query_bytes = 2 * seqs * q_len * heads * head * 2
-    return BenchCall(make_inputs, run, cache_bytes + query_bytes + seqs * (pages + 2) * 4)
+    # int32 block table, sequence lengths and query starts, and the float32 scale.
+    small_bytes = 4 * (seqs * pages + seqs + seqs + 1 + 1)
+    return BenchCall(make_inputs, run, cache_bytes + query_bytes + small_bytes)

@@ -17,9 +17,12 @@ from volta_core.kernel_api import BenchCall, Workload
 from volta_ct_wna16.scheme import WeightScheme, quant_layer_scheme
 
 
-def linear_call(layer: QuantLayer, quant: QuantConfig | None, work: Workload) -> BenchCall:
+def linear_call(
+    layer: QuantLayer, quant: QuantConfig | None, work: Workload, device: str = "cuda"
+) -> BenchCall:
     """``work.tokens`` tokens through ``layer`` (its ``output_size`` x ``input_size``) with the
-    checkpoint's scheme, the launch the device's table chooses for that count."""
+    checkpoint's scheme, the launch the device's table chooses for that count, on ``device``
+    (the tests run it on CPU under the interpreter)."""
     import torch
 
     from volta_ct_wna16.layout import PackedWeights
@@ -33,15 +36,15 @@ def linear_call(layer: QuantLayer, quant: QuantConfig | None, work: Workload) ->
     words, groups = -(-k // scheme.pack_factor), k // group
 
     def make_inputs() -> tuple[Any, ...]:
-        qweight = torch.randint(-(2**31), 2**31 - 1, (words, n), dtype=torch.int32, device="cuda")
-        scales = torch.rand(groups, n, dtype=torch.float16, device="cuda") * 0.01 + 0.001
+        qweight = torch.randint(-(2**31), 2**31 - 1, (words, n), dtype=torch.int32, device=device)
+        scales = torch.rand(groups, n, dtype=torch.float16, device=device) * 0.01 + 0.001
         zeros = zeros8 = None
         if not scheme.symmetric:
-            zeros8 = torch.randint(0, 2**bits, (groups, n), dtype=torch.uint8, device="cuda")
+            zeros8 = torch.randint(0, 2**bits, (groups, n), dtype=torch.uint8, device=device)
             zeros = zeros8.to(torch.float16)
         weights = PackedWeights(qweight, scales, zeros, n, k, bits, group, zeros8)
-        x = torch.randn(m, k, dtype=torch.float16, device="cuda")
-        return x, weights, torch.empty(m, n, dtype=torch.float16, device="cuda")
+        x = torch.randn(m, k, dtype=torch.float16, device=device)
+        return x, weights, torch.empty(m, n, dtype=torch.float16, device=device)
 
     def run(x: Any, weights: Any, out: Any) -> None:
         wna16_linear(x, weights, out=out)

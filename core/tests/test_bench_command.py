@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -258,3 +259,49 @@ def test_a_source_checkout_benches_its_plugins_without_entry_points() -> None:
     assert all(p.make_call is not None for p in planned)
     with pytest.raises(UsageError, match=r"--plugin volta_nothing\.plugin: cannot be imported"):
         load_plugins(["volta_nothing.plugin"])
+
+
+def test_the_command_measures_the_ceilings_then_each_planned_call(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_bench``'s glue with the GPU stood in: ceilings, plans, every call timed once."""
+    cuda = SimpleNamespace(
+        get_device_capability=lambda _: (7, 0),
+        mem_get_info=lambda _: (30 << 30, 32 << 30),
+        empty_cache=lambda: None,
+    )
+    monkeypatch.setattr(bench_run, "require_gpu", lambda: SimpleNamespace(cuda=cuda))
+    for name, value in (
+        ("measure_copy_bandwidth", 800.0),
+        ("measure_read_bandwidth", 850.0),
+    ):
+        monkeypatch.setattr(bench_run, name, lambda _bytes, v=value: (v, _timing()))
+    monkeypatch.setattr(
+        bench_run,
+        "measure_matmul",
+        lambda _n, dtype: (100.0 if dtype == "float16" else 14.0, _timing()),
+    )
+    monkeypatch.setattr(bench_run, "l2_bytes", lambda: 6 << 20)
+    monkeypatch.setattr(bench_run, "describe_device", lambda: DEVICE)
+    timed: list[tuple[Planned, int]] = []
+
+    def stand_in(planned: Planned, budget: int, replays: int, l2: int) -> Measured:
+        timed.append((planned, budget))
+        assert (replays, l2) == (5, 6 << 20)
+        return Measured(planned, _timing(), "CUDA graph")
+
+    monkeypatch.setattr(bench_run, "time_planned", stand_in)
+    get_plugin_manager.cache_clear()
+    assert main(["bench", "--quick", "--json", "--kv-cache-dtype", "fp8_e5m2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["models"] == [MODEL]
+    assert report["ceilings"] == {
+        "copy_gbps": 800.0,
+        "read_gbps": 850.0,
+        "fp16_cublas_tflops": 100.0,
+        "fp32_fma_tflops": 14.0,
+    }
+    assert report["software"]["plugins"]["attn_v100"].startswith("vllm-volta-attn-v100 ")
+    assert len(report["kernels"]) == len(timed) > 0
+    assert {budget for _, budget in timed} == {15 << 30}  # half of what was free
+    assert {r["family"] for r in report["kernels"]} == {f.value for f in FACTORS}

@@ -29,14 +29,14 @@ ONLY = ("fp8kv:*head_pad=128]*", "attn_v100:cuda_decode_d128*float16")
 TRITON_BUILDS, CUDA_BUILDS = 8, 1
 
 
-# Two runs in one child: the second finds on disk what the first stored (Triton looks its
-# cache up on disk at each compile, and the JIT's in-memory kernels are dropped after warmup).
+# Two runs in one child: the first in two compile processes, the second in the child itself,
+# which finds on disk what the first stored (Triton looks its cache up on disk at each compile).
 TWICE = (
     "import sys\n"
     "from volta_core.cli import main\n"
-    "first = main(sys.argv[1:])\n"
+    "first = main([*sys.argv[1:], '--jobs', '2'])\n"
     "print(SEPARATOR)\n"
-    "sys.exit(first or main(sys.argv[1:]))\n"
+    "sys.exit(first or main([*sys.argv[1:], '--jobs', '1']))\n"
 )
 SEPARATOR = "\f"
 

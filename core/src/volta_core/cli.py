@@ -91,6 +91,13 @@ def _add_warmup_parser(sub: argparse._SubParsersAction[_Parser]) -> None:
         metavar="PATTERN",
         help="compile only builds whose PLUGIN:NAME matches this shell pattern (repeatable)",
     )
+    warmup.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help="compile processes (default: one per 32 builds, at most the CPUs and 8)",
+    )
     warmup.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -324,6 +331,8 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     from volta_core.warmup import check_environment, run_warmup
 
     check_environment()
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, not {args.jobs}")
     options = PlanOptions(
         device=parse_device(args.device),
         dtype=args.dtype,
@@ -336,7 +345,7 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     name, raw = read_config(args.model)
     manager = get_plugin_manager()
     plan = make_plan(describe_model(name, raw), options, manager)
-    report = run_warmup(plan, manager, only=args.only)
+    report = run_warmup(plan, manager, only=args.only, jobs=args.jobs)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return EXIT_PROBLEMS if report.failed or report.problems else EXIT_OK
 

@@ -15,13 +15,16 @@ other shapes (head sizes, MoE experts) are compiled too: a superset of what the 
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import importlib.util
+import multiprocessing
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -30,7 +33,13 @@ from volta_core.errors import UsageError
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import CudaKernelConfig, KernelConfig
 from volta_core.kernel_api._nvrtc import cuda_cache_dir
-from volta_core.kernel_api._warm import triton_cache_dir, triton_target, triton_variants, warm_cuda
+from volta_core.kernel_api._warm import (
+    TritonTarget,
+    triton_cache_dir,
+    triton_target,
+    triton_variants,
+    warm_cuda,
+)
 from volta_core.planner.plan import Plan
 
 TRITON, CUDA = "triton", "cuda"
@@ -132,7 +141,12 @@ class WarmupReport:
             )
         not_built = Counter(o.detail for o in self.outcomes if o.status == NOT_BUILT)
         lines += [f"not built ({n}): {why}" for why, n in not_built.items()]
-        lines += [f"failed: {o.build.label}: {o.detail}" for o in self.failed]
+        failed: dict[str, list[str]] = {}
+        for o in self.failed:
+            failed.setdefault(o.detail, []).append(o.build.label)
+        for why, labels in failed.items():
+            more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
+            lines.append(f"failed ({len(labels)}): {', '.join(labels[:3])}{more}: {why}")
         lines.append(f"time: {self.seconds:.1f} s")
         lines += [f"note: {note}" for note in self.notes]
         lines += [f"problem: {problem}" for problem in self.problems]
@@ -197,14 +211,18 @@ def _frozen(value: Any) -> Any:
 
 
 def warm(
-    builds: Sequence[Build], capability: tuple[int, int], *, progress: bool | None = None
+    builds: Sequence[Build],
+    capability: tuple[int, int],
+    *,
+    jobs: int = 1,
+    progress: bool | None = None,
 ) -> list[Outcome]:
-    """Compile every build for ``capability``, with a progress bar on stderr (``progress``:
-    None shows it on a terminal only). A build that fails is an outcome, never a raise."""
+    """Compile every build for ``capability`` in ``jobs`` processes (one: in this one), with a
+    progress bar on stderr (``progress``: None shows it on a terminal only). Outcomes come in
+    the order of ``builds``; a build that fails is an outcome, never a raise."""
     from tqdm import tqdm
 
     cap = 10 * capability[0] + capability[1]
-    outcomes: list[Outcome] = []
     bar = tqdm(
         total=len(builds),
         desc=f"warmup sm_{cap}",
@@ -212,15 +230,55 @@ def warm(
         file=sys.stderr,
         disable=None if progress is None else not progress,
     )
-    with bar, triton_target(cap) as target:
-        for build in builds:
-            bar.set_postfix_str(build.label[-40:], refresh=False)
-            outcomes.append(_warm_one(build, cap, target.warm))
-            bar.update()
-    return outcomes
+    with bar:
+        if jobs <= 1 or len(builds) <= 1:
+            outcomes = []
+            with triton_target(cap) as target:
+                for build in builds:
+                    outcomes.append(_warm_one(build, cap, target.warm))
+                    bar.update()
+            return outcomes
+        return _warm_in_pool(builds, cap, jobs, bar.update)
 
 
-def _warm_one(build: Build, cap: int, warm_triton: Any) -> Outcome:
+def _warm_in_pool(
+    builds: Sequence[Build], cap: int, jobs: int, done: Callable[[], object]
+) -> list[Outcome]:
+    """Each build in a pool of ``jobs`` fresh processes (spawned: none inherits this one's
+    Triton or CUDA state), each compiling for ``sm_<cap>`` from its start."""
+    context = multiprocessing.get_context("spawn")
+    outcomes: dict[int, Outcome] = {}
+    with ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_start_worker, initargs=(cap,)
+    ) as pool:
+        futures = {pool.submit(_warm_in_worker, build): i for i, build in enumerate(builds)}
+        for future in as_completed(futures):
+            i = futures[future]
+            try:
+                outcomes[i] = future.result()
+            except Exception as exc:  # the worker died (killed, out of memory)
+                detail = f"the compile worker failed: {type(exc).__name__}: {_first_line(exc)}"
+                outcomes[i] = Outcome(builds[i], FAILED, 0.0, detail)
+            done()
+    return [outcomes[i] for i in range(len(builds))]
+
+
+#: A pool worker's compile target and the context keeping it open for the worker's life
+#: (:func:`_start_worker`): the context is held here, since a collected one would close.
+_worker_target: list[tuple[int, TritonTarget, contextlib.ExitStack]] = []
+
+
+def _start_worker(cap: int) -> None:
+    stack = contextlib.ExitStack()
+    _worker_target.append((cap, stack.enter_context(triton_target(cap)), stack))
+
+
+def _warm_in_worker(build: Build) -> Outcome:
+    cap, target, _ = _worker_target[0]
+    return _warm_one(build, cap, target.warm)
+
+
+def _warm_one(build: Build, cap: int, warm_triton: Callable[[KernelConfig], bool]) -> Outcome:
     start = time.perf_counter()
     try:
         if isinstance(build.config, CudaKernelConfig):
@@ -238,6 +296,20 @@ def _warm_one(build: Build, cap: int, warm_triton: Any) -> Outcome:
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return lines[0][:300] if lines else type(exc).__name__
+
+
+#: Builds per compile process at least, by default: a process spends seconds importing Triton,
+#: torch and the plugins before its first compile.
+BUILDS_PER_JOB = 32
+
+#: Compile processes at most, by default (each holds Triton, torch and the plugins in memory).
+MAX_JOBS = 8
+
+
+def default_jobs(builds: int) -> int:
+    """Compile processes for ``builds`` builds: one per :data:`BUILDS_PER_JOB`, at most one per
+    CPU and :data:`MAX_JOBS`, at least one (then this process compiles)."""
+    return max(1, min(MAX_JOBS, os.cpu_count() or 1, builds // BUILDS_PER_JOB))
 
 
 def check_environment() -> None:
@@ -265,6 +337,7 @@ def run_warmup(
     manager: VoltaPluginManager,
     *,
     only: Sequence[str] = (),
+    jobs: int | None = None,
     progress: bool | None = None,
 ) -> WarmupReport:
     """Warm the caches for ``plan``'s plugins on its device and say what happened.
@@ -285,7 +358,9 @@ def run_warmup(
         str(cuda_cache_dir()),
         problems=list(plan.problems),
     )
-    report.outcomes = warm(builds, device.capability, progress=progress)
+    if jobs is None:
+        jobs = default_jobs(len(builds))
+    report.outcomes = warm(builds, device.capability, jobs=jobs, progress=progress)
     report.seconds = time.perf_counter() - start
     if not os.environ.get("TRITON_CACHE_DIR"):
         report.notes.append(

@@ -169,10 +169,11 @@ def assess(
         )
 
     seqs = fit_options.max_num_seqs
+    estimates = {batch: at(batch) for batch in sorted({1, seqs, speed.batch})}
     streams = Streams(
         context,
         seqs,
         int(max(0, fit.kv_available) // max(1, fit.need(context))),
-        tuple(at(batch) for batch in sorted({1, seqs})),
+        (estimates[1], estimates[seqs]) if seqs > 1 else (estimates[1],),
     )
-    return Capacity(fit, fit_options, at(speed.batch), streams)
+    return Capacity(fit, fit_options, estimates[speed.batch], streams)

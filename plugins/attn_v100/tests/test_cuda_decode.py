@@ -356,7 +356,7 @@ def test_nothing_compiles_during_capture(loads, monkeypatch) -> None:
 def _call(group: int, kv_dtype: str = "float16") -> tuple[SimpleNamespace, ...]:
     """What ``ops._cuda_decode`` reads of a call, on a pretend CUDA device: the layer's
     arguments, the step's tensors, the query, the cache and the output."""
-    query = SimpleNamespace(is_cuda=True, device=CUDA0)
+    query = SimpleNamespace(is_cuda=True, device=CUDA0, dim=lambda: 3)
     kv = SimpleNamespace(dtype=torch.float16 if kv_dtype == "float16" else torch.uint8)
     scales = SimpleNamespace(k="k", v="v", stride=0)
     layer = SimpleNamespace(
@@ -364,7 +364,7 @@ def _call(group: int, kv_dtype: str = "float16") -> tuple[SimpleNamespace, ...]:
         group=group, num_heads=8 * group, head_size=128,
     )  # fmt: skip
     step = SimpleNamespace(block_table="bt", seq_lens="lens", query_start_loc="qs")
-    return layer, step, query, kv, SimpleNamespace()
+    return layer, step, query, kv, SimpleNamespace(dim=lambda: 3)
 
 
 def _choice(kv_dtype: str, head_size: int, group: int, q_len: int = 1, **kwargs):
@@ -424,7 +424,8 @@ def test_the_launcher_routes_a_v100_decode_to_the_tensor_cores(monkeypatch) -> N
         assert (triton.kernel, triton.fallback) == (TRITON, None)
     # A build that did not load, or tensors its loads cannot read: the fallback runs.
     ran: list = []
-    monkeypatch.setattr(ops, "_launch_decode", lambda *args: ran.append(args[-1]))
+    monkeypatch.setattr(ops, "_triton_launch", lambda layer, step, planned, launch, dev: launch)
+    monkeypatch.setattr(ops, "_launch_triton", lambda *args: ran.append(args[-1]))
     choice = _choice("float16", 128, 4)
     for ready["value"], aligned["value"] in ((False, True), (True, False)):
         planned = ops._Planned(choice, num_tokens=1)

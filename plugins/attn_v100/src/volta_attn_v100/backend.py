@@ -437,10 +437,9 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             raise AttentionInputError("fused output quantization is not supported on Volta")
         if attn_metadata is None:  # profiling run: no cache yet
             return output.fill_(0)
-        # Whole-buffer views (vLLM pads the batch's rows under CUDA graphs): the kernels touch
-        # only the batch's rows, ``num_actual_tokens`` of them.
-        out = output.view(-1, self.num_heads, self.head_size)
-        q = query.view(-1, self.num_heads, self.head_size)
+        # vLLM's query and output tensors themselves ([tokens, heads, head_size], or flat), whole
+        # (vLLM pads the batch's rows under CUDA graphs): the kernels read the layout's strides
+        # and touch only the batch's rows, ``num_actual_tokens`` of them.
         if kv_cache.dtype != self._storage:
             kv_cache = cache_view(kv_cache, self.cache_format)
         args = self._args
@@ -448,10 +447,11 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             args = self._args = self._layer_args(layer, query.device, check_values=False)
         launches = attn_metadata.launches
         layout = self._layout
-        if layout is None or (kv_cache.data_ptr(), q.stride(0), out.stride(0)) != self._layout_key:
-            layout = self._check_layout(q, kv_cache, out, launches, args)
+        key = (kv_cache.data_ptr(), query.stride(0), output.stride(0))
+        if layout is None or key != self._layout_key:
+            layout = self._check_layout(query, kv_cache, output, launches, args)
         run_attention(
-            args, launches, q, kv_cache, out, num_tokens=attn_metadata.num_actual_tokens,
+            args, launches, query, kv_cache, output, num_tokens=attn_metadata.num_actual_tokens,
             layout=layout,
         )  # fmt: skip
         return output
@@ -465,9 +465,18 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
         args: LayerArgs,
     ) -> TensorLayout:
         """Check the layer's tensors (shapes, dtypes, strides, devices; nothing read back) and
-        keep their layout: vLLM calls a layer with the same cache and views of the same width
+        keep their layout: vLLM calls a layer with the same cache and tensors of the same width
         at every step, so this runs on its first call and again only if the cache's address or
         the query's or output's token stride changes."""
+        key = (kv.data_ptr(), query.stride(0), out.stride(0))
+        heads = (self.num_heads, self.head_size)
+        shapes = ((heads[0] * heads[1],), heads)
+        if query.shape[1:] not in shapes or out.shape[1:] not in shapes:
+            raise AttentionInputError(
+                f"query and output must be [tokens, {heads[0]}, {heads[1]}] or [tokens, "
+                f"{heads[0] * heads[1]}], got {tuple(query.shape)} and {tuple(out.shape)}"
+            )
+        query, out = query.view(-1, *heads), out.view(-1, *heads)
         check_inputs(
             query,
             kv,
@@ -479,5 +488,5 @@ class VoltaAttentionImpl(AttentionImpl[VoltaAttentionMetadata]):
             check_bounds=False,
         )
         self._layout = tensor_layout(query, kv, out)
-        self._layout_key = (kv.data_ptr(), query.stride(0), out.stride(0))
+        self._layout_key = key
         return self._layout

@@ -23,7 +23,9 @@ and reuses them for the others (layers run one after another on the stream).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -181,6 +183,22 @@ class LayerArgs:
     def group(self) -> int:
         return self.num_heads // self.num_kv_heads
 
+    @functools.cached_property
+    def kernel_tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The layer's tensors as both Triton kernels take them: K and V scales, sinks."""
+        return self.scales.k, self.scales.v, self.sinks
+
+    @functools.cached_property
+    def kernel_values(self) -> tuple[float, float, int, int, int]:
+        """The layer's numbers as both Triton kernels take them after the output (and the
+        decode's partial buffers)."""
+        return self.sm_scale, self.softcap, self.window, self.has_sinks, self.group
+
+    @functools.cached_property
+    def scale_stride(self) -> int:
+        """The kernels' ``scale_stride`` (:attr:`KVScales.stride`)."""
+        return self.scales.stride
+
 
 def layer_args(
     num_heads: int,
@@ -220,13 +238,13 @@ def layer_args(
 @dataclass
 class _Planned:
     """A layer shape's launch in one step: the choice, the batch's query tokens, whether its
-    CUDA build runs on this device (asked once), the Triton launch with its compile-time
-    arguments and arrival counters once made, and the decode's partial buffers."""
+    CUDA build runs on this device (asked once), the Triton launch's arguments that are the
+    same for every layer of the shape once made, and the decode's partial buffers."""
 
     choice: Choice[Launch]
     num_tokens: int
     cuda_ready: bool | None = None
-    triton: tuple[Launch, dict[str, object], torch.Tensor] | None = None
+    triton: _TritonLaunch | None = None
     partials: dict[tuple[object, ...], tuple[torch.Tensor, torch.Tensor]] = field(
         default_factory=dict
     )
@@ -251,6 +269,10 @@ class StepLaunches:
     path: str
     table: LaunchTable | None = None
     planned: dict[tuple[int, ...], _Planned] = field(default_factory=dict)
+
+    @functools.cached_property
+    def num_seqs(self) -> int:
+        return self.seq_lens.shape[0]
 
 
 @dataclass(frozen=True)
@@ -294,10 +316,11 @@ def run_attention(
     vLLM backend's: each layer's once, each step's in its metadata builder). ``num_tokens``: the
     query tokens the batch holds, when ``query`` and ``out`` have more rows (vLLM's padded
     buffers; the kernels touch only the batch's rows); ``layout``: the tensors' layout when the
-    caller knows it."""
+    caller knows it, which lets ``query`` and ``out`` be vLLM's ``[tokens, heads x head_size]``
+    tensors themselves (the kernels read their addresses and the layout's strides)."""
     if num_tokens is None:
         num_tokens = query.shape[0]
-    num_seqs = step.seq_lens.shape[0]
+    num_seqs = step.num_seqs
     if num_seqs == 0 or num_tokens == 0:
         return
     if layout is None:
@@ -362,83 +385,102 @@ def _no_buffer(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return _NO_BUFFERS[key]
 
 
+@dataclass(frozen=True)
+class _TritonLaunch:
+    """What a Triton launch passes every layer of a step's shape: the kernel, its grid, the
+    step's tensors (block table, lengths, query starts), the tensors after the output (the
+    decode's partial buffers and arrival counters; none for the prefill), the launch's numbers
+    after the layer's, the block table's stride and the compile-time arguments."""
+
+    launch: Launch
+    kernel: Any
+    grid: tuple[int, ...]
+    step_tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+    tensors: tuple[torch.Tensor, ...]
+    values: tuple[int, ...]
+    block_table_stride: int
+    options: dict[str, object]
+
+
 def _triton_launch(
-    planned: _Planned, launch: DecodeLaunch | PrefillLaunch, device: torch.device, counters: int
-) -> tuple[dict[str, object], torch.Tensor]:
-    """The launch's compile-time and launch options, and the arrival counters of ``device``'s
-    current stream (``counters`` of them, none for 0), made by the step's first layer."""
-    if planned.triton is None or planned.triton[0] is not launch:
-        build = launch.build
-        options: dict[str, object] = {
+    layer: LayerArgs,
+    step: StepLaunches,
+    planned: _Planned,
+    launch: DecodeLaunch | PrefillLaunch,
+    device: torch.device,
+) -> _TritonLaunch:
+    """The step's :class:`_TritonLaunch` of ``launch``, made by its first layer of the shape."""
+    if planned.triton is not None and planned.triton.launch is launch:
+        return planned.triton
+    build = launch.build
+    num_seqs = step.seq_lens.shape[0]
+    tensors: tuple[torch.Tensor, ...] = ()
+    if isinstance(launch, DecodeLaunch):
+        from volta_attn_v100.kernels import paged_decode_kernel as kernel
+
+        grid: tuple[int, ...] = (num_seqs, launch.kv_programs, launch.num_splits)
+        partials_dtype = torch.float16 if build.partials_f16 else torch.float32
+        if launch.num_splits > 1:
+            shape = (planned.num_tokens, layer.num_heads, launch.num_splits)
+            acc, ml = _decode_partials(
+                planned, (*shape, head_pad(build.head_size)), partials_dtype, device
+            )
+            tensors = (acc, ml, arrival_counters(device, num_seqs * launch.kv_programs))
+        else:
+            # One partition writes the output itself: nothing to combine, nothing to count.
+            tensors = (
+                _no_buffer(device, partials_dtype),
+                _no_buffer(device, torch.float32),
+                _no_buffer(device, torch.int32),
+            )
+        values = (launch.heads_per_prog, launch.head_chunks, layer.num_heads, launch.num_splits)
+    else:
+        from volta_attn_v100.kernels import paged_prefill_kernel as kernel
+
+        grid = launch.grid
+        values = (launch.heads_per_prog, launch.head_chunks, num_seqs)
+    planned.triton = _TritonLaunch(
+        launch=launch,
+        kernel=kernel,
+        grid=grid,
+        step_tensors=(step.block_table, step.seq_lens, step.query_start_loc),
+        tensors=tensors,
+        values=values,
+        block_table_stride=step.block_table.stride(0),
+        options={
             **build.constexprs(),
             "num_warps": build.tiles.num_warps,
             "num_stages": build.tiles.num_stages,
-        }
-        buffer = arrival_counters(device, counters) if counters else _no_buffer(device, torch.int32)
-        planned.triton = (launch, options, buffer)
-    return planned.triton[1], planned.triton[2]
+        },
+    )
+    return planned.triton
 
 
-def _launch_decode(
+def _launch_triton(
     layer: LayerArgs,
-    step: StepLaunches,
     query: torch.Tensor,
     kv: torch.Tensor,
     out: torch.Tensor,
     layout: TensorLayout,
-    planned: _Planned,
-    launch: DecodeLaunch,
+    run: _TritonLaunch,
 ) -> None:
-    from volta_attn_v100.kernels import paged_decode_kernel
-
-    num_seqs = step.seq_lens.shape[0]
-    num_heads = layer.num_heads
-    device = query.device
-    build = launch.build
-    num_splits = launch.num_splits
-    partials_dtype = torch.float16 if build.partials_f16 else torch.float32
-    if num_splits > 1:
-        part_acc, part_ml = _decode_partials(
-            planned,
-            (planned.num_tokens, num_heads, num_splits, head_pad(build.head_size)),
-            partials_dtype,
-            device,
-        )
-        options, counters = _triton_launch(planned, launch, device, num_seqs * launch.kv_programs)
-    else:
-        # One partition writes the output itself: nothing to combine, nothing to count.
-        part_acc = _no_buffer(device, partials_dtype)
-        part_ml = _no_buffer(device, torch.float32)
-        options, counters = _triton_launch(planned, launch, device, 0)
-    scales = layer.scales
-    paged_decode_kernel[(num_seqs, launch.kv_programs, num_splits)](
+    """Launch the decode or prefill kernel: both take the same arguments in the same order,
+    the decode's partial buffers and partition count among them."""
+    run.kernel[run.grid](
         query,
         kv,
-        step.block_table,
-        step.seq_lens,
-        step.query_start_loc,
-        scales.k,
-        scales.v,
-        layer.sinks,
+        *run.step_tensors,
+        *layer.kernel_tensors,
         out,
-        part_acc,
-        part_ml,
-        counters,
-        layer.sm_scale,
-        layer.softcap,
-        layer.window,
-        layer.has_sinks,
-        layer.group,
-        launch.heads_per_prog,
-        launch.head_chunks,
-        num_heads,
-        num_splits,
-        scales.stride,
+        *run.tensors,
+        *layer.kernel_values,
+        *run.values,
+        layer.scale_stride,
         *layout.query,
         *layout.kv,
-        step.block_table.stride(0),
+        run.block_table_stride,
         *layout.out,
-        **options,
+        **run.options,
     )
 
 
@@ -465,12 +507,16 @@ def _run(
         return
     if choice.fallback is not None:
         launch = choice.fallback.launch
-    if isinstance(launch, DecodeLaunch):
-        _launch_decode(layer, step, query, kv, out, layout, planned, launch)
-    elif isinstance(launch, PrefillLaunch):
-        _launch_prefill(layer, step, query, kv, out, layout, planned, launch)
-    else:
+    if not isinstance(launch, DecodeLaunch | PrefillLaunch):
         raise TypeError(f"a CUDA choice needs a Triton fallback, got {choice!r}")
+    run = _triton_launch(layer, step, planned, launch, query.device)
+    _launch_triton(layer, query, kv, out, layout, run)
+
+
+def _heads(layer: LayerArgs, t: torch.Tensor) -> torch.Tensor:
+    """``t`` as ``[tokens, heads, head_size]``, the shape the CUDA launchers read their sizes and
+    strides from (a view of vLLM's ``[tokens, heads x head_size]`` tensor)."""
+    return t if t.dim() == 3 else t.view(-1, layer.num_heads, layer.head_size)
 
 
 def _cuda_decode(
@@ -488,6 +534,8 @@ def _cuda_decode(
     if not query.is_cuda:
         return False
     from volta_attn_v100.cuda import decode
+
+    query, out = _heads(layer, query), _heads(layer, out)
 
     if planned.cuda_ready is None:
         planned.cuda_ready = decode.ready(query.device, launch.head_size, launch.kv_dtype)
@@ -523,6 +571,8 @@ def _cuda_prefill(
         return False
     from volta_attn_v100.cuda import prefill
 
+    query, out = _heads(layer, query), _heads(layer, out)
+
     if planned.cuda_ready is None:
         planned.cuda_ready = prefill.ready(query.device, launch.head_size, launch.kv_dtype)
     if not planned.cuda_ready or not prefill.vector_aligned(kv):
@@ -535,44 +585,3 @@ def _cuda_prefill(
         window=layer.window, launch=launch,
     )  # fmt: skip
     return True
-
-
-def _launch_prefill(
-    layer: LayerArgs,
-    step: StepLaunches,
-    query: torch.Tensor,
-    kv: torch.Tensor,
-    out: torch.Tensor,
-    layout: TensorLayout,
-    planned: _Planned,
-    launch: PrefillLaunch,
-) -> None:
-    from volta_attn_v100.kernels import paged_prefill_kernel
-
-    options, _ = _triton_launch(planned, launch, query.device, 0)
-    scales = layer.scales
-    paged_prefill_kernel[launch.grid](
-        query,
-        kv,
-        step.block_table,
-        step.seq_lens,
-        step.query_start_loc,
-        scales.k,
-        scales.v,
-        layer.sinks,
-        out,
-        layer.sm_scale,
-        layer.softcap,
-        layer.window,
-        layer.has_sinks,
-        layer.group,
-        launch.heads_per_prog,
-        launch.head_chunks,
-        step.seq_lens.shape[0],
-        scales.stride,
-        *layout.query,
-        *layout.kv,
-        step.block_table.stride(0),
-        *layout.out,
-        **options,
-    )

@@ -15,11 +15,12 @@ fit's reserve counts, covering every decode batch up to ``--max-num-seqs``
 Tensor parallelism over PCIe only (``--interconnect pcie``, the default: most V100 boxes are
 PCIe cards) adds ``NCCL_P2P_DISABLE=1`` and ``--disable-custom-all-reduce``: peer-to-peer
 transfers and vLLM's custom all-reduce hang or fail at start on many such boxes (1Cat-vLLM
-issues 42 and 652), and NCCL's own all-reduce through host memory works on all of them.
+issues 42 and 652); NCCL's own all-reduce through host memory avoids both.
 
 Every flag has the same name in each family's ``EngineArgs.add_cli_args``
-(``vllm/engine/arg_utils.py`` of vLLM 0.19.1, 0.32 and 1Cat-vLLM 1.3). What differs per family
-is in :data:`DIALECTS`. The families are named as ``volta_core.vllm.families`` names them (the
+(``vllm/engine/arg_utils.py`` of vLLM 0.19.1, 0.32 and 1Cat-vLLM 1.3; 1.4-1.5's line is 1.3's,
+whose sources are the only 1Cat ones checked here). What differs per family is in
+:data:`DIALECTS`. The families are named as ``volta_core.vllm.families`` names them (the
 planner does not import the adapter; a test keeps the two in step).
 """
 

@@ -11,7 +11,10 @@ GPU (kernel source and its callees, signature with the alignment and divisibilit
 specialization, constexprs, ``num_warps``/``num_stages``, target, Triton's version and its
 ``ptxas``) and ``triton.compile`` stores the result under Triton's cache directory
 (``TRITON_CACHE_DIR``, else ``~/.triton/cache``), or finds it there: Triton's compilation
-listener says which (``cache_hit``).
+listener says which (``cache_hit``). The JIT is used, not an ``ASTSource`` built by hand as the
+SM70 compile gate builds one: the JIT gives every runtime argument an attribute list (an empty
+one for a plain integer) and the source's hash covers them, so a hand-built source with only
+the divisible arguments listed is another key, which no launch finds.
 
 CUDA sources: a :class:`~volta_core.CudaKernelConfig` is built by :func:`compile_cubin` for
 ``sm_XY``, which keeps the cubin in the cache the plugins' launchers read

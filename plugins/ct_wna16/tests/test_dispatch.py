@@ -15,7 +15,10 @@ from volta_ct_wna16.dispatch import (
     KERNEL_NAMES,
     MOE_BLOCKS,
     MOE_DECODE,
+    ExpertShape,
+    expert_choice,
     expert_cost,
+    expert_launch_cost,
     expert_paths,
     linear_choice,
     linear_cost,
@@ -149,11 +152,14 @@ def test_a_workload_is_its_sequences_tokens() -> None:
 @pytest.mark.parametrize("scheme", SCHEMES, ids=lambda s: s.label)
 def test_experts_read_the_experts_their_tokens_touch(scheme: WeightScheme) -> None:
     """Bytes: ``E (1 - (1 - k/E)^m)`` experts' gate/up and down weights plus the activations
-    in and out; FLOPs: gate, up and down for every routed pair, on the FMA units on SM70."""
+    in and out; FLOPs: gate, up and down for every routed pair, on the FMA units on SM70 (the
+    Triton kernels: above 16 tokens the fallback of the tensor cores, test_moe_mma.py)."""
     hidden, inter, experts, top_k = 2048, 512, 256, 8
+    shape = ExpertShape(hidden, inter, scheme)
     per_expert = packed_bytes(2 * inter, hidden, scheme) + packed_bytes(hidden, inter, scheme)
     for m in (1, 4, 16, 17, 256, 4096):
-        cost = expert_cost(m, hidden, inter, experts, top_k, scheme, (7, 0))
+        chosen = expert_choice(m, top_k, experts, (7, 0), shape)
+        cost = expert_launch_cost(m, shape, experts, top_k, chosen.fallback or chosen)
         touched = experts * (1 - (1 - top_k / experts) ** m)
         (launch,) = cost.launches
         assert launch.bytes_read == round(touched * per_expert) + 2 * m * hidden
@@ -174,12 +180,12 @@ def test_experts_read_the_experts_their_tokens_touch(scheme: WeightScheme) -> No
 def test_expert_stages_are_the_plans(capability) -> None:
     scheme = SCHEMES[0]
     layer = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 512, 256, 8)
-    paths = {p.stage: p for p in expert_paths(capability)}
+    paths = {p.stage: p for p in expert_paths(capability, (256, 8, ExpertShape(2048, 512, scheme)))}
     for m in range(1, 300):
         cost = stage_cost(layer, scheme, capability, Workload(m))
         assert cost is not None
         assert cost.cost.kernel == paths[cost.stage].kernel, m
-        assert cost.fallback is None
+        assert (cost.fallback is not None) == paths[cost.stage].needs_nvrtc, m
     unknown = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 512)
     assert stage_cost(unknown, scheme, capability, Workload(1)) is None
 

@@ -257,7 +257,10 @@ def test_the_gate_hooks_answer_what_they_did(cap: str) -> None:
     build's cubin byte for byte the same), and again later in 0.7.1 when the split-K epilogue
     moved into the prelude (``splitk_mma_epilogue``, with ``h2f``): the source alone changed
     (the old source reproduces the old digests), and NVRTC 12.9 builds every one of the 12
-    sm_70 builds to the same cubin, byte for byte, and the same compute_70 PTX."""
+    sm_70 builds to the same cubin, byte for byte, and the same compute_70 PTX. In 0.9.0 the
+    dense GEMM's helpers moved to ``mma_common.cuh`` (the source alone changed; NVRTC 12.9
+    builds the 12 sm_70 cubins byte for byte the same) and the routed experts' 12 tensor-core
+    builds (``wna16_moe_mma.cu``) follow them in the CUDA list."""
     device = Device(_cap(cap))
     want = DISPATCH["hooks"][cap]
     got = [[c.name, _full_digest(c)] for c in plugin.volta_kernel_configs(device)]

@@ -33,7 +33,7 @@ from volta_ct_wna16.dispatch import (
     packed_bytes,
     table_launch,
 )
-from volta_ct_wna16.gate_configs import cuda_builds
+from volta_ct_wna16.gate_configs import cuda_builds, moe_cuda_builds
 from volta_ct_wna16.plugin import METHOD
 from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.tables import MMA, MoEFused
@@ -333,6 +333,6 @@ def test_no_cost_for_what_it_does_not_serve(manager) -> None:
 def test_the_cuda_builds_are_declared_through_the_host(manager) -> None:
     declared = manager.cuda_kernel_configs(V100)
     assert declared
-    assert [cfg for _, cfg in declared] == cuda_builds(V100)
+    assert [cfg for _, cfg in declared] == [*cuda_builds(V100), *moe_cuda_builds(V100)]
     assert {plugin for plugin, _ in declared} == {"ct_wna16"}
     assert manager.cuda_kernel_configs(H100) == []

@@ -57,6 +57,7 @@ from volta_ct_wna16.tables import (
     ROUTE_COUNT_BLOCK,
     SILU_BLOCK,
     SM70_MMA,
+    SM70_MOE_MMA,
     SPLITK,
     Launch,
     MoEDecode,
@@ -79,6 +80,7 @@ KERNEL_NAMES = {
 MOE_DECODE_ONE = "Triton MoE decode step in one launch on the router's ids"
 MOE_DECODE = "Triton MoE decode GEMVs on the router's ids"
 MOE_BLOCKS = "Triton grouped GEMM over routed blocks"
+MOE_MMA = "tensor cores over routed blocks (CUDA, mma.m8n8k4)"
 
 #: A launch of the experts' kernels: the routed blocks' tile, or a decode row.
 ExpertLaunch = Launch | MoEDecode | MoEFused
@@ -186,17 +188,58 @@ def moe_decode_choice(
     return Choice(MOE_DECODE_ONE if isinstance(row, MoEFused) else MOE_DECODE, Unit.FMA, row)
 
 
+@dataclass(frozen=True)
+class ExpertShape:
+    """One expert's sizes and the layer's weight scheme: what the tensor-core choice prices."""
+
+    hidden: int
+    inter: int
+    scheme: WeightScheme
+
+
+def moe_mma_launches(capability: tuple[int, int]) -> tuple[Launch, ...]:
+    """The routed experts' tensor-core launches on ``capability``: every row of
+    :data:`~volta_ct_wna16.tables.SM70_MOE_MMA` on a V100, none elsewhere."""
+    return tuple(row for _, row in SM70_MOE_MMA) if capability == MMA_CAPABILITY else ()
+
+
+def moe_mma_launch(pairs: int, experts: int) -> Launch:
+    """The routed experts' tensor-core tile for ``pairs`` routed rows over ``experts`` local
+    experts: the row of :data:`~volta_ct_wna16.tables.SM70_MOE_MMA` for the rows an expert gets
+    on average. Depends on the batch only, so a captured CUDA graph keeps its tile."""
+    return next(row for most, row in SM70_MOE_MMA if most is None or pairs <= most * experts)
+
+
 def expert_choice(
-    tokens: int, top_k: int, experts: int, capability: tuple[int, int]
+    tokens: int,
+    top_k: int,
+    experts: int,
+    capability: tuple[int, int],
+    shape: ExpertShape | None = None,
 ) -> Choice[ExpertLaunch]:
     """The experts' kernel for ``tokens`` tokens of ``top_k`` experts each over ``experts``:
-    the decode step where it serves, else the routed blocks."""
-    chosen: Choice[MoEDecode | MoEFused] | Choice[Launch] | None = moe_decode_choice(
-        tokens, capability
+    the decode step where it serves, else the routed blocks. On a V100, for a layer of known
+    ``shape``, the routed blocks go to the tensor cores (:func:`moe_mma_launch`, needing NVRTC
+    and carrying the Triton routed blocks as their fallback) where their cost
+    (:func:`expert_launch_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no more than
+    the Triton kernel's; a tie (both bound by the experts' bytes) goes to the tensor cores. The
+    decode step (the table's decode rows) is never replaced."""
+    decode = moe_decode_choice(tokens, capability)
+    if decode is not None:
+        return Choice(decode.kernel, decode.unit, decode.launch)
+    pairs = tokens * top_k
+    blocks = moe_blocks_choice(pairs, experts, capability)
+    triton: Choice[ExpertLaunch] = Choice(blocks.kernel, blocks.unit, blocks.launch)
+    if shape is None or capability != MMA_CAPABILITY:
+        return triton
+    mma: Choice[ExpertLaunch] = Choice(
+        MOE_MMA, Unit.TENSOR_CORES, moe_mma_launch(pairs, experts), fallback=triton
     )
-    if chosen is None:
-        chosen = moe_blocks_choice(tokens * top_k, experts, capability)
-    return Choice(chosen.kernel, chosen.unit, chosen.launch)
+    costs = [
+        expert_launch_cost(tokens, shape, experts, top_k, choice).seconds(V100_RATES)
+        for choice in (mma, triton)
+    ]
+    return mma if costs[0] <= costs[1] else triton
 
 
 # -- costs ------------------------------------------------------------------------------------
@@ -275,22 +318,38 @@ def expert_cost(
     capability: tuple[int, int],
 ) -> KernelCost:
     """What ``m`` tokens cost on fused experts (``experts`` of them, ``top_k`` a token, each
-    ``hidden`` in and out and ``inter`` intermediate rows), by the kernel
-    :func:`expert_choice` picks, as one launch on its unit (the FMA units on SM70):
+    ``hidden`` in and out and ``inter`` intermediate rows), by the kernel :func:`expert_choice`
+    picks for the layer (:func:`expert_launch_cost`)."""
+    shape = ExpertShape(hidden, inter, scheme)
+    chosen = expert_choice(m, top_k, experts, capability, shape)
+    return expert_launch_cost(m, shape, experts, top_k, chosen)
+
+
+def expert_launch_cost(
+    m: int, shape: ExpertShape, experts: int, top_k: int, chosen: Choice[ExpertLaunch]
+) -> KernelCost:
+    """What ``m`` tokens cost on ``chosen``'s kernel, as one launch on its unit (the FMA units
+    for the Triton kernels on SM70):
 
     * bytes read: the experts some token touches, ``experts x (1 - (1 - top_k / experts) ** m)``
       (rounded), times one expert's packed gate/up (``2 inter x hidden``) and down
       (``hidden x inter``) weights (:func:`packed_bytes`), plus the fp16 activations
       (``2 m hidden``); bytes written: the fp16 output (``2 m hidden``);
-    * FLOPs: ``2 x m x top_k x 3 x hidden x inter`` (gate, up and down for every routed pair).
+    * FLOPs: ``2 x rows x 3 x hidden x inter`` (gate, up and down), ``rows`` the
+      ``m x top_k`` routed pairs; on the tensor cores (:data:`MOE_MMA`) padded as its blocks run
+      them: each touched expert's last block of ``block_m`` rows half empty on average, so
+      ``touched x block_m / 2`` rows more (rounded).
     """
+    hidden, inter, scheme = shape.hidden, shape.inter, shape.scheme
     touched = experts * (1 - (1 - top_k / experts) ** m)
     per_expert = packed_bytes(2 * inter, hidden, scheme) + packed_bytes(hidden, inter, scheme)
-    chosen = expert_choice(m, top_k, experts, capability)
+    rows = m * top_k
+    if chosen.kernel == MOE_MMA and isinstance(chosen.launch, Launch):
+        rows += round(touched * chosen.launch.block_m / 2)
     launch = LaunchCost(
         round(touched * per_expert) + 2 * m * hidden,
         2 * m * hidden,
-        2 * m * top_k * 3 * hidden * inter,
+        2 * rows * 3 * hidden * inter,
         chosen.unit,
     )
     return KernelCost(chosen.kernel, (launch,))
@@ -318,15 +377,28 @@ def _linear_stages(
 
 @functools.cache
 def _expert_stages(
-    capability: tuple[int, int],
+    capability: tuple[int, int], layer: tuple[int, int, ExpertShape] | None = None
 ) -> tuple[tuple[int, int | None, Choice[ExpertLaunch]], ...]:
     """The experts' kernels by token count: the decode step up to the table's last decode row,
-    in runs of the same kernels, and the routed blocks above it (whose kernel and unit do not
-    depend on the tile, so one expert of one slot stands for any layer)."""
+    in runs of the same kernels, and the routed blocks above it. Without the layer
+    (``(experts, top_k, shape)``) the Triton routed blocks, whose kernel and unit do not depend
+    on the tile, so one expert of one slot stands for any layer. With it on a V100 the
+    tensor-core choice, walked until the experts' blocks take the last tile
+    (:data:`~volta_ct_wna16.tables.SM70_MOE_MMA`); past it the tensor cores' padding is a
+    fixed number of rows while both kernels' work grows with the tokens."""
     last = max((most for most, _ in table_for(capability).moe_decode), default=0)
+    if layer is None:
+        return tuple(
+            stage_ranges(
+                range(1, last + 2), lambda t: expert_choice(t, 1, 1, capability), open_ended=True
+            )
+        )
+    experts, top_k, shape = layer
+    rows = max((most or 0) for most, _ in SM70_MOE_MMA)
+    last = max(last, -(-rows * experts // top_k))
 
     def choose(tokens: int) -> Choice[ExpertLaunch]:
-        return expert_choice(tokens, 1, 1, capability)
+        return expert_choice(tokens, top_k, experts, capability, shape)
 
     return tuple(stage_ranges(range(1, last + 2), choose, open_ended=True))
 
@@ -340,10 +412,23 @@ def linear_paths(
     return kernel_paths(_linear_stages(n, k, scheme, capability), token_stage)
 
 
-def expert_paths(capability: tuple[int, int]) -> list[KernelPath]:
+def expert_layer(layer: QuantLayer, scheme: WeightScheme) -> tuple[int, int, ExpertShape] | None:
+    """Fused experts' ``(experts, top_k, shape)`` (``output_size`` one expert's intermediate
+    size on the rank, ``input_size`` the hidden size), None where the expert count or top-k is
+    not known."""
+    if not 0 < layer.top_k <= layer.experts or not (layer.output_size and layer.input_size):
+        return None
+    return layer.experts, layer.top_k, ExpertShape(layer.input_size, layer.output_size, scheme)
+
+
+def expert_paths(
+    capability: tuple[int, int], layer: tuple[int, int, ExpertShape] | None = None
+) -> list[KernelPath]:
     """The experts' kernels by token count (:func:`expert_choice`): the decode step, one
-    launch or two, up to the table's last decode row, the routed blocks above it."""
-    return kernel_paths(_expert_stages(capability), token_stage)
+    launch or two, up to the table's last decode row, the routed blocks above it: on a V100,
+    for a layer of known ``(experts, top_k, shape)``, on the tensor cores where their cost
+    wins (needing NVRTC, the Triton routed blocks their fallback)."""
+    return kernel_paths(_expert_stages(capability, layer), token_stage)
 
 
 def stage_cost(
@@ -361,12 +446,18 @@ def stage_cost(
     if not (n and k):
         return None
     if layer.kind is LayerKind.FUSED_MOE:
-        if not 0 < layer.top_k <= layer.experts:
+        known = expert_layer(layer, scheme)
+        if known is None:
             return None
-        stages = _expert_stages(capability)
+        experts, top_k, shape = known
+        stages = _expert_stages(capability, known)
         first, last, _ = stages[stage_of(m, stages)]
-        cost = expert_cost(m, k, n, layer.experts, layer.top_k, scheme, capability)
-        return StageCost(token_stage(first, last), cost)
+        chosen = expert_choice(m, top_k, experts, capability, shape)
+        cost = expert_launch_cost(m, shape, experts, top_k, chosen)
+        fallback = None
+        if chosen.fallback is not None:
+            fallback = expert_launch_cost(m, shape, experts, top_k, chosen.fallback)
+        return StageCost(token_stage(first, last), cost, fallback)
     if layer.kind is not LayerKind.LINEAR:
         return None
     linear = _linear_stages(n, k, scheme, capability)
@@ -498,6 +589,16 @@ class TopKBuild:
 @dataclass(frozen=True)
 class MmaBuild:
     """A tensor-core GEMM build (NVRTC options); bias and splits are launch arguments."""
+
+    launch: Launch
+    bits: int
+    zp: bool
+
+
+@dataclass(frozen=True)
+class MoeMmaBuild:
+    """A routed experts' tensor-core GEMM build (NVRTC options, those of the dense GEMM's
+    :class:`MmaBuild`); the output kind and router weights are launch arguments."""
 
     launch: Launch
     bits: int
@@ -661,6 +762,18 @@ def tensor_core_builds(capability: tuple[int, int]) -> list[MmaBuild]:
     return [
         MmaBuild(launch, bits, zp)
         for launch in mma_launches(capability)
+        for bits in SUPPORTED_BITS
+        for zp in (False, True)
+    ]
+
+
+def moe_tensor_core_builds(capability: tuple[int, int]) -> list[MoeMmaBuild]:
+    """Every build of the routed experts' tensor-core GEMM the launcher can run on
+    ``capability``: each of :func:`moe_mma_launches` for 4 and 8 bits, symmetric and
+    asymmetric (none off a V100)."""
+    return [
+        MoeMmaBuild(launch, bits, zp)
+        for launch in moe_mma_launches(capability)
         for bits in SUPPORTED_BITS
         for zp in (False, True)
     ]

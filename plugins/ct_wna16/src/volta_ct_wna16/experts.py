@@ -20,9 +20,10 @@ import torch
 
 from volta_core.kernel_api import device_facts, interpreting
 from volta_ct_wna16 import ops
-from volta_ct_wna16.dispatch import moe_blocks_choice, moe_decode_choice
+from volta_ct_wna16.dispatch import ExpertShape, expert_choice, moe_decode_choice
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.routing import route
+from volta_ct_wna16.scheme import WeightScheme
 from volta_ct_wna16.tables import Launch, MoEDecode, MoEFused
 
 
@@ -41,8 +42,12 @@ class ExpertWeights:
         cls, w13: Iterable[PackedWeights], w2: Iterable[PackedWeights], experts: int
     ) -> ExpertWeights:
         """``experts`` experts' prepared weights, each iterable consumed one expert at a time
-        (so a generator of ``prepare`` calls holds one repacked expert besides the result)."""
-        return cls(_stack(w13, experts), _stack(w2, experts))
+        (so a generator of ``prepare`` calls holds one repacked expert besides the result).
+        On a V100 the routed experts' tensor-core builds for their scheme are loaded now
+        (:func:`volta_ct_wna16.ops.warm_up_experts`), before any CUDA-graph capture."""
+        stacked = cls(_stack(w13, experts), _stack(w2, experts))
+        ops.warm_up_experts(stacked.w13)
+        return stacked
 
     @property
     def num_experts(self) -> int:
@@ -55,6 +60,13 @@ class ExpertWeights:
     @property
     def inter(self) -> int:
         return self.w2.k
+
+    @property
+    def shape(self) -> ExpertShape:
+        """One expert's sizes and the layer's scheme, as the dispatch prices them."""
+        w2 = self.w2
+        group = None if w2.group >= w2.k else w2.group
+        return ExpertShape(self.hidden, self.inter, WeightScheme(w2.bits, w2.zeros is None, group))
 
     def check(self) -> None:
         """gate/up and down fit each other and share one scheme (bits, zero points or none)."""
@@ -245,10 +257,11 @@ def _fused(
     """Route (two launches), gate/up for every routed pair, ``SiLU(gate) * up`` (one launch),
     then down times the router weight, each pair's row added into its token's fp32 row."""
     m, top_k = topk_ids.shape
-    pairs = m * top_k
     experts = weights.num_experts
     if launch is None:
-        launch = moe_blocks_choice(pairs, experts, device_facts(x.device).capability).launch
+        capability = device_facts(x.device).capability
+        choice = expert_choice(m, top_k, experts, capability, weights.shape)
+        launch = ops.select_moe_launch(choice, weights.w13)
     blocks = route(topk_ids, experts, launch.block_m, expert_map)
     router = topk_weights.reshape(-1).float()
     if weight_on_input:

@@ -1,12 +1,14 @@
 """The kernel configurations the compile gates check, one for each build the plugin ships on
-a device (:func:`volta_ct_wna16.dispatch.triton_builds` and
-:func:`~volta_ct_wna16.dispatch.tensor_core_builds`): each build's kernel by import path, its
+a device (:func:`volta_ct_wna16.dispatch.triton_builds`,
+:func:`~volta_ct_wna16.dispatch.tensor_core_builds` and
+:func:`~volta_ct_wna16.dispatch.moe_tensor_core_builds`): each build's kernel by import path, its
 signature, and its constexprs (NVRTC options) from :mod:`volta_ct_wna16.launch`, as the
 launcher takes them, so the gate compiles exactly the builds that run. Which builds ship is
 :mod:`volta_ct_wna16.dispatch`'s; this module only maps one to its configuration.
 
 Torch- and triton-free: the plugin's ``volta_kernel_configs`` and
-``volta_cuda_kernel_configs`` hooks return :func:`kernel_configs` and :func:`cuda_builds`.
+``volta_cuda_kernel_configs`` hooks return :func:`kernel_configs`, and :func:`cuda_builds`
+with :func:`moe_cuda_builds`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ from volta_ct_wna16.dispatch import (
     GemmBuild,
     MmaBuild,
     MoEBuild,
+    MoeMmaBuild,
     RouteCountBuild,
     RoutePlaceBuild,
     SiluBuild,
     SplitKBuild,
     TopKBuild,
+    moe_tensor_core_builds,
     tensor_core_builds,
     triton_builds,
 )
@@ -422,3 +426,25 @@ def cuda_config(build: MmaBuild) -> CudaKernelConfig:
 def cuda_builds(device: Device) -> list[CudaKernelConfig]:
     """The configuration of every tensor-core GEMM build the plugin ships for ``device``."""
     return [cuda_config(build) for build in tensor_core_builds(device.capability)]
+
+
+def moe_cuda_config(build: MoeMmaBuild) -> CudaKernelConfig:
+    """The CUDA gate's configuration of one routed experts' tensor-core GEMM build."""
+    from volta_ct_wna16.cuda import MOE_KERNEL, MOE_SOURCE
+
+    launch = build.launch
+    return CudaKernelConfig(
+        name=f"moe_mma_m{launch.block_m}n{launch.block_n}w{launch.num_warps}_w{build.bits}"
+        f"{'a' if build.zp else 's'}",
+        source=MOE_SOURCE,
+        kernel=MOE_KERNEL,
+        block_threads=launch.num_warps * 32,
+        options=mma_options(launch, build.bits, build.zp),
+        claims_tensor_cores=True,
+    )
+
+
+def moe_cuda_builds(device: Device) -> list[CudaKernelConfig]:
+    """The configuration of every routed experts' tensor-core GEMM build the plugin ships for
+    ``device``."""
+    return [moe_cuda_config(build) for build in moe_tensor_core_builds(device.capability)]

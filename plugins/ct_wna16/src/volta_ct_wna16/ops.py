@@ -13,12 +13,13 @@ from __future__ import annotations
 import torch
 
 from volta_core.kernel_api import (
+    Choice,
     arrival_counters,
     device_facts,
     interpreting,
     zeroed_accumulators,
 )
-from volta_ct_wna16.dispatch import linear_choice, mma_launches
+from volta_ct_wna16.dispatch import ExpertLaunch, linear_choice, mma_launches, moe_mma_launches
 from volta_ct_wna16.launch import (
     dequant_constexprs,
     fused_whole,
@@ -119,6 +120,38 @@ def warm_up(pw: PackedWeights) -> None:
     from volta_ct_wna16.cuda import mma as tensor_cores
 
     tensor_cores.warm_up(device, launches, pw.bits, pw.zeros is not None)
+
+
+def select_moe_launch(choice: Choice[ExpertLaunch], pw: PackedWeights) -> Launch:
+    """The routed blocks' launch for :func:`volta_ct_wna16.dispatch.expert_choice`'s
+    ``choice`` on ``pw``'s device: the tensor cores' where their build loads there
+    (:func:`volta_ct_wna16.cuda.moe_mma.ready`: a CUDA device, NVRTC present, loaded outside
+    CUDA-graph capture), else the choice's fallback, the Triton routed blocks."""
+    device = pw.qweight.device
+    launch = choice.launch
+    if choice.fallback is not None and device.type == "cuda" and isinstance(launch, Launch):
+        from volta_ct_wna16.cuda import moe_mma
+
+        if moe_mma.ready(device, launch, pw.bits, pw.zeros is not None):
+            return launch
+    chosen = choice.fallback or choice
+    if not isinstance(chosen.launch, Launch):
+        raise ValueError(f"not a routed-blocks launch: {chosen.launch}")
+    return chosen.launch
+
+
+def warm_up_experts(pw: PackedWeights) -> None:
+    """Compile and load the routed experts' tensor-core builds for ``pw``'s experts on their
+    device (a V100 with NVRTC; elsewhere nothing), so no call compiles during CUDA-graph
+    capture; without NVRTC the Triton kernel serves, logged once."""
+    device = pw.qweight.device
+    if device.type != "cuda":
+        return
+    launches = list(moe_mma_launches(device_facts(device).capability))
+    if launches:
+        from volta_ct_wna16.cuda import moe_mma
+
+        moe_mma.warm_up(device, launches, pw.bits, pw.zeros is not None)
 
 
 def wna16_linear(
@@ -260,7 +293,8 @@ def moe_linear(
     With ``sum_slots`` (vLLM's top-k) each token's pairs are added into one fp32 row:
     ``[pairs // sum_slots, n]``, row ``t`` the sum over pairs ``t * sum_slots`` on (1: fp32
     rows per pair). One launch, sized by ``blocks`` and the batch alone (the split count reads
-    no routing), so a CUDA graph can capture it.
+    no routing), so a CUDA graph can capture it: the Triton kernel, or with a tensor-core
+    ``launch`` the CUDA one (:func:`volta_ct_wna16.cuda.moe_mma.moe_mma_linear`, never split).
     """
     from volta_ct_wna16 import kernels
 
@@ -276,7 +310,7 @@ def moe_linear(
         raise ValueError(f"{blocks.num_pairs} pairs do not make tokens of {sum_slots} slots")
     sm_count = device_facts(x.device).sm_count
     splits, per_split = 1, pw.k
-    if moe_splits(launch):
+    if launch.path != MMA and moe_splits(launch):
         splits, per_split = split_count(pw.n * blocks.blocks, pw.k, launch, sm_count)
     atomic = splits > 1 or sum_slots > 0
     rows = blocks.num_pairs // sum_slots if sum_slots else blocks.num_pairs
@@ -288,6 +322,11 @@ def moe_linear(
         return out
     if x.stride(-1) != 1:
         x = x.contiguous()
+    if launch.path == MMA:
+        from volta_ct_wna16.cuda.moe_mma import moe_mma_linear
+
+        moe_mma_linear(x, pw, blocks, launch, out, row_div, max(sum_slots, 1), router_weights)
+        return out
     if slot_dots(launch, pw.bits):
         x = _pair_aligned(x)
     zeros = pw.zeros if pw.zeros is not None else _empty(x.dtype, x.device)

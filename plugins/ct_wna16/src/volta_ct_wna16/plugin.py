@@ -120,9 +120,9 @@ def volta_kernel_configs(device: Device) -> Iterable[KernelConfig]:
 
 @hookimpl
 def volta_cuda_kernel_configs(device: Device) -> Iterable[CudaKernelConfig]:
-    from volta_ct_wna16.gate_configs import cuda_builds
+    from volta_ct_wna16.gate_configs import cuda_builds, moe_cuda_builds
 
-    return cuda_builds(device)
+    return [*cuda_builds(device), *moe_cuda_builds(device)]
 
 
 def _served_scheme(
@@ -147,13 +147,13 @@ def volta_kernel_paths(
     """For a claimed linear layer or fused experts, the kernel at each range of token counts,
     from the launcher's choices (:func:`volta_ct_wna16.dispatch.linear_paths`,
     :func:`~volta_ct_wna16.dispatch.expert_paths`)."""
-    from volta_ct_wna16.dispatch import expert_paths, linear_paths
+    from volta_ct_wna16.dispatch import expert_layer, expert_paths, linear_paths
 
     scheme = _served_scheme(layer, served_by, quant)
     if scheme is None or not isinstance(layer, QuantLayer):
         return []
     if layer.kind is LayerKind.FUSED_MOE:
-        return expert_paths(device.capability)
+        return expert_paths(device.capability, expert_layer(layer, scheme))
     return linear_paths(layer.output_size, layer.input_size, scheme, device.capability)
 
 

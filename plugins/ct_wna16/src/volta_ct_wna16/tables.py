@@ -378,6 +378,20 @@ SM70_MMA: tuple[tuple[int, Launch], ...] = (
 )
 
 
+#: The routed experts' tensor-core GEMM on a V100 (``wna16_moe_mma.cu``), one row per class of
+#: routed rows per expert on average: ``(most rows per expert, launch)``, the last row open. A
+#: block takes ``block_m`` rows of one expert, so the tile grows with the rows an expert gets
+#: (a block of 64 when experts average more than 32, each expert's weights read once per block);
+#: the dense GEMM's tiles, whose sm_70 builds the gate holds to the same register and shared
+#: memory bounds. No split-K (``split_cost`` is unused): prefill routes blocks enough to fill
+#: the GPU. Estimated, not measured (no V100;
+#: docs/perf/ct_wna16/PERFORMANCE_HISTORY.md#moe_mma).
+SM70_MOE_MMA: tuple[tuple[int | None, Launch], ...] = (
+    (16, _mma(16, 4)),
+    (32, _mma(32, 3)),
+    (None, _mma(64, 2)),
+)
+
 #: The most experts per token :func:`volta_ct_wna16.routing.select_experts` picks (its
 #: kernel's vector of them, ``TOPK_POW2``).
 MAX_SELECT_TOP_K = 32

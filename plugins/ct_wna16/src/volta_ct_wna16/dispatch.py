@@ -210,6 +210,7 @@ def moe_mma_launch(pairs: int, experts: int) -> Launch:
     return next(row for most, row in SM70_MOE_MMA if most is None or pairs <= most * experts)
 
 
+@functools.lru_cache(maxsize=4096)
 def expert_choice(
     tokens: int,
     top_k: int,
@@ -223,7 +224,8 @@ def expert_choice(
     and carrying the Triton routed blocks as their fallback) where their cost
     (:func:`expert_launch_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no more than
     the Triton kernel's; a tie (both bound by the experts' bytes) goes to the tensor cores. The
-    decode step (the table's decode rows) is never replaced."""
+    decode step (the table's decode rows) is never replaced. The launcher asks once per step
+    of a layer, so answers are kept, as :func:`linear_choice`'s."""
     decode = moe_decode_choice(tokens, capability)
     if decode is not None:
         return Choice(decode.kernel, decode.unit, decode.launch)

@@ -29,35 +29,42 @@ ONLY = ("fp8kv:*head_pad=128]*", "attn_v100:cuda_decode_d128*float16")
 TRITON_BUILDS, CUDA_BUILDS = 8, 1
 
 
-# Two runs in one child: the first in two compile processes, the second in the child itself,
-# which finds on disk what the first stored (Triton looks its cache up on disk at each compile).
-TWICE = (
-    "import sys\n"
-    "from volta_core.cli import main\n"
-    "first = main([*sys.argv[1:], '--jobs', '2'])\n"
-    "print(SEPARATOR)\n"
-    "sys.exit(first or main([*sys.argv[1:], '--jobs', '1']))\n"
-)
+# One child runs warmup twice, the first time in two compile processes, the second in the child
+# itself; then it asks Triton's cache, without compiling, about a build the runs made and one
+# they did not (two configurations named by PROBED).
+CHILD = """
+import json, sys
+from volta_core.cli import main
+from volta_core.device import parse_device
+from volta_core.host.discovery import get_plugin_manager
+from volta_core.kernel_api._warm import triton_target
+
+first = main([*sys.argv[1:], "--jobs", "2"])
+print(SEPARATOR)
+second = main([*sys.argv[1:], "--jobs", "1"])
+print(SEPARATOR)
+configs = {c.name: c for _, c in get_plugin_manager().kernel_configs(parse_device("sm70"))}
+with triton_target(70) as target:
+    print(json.dumps({name: target.cached(configs[name]) for name in PROBED}))
+sys.exit(first or second)
+"""
 SEPARATOR = "\f"
+BUILT, NOT_BUILT = (
+    "fp8kv.cache_write[float16,head_pad=128]",
+    "fp8kv.cache_write[float16,head_pad=64]",
+)
 
 
-def _warmup_twice(cache: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_child(cache: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, bool]]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env |= {
         "TRITON_CACHE_DIR": str(cache / "triton"),
         "VLLM_VOLTA_CUDA_CACHE": str(cache / "cuda"),
     }
+    script = CHILD.replace("SEPARATOR", repr(SEPARATOR)).replace("PROBED", repr((BUILT, NOT_BUILT)))
     only = [arg for pattern in ONLY for arg in ("--only", pattern)]
     run = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            TWICE.replace("SEPARATOR", repr(SEPARATOR)),
-            "warmup",
-            EXAMPLE,
-            *only,
-            "--json",
-        ],
+        [sys.executable, "-c", script, "warmup", EXAMPLE, *only, "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -65,15 +72,15 @@ def _warmup_twice(cache: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         check=False,
     )
     assert run.returncode == 0, run.stderr
-    first, second = run.stdout.split(SEPARATOR)
-    return json.loads(first), json.loads(second)
+    first, second, probed = run.stdout.split(SEPARATOR)
+    return json.loads(first), json.loads(second), json.loads(probed)
 
 
 @pytest.mark.needs("vllm-volta-fp8kv", "vllm-volta-attn-v100", "triton", "torch")
 def test_warmup_builds_the_plans_kernels_for_sm70_and_a_second_run_finds_them(
     tmp_path: Path,
 ) -> None:
-    report, again = _warmup_twice(tmp_path)
+    report, again, probed = _run_child(tmp_path)
     assert report["device"] == "sm_70"
     assert {"attn_v100", "fp8kv"} <= set(report["plugins"])
     assert report["counts"]["triton"] == {
@@ -98,6 +105,8 @@ def test_warmup_builds_the_plans_kernels_for_sm70_and_a_second_run_finds_them(
     if release is not None:
         assert again["counts"]["cuda"]["cached"] == CUDA_BUILDS
     assert len(list((tmp_path / "triton").glob("*/*.cubin"))) == TRITON_BUILDS
+    # The lookup that spares the second run its compiles finds the key Triton stored, and only it.
+    assert probed == {BUILT: True, NOT_BUILT: False}
 
 
 @pytest.mark.needs("triton", "torch")

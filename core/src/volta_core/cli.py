@@ -345,7 +345,11 @@ def _cmd_warmup(args: argparse.Namespace) -> int:
     name, raw = read_config(args.model)
     manager = get_plugin_manager()
     plan = make_plan(describe_model(name, raw), options, manager)
-    report = run_warmup(plan, manager, only=args.only, jobs=args.jobs)
+    try:
+        report = run_warmup(plan, manager, only=args.only, jobs=args.jobs)
+    except KeyboardInterrupt:
+        print("vllm-volta: warmup interrupted; what it compiled stays cached", file=sys.stderr)
+        return EXIT_PROBLEMS
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return EXIT_PROBLEMS if report.failed or report.problems else EXIT_OK
 

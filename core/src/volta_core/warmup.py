@@ -8,6 +8,8 @@ directory, the NVRTC cubin cache) through :mod:`volta_core.kernel_api._warm`, wh
 so a cache for ``sm_70`` can be built on any Linux machine with the serving stack's Triton.
 Every Triton build with ``divisible_by_16`` arguments is compiled twice, as the JIT builds it
 for model-sized and for other sizes (:func:`~volta_core.kernel_api._warm.triton_variants`).
+Each build is looked up in the caches first, without compiling; only the missing ones are
+compiled, in a pool of processes when they are many.
 
 The hooks declare builds per plugin and device, not per layer shape, so a plugin's builds for
 other shapes (head sizes, MoE experts) are compiled too: a superset of what the model launches.
@@ -20,6 +22,7 @@ import fnmatch
 import importlib.util
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -35,6 +38,7 @@ from volta_core.host.types import CudaKernelConfig, KernelConfig
 from volta_core.kernel_api._nvrtc import cuda_cache_dir
 from volta_core.kernel_api._warm import (
     TritonTarget,
+    cuda_cached,
     triton_cache_dir,
     triton_target,
     triton_variants,
@@ -214,12 +218,14 @@ def warm(
     builds: Sequence[Build],
     capability: tuple[int, int],
     *,
-    jobs: int = 1,
+    jobs: int | None = None,
     progress: bool | None = None,
 ) -> list[Outcome]:
-    """Compile every build for ``capability`` in ``jobs`` processes (one: in this one), with a
-    progress bar on stderr (``progress``: None shows it on a terminal only). Outcomes come in
-    the order of ``builds``; a build that fails is an outcome, never a raise."""
+    """Compile every build for ``capability`` that the caches do not hold, with a progress bar
+    on stderr (``progress``: None shows it on a terminal only): first each build is looked up
+    here (milliseconds each), then the missing ones are compiled in ``jobs`` processes (one:
+    in this one; None: :func:`default_jobs`). Outcomes come in the order of ``builds``; a
+    build that fails is an outcome, never a raise."""
     from tqdm import tqdm
 
     cap = 10 * capability[0] + capability[1]
@@ -230,15 +236,37 @@ def warm(
         file=sys.stderr,
         disable=None if progress is None else not progress,
     )
-    with bar:
-        if jobs <= 1 or len(builds) <= 1:
-            outcomes = []
-            with triton_target(cap) as target:
-                for build in builds:
-                    outcomes.append(_warm_one(build, cap, target.warm))
-                    bar.update()
-            return outcomes
-        return _warm_in_pool(builds, cap, jobs, bar.update)
+    outcomes: dict[int, Outcome] = {}
+    with bar, triton_target(cap) as target:
+        missing = []
+        for i, build in enumerate(builds):
+            start = time.perf_counter()
+            if _is_cached(build, cap, target):
+                outcomes[i] = Outcome(build, CACHED, time.perf_counter() - start)
+                bar.update()
+            else:
+                missing.append(i)
+        jobs = default_jobs(len(missing)) if jobs is None else jobs
+        if jobs <= 1 or len(missing) <= 1:
+            for i in missing:
+                outcomes[i] = _warm_one(builds[i], cap, target.warm)
+                bar.update()
+        else:
+            todo = [builds[i] for i in missing]
+            done = _warm_in_pool(todo, cap, jobs, bar.update)
+            outcomes.update(zip(missing, done, strict=True))
+    return [outcomes[i] for i in range(len(builds))]
+
+
+def _is_cached(build: Build, cap: int, target: TritonTarget) -> bool:
+    """Whether the caches hold ``build``; False also when looking fails (compiling it then
+    reports why)."""
+    try:
+        if isinstance(build.config, CudaKernelConfig):
+            return cuda_cached(build.config, cap)
+        return target.cached(build.config)
+    except Exception:
+        return False
 
 
 def _warm_in_pool(
@@ -248,9 +276,8 @@ def _warm_in_pool(
     Triton or CUDA state), each compiling for ``sm_<cap>`` from its start."""
     context = multiprocessing.get_context("spawn")
     outcomes: dict[int, Outcome] = {}
-    with ProcessPoolExecutor(
-        jobs, mp_context=context, initializer=_start_worker, initargs=(cap,)
-    ) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker, initargs=(cap,))
+    try:
         futures = {pool.submit(_warm_in_worker, build): i for i, build in enumerate(builds)}
         for future in as_completed(futures):
             i = futures[future]
@@ -260,6 +287,13 @@ def _warm_in_pool(
                 detail = f"the compile worker failed: {type(exc).__name__}: {_first_line(exc)}"
                 outcomes[i] = Outcome(builds[i], FAILED, 0.0, detail)
             done()
+    except BaseException:  # interrupted: stop the workers rather than wait for their builds
+        pool.shutdown(wait=False, cancel_futures=True)
+        # Safe mid-build: Triton and the cubin cache write each entry whole or not at all.
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        raise
+    pool.shutdown()
     return [outcomes[i] for i in range(len(builds))]
 
 
@@ -269,6 +303,9 @@ _worker_target: list[tuple[int, TritonTarget, contextlib.ExitStack]] = []
 
 
 def _start_worker(cap: int) -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the pool, a worker finishes
+    # the build in hand.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     stack = contextlib.ExitStack()
     _worker_target.append((cap, stack.enter_context(triton_target(cap)), stack))
 
@@ -358,8 +395,6 @@ def run_warmup(
         str(cuda_cache_dir()),
         problems=list(plan.problems),
     )
-    if jobs is None:
-        jobs = default_jobs(len(builds))
     report.outcomes = warm(builds, device.capability, jobs=jobs, progress=progress)
     report.seconds = time.perf_counter() - start
     if not os.environ.get("TRITON_CACHE_DIR"):

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import io
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -97,15 +99,23 @@ class TritonTarget:
         """Triton's compilation listener: records whether the compile was a cache hit."""
         self._hits.append(bool(event["cache_hit"]))
 
-    def warm(self, cfg: KernelConfig) -> bool:
-        """Compile ``cfg`` into Triton's cache; True when it was already there.
+    def cached(self, cfg: KernelConfig) -> bool:
+        """Whether Triton's cache holds ``cfg``'s build, found without compiling: the JIT
+        specializes the stand-ins as :meth:`warm` has it do, and its ``jit_cache_hook`` (called
+        before a compile, which it skips by answering True) looks the key up as
+        ``triton.compile`` would."""
+        from triton import knobs
 
-        :raises ValueError: an argument has no type or a type the stand-ins do not cover.
-        :raises Exception: whatever Triton raises for a kernel that does not compile.
-        """
         fn = _jit_function(_import(cfg.kernel))
         args = [_stand_in(cfg, name) for name in _runtime_args(fn, cfg)]
-        before = len(self._hits)
+        found: list[bool] = []
+
+        def probe(*, fn: Any, compile: dict[str, Any], **_: Any) -> bool:
+            found.append(_in_cache(fn.jit_function, compile, self.capability))
+            return True
+
+        previous = knobs.runtime.jit_cache_hook
+        knobs.runtime.jit_cache_hook = probe
         try:
             fn.warmup(
                 *args,
@@ -115,12 +125,62 @@ class TritonTarget:
                 **cfg.constexprs,
             )
         finally:
+            knobs.runtime.jit_cache_hook = previous
+            fn.device_caches.pop(self._device_key, None)
+        if not found:
+            raise RuntimeError(f"Triton's JIT did not ask its cache hook about {cfg.name}")
+        return found[-1]
+
+    def warm(self, cfg: KernelConfig) -> bool:
+        """Compile ``cfg`` into Triton's cache; True when it was already there.
+
+        :raises ValueError: an argument has no type or a type the stand-ins do not cover.
+        :raises Exception: whatever Triton raises for a kernel that does not compile.
+        """
+        fn = _jit_function(_import(cfg.kernel))
+        args = [_stand_in(cfg, name) for name in _runtime_args(fn, cfg)]
+        before = len(self._hits)
+        # Triton prints a ptxas reproducer on stdout when ptxas fails: the exception is the
+        # failure, and stdout stays the report's.
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                fn.warmup(
+                    *args,
+                    grid=(1,),
+                    num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages,
+                    **cfg.constexprs,
+                )
+        finally:
             # The JIT keeps a binder and its compiled kernels per device: the target's are
             # dropped, so a real launch in this process never meets them.
             fn.device_caches.pop(self._device_key, None)
         if len(self._hits) == before:
             raise RuntimeError(f"Triton compiled {cfg.name} without telling its listener")
         return self._hits[-1]
+
+
+def _in_cache(fn: Any, compile: dict[str, Any], capability: int) -> bool:
+    """Whether ``triton.compile`` would find the build the JIT describes in ``compile`` (its
+    cache hook's argument) in Triton's cache: the same key, from the same source, options and
+    target, and the same metadata file that marks a finished entry."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, make_backend
+    from triton.runtime.cache import get_cache_key, get_cache_manager
+
+    backend = make_backend(GPUTarget("cuda", capability, 32))
+    source = ASTSource(fn, compile["signature"], compile["constants"], compile["configs"][0])
+    options = json.loads(compile["specialization_data"])["options"]
+    options = backend.parse_options(
+        {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+        | source.parse_options()
+    )
+    key = get_cache_key(source, backend, options, get_cache_invalidating_env_vars())
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()
+    name = f"{source.name[:150]}.json"
+    group = get_cache_manager(digest).get_group(name) or {}
+    return name in group
 
 
 @contextlib.contextmanager

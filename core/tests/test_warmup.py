@@ -155,3 +155,36 @@ def test_warmup_refuses_the_interpreter(
     code = main(["warmup", EXAMPLE])
     assert code == 2
     assert "TRITON_INTERPRET=" in capsys.readouterr().err
+
+
+def test_cuda_builds_an_nvrtc_cannot_make_are_one_line_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA 13's NVRTC cannot build sm_70: each CUDA build is "not built", and the report says
+    why once, not once per build; a failed build is named with its error."""
+    from volta_core import CudaKernelConfig
+    from volta_core.kernel_api import CudaToolkitUnavailable
+    from volta_core.warmup import NOT_BUILT, Build, WarmupReport, _warm_one
+
+    reason = "NVRTC 13.0 cannot build sm_70 (CUDA 13 dropped Volta, sm_70)"
+
+    def no_volta(cfg: CudaKernelConfig, capability: int) -> bool:
+        raise CudaToolkitUnavailable(reason)
+
+    monkeypatch.setattr("volta_core.warmup.warm_cuda", no_volta)
+    builds = [Build("p", CudaKernelConfig(f"mma{i}", "src", "k", 128)) for i in range(3)]
+    outcomes = [_warm_one(b, 70, lambda cfg: False) for b in builds]
+    assert {o.status for o in outcomes} == {NOT_BUILT}
+
+    def broken(cfg: KernelConfig) -> bool:
+        raise RuntimeError("ptxas error: too many resources\nmore")
+
+    triton = Build("p", KernelConfig("gemv", "m:k", {}))
+    report = WarmupReport(
+        "m", "sm_70", ["p"], "/t", "/c", outcomes=[*outcomes, _warm_one(triton, 70, broken)]
+    )
+    text = report.render()
+    assert f"not built (3): {reason}" in text.splitlines()
+    assert "failed (1): p:gemv: RuntimeError: ptxas error: too many resources" in text.splitlines()
+    assert "cuda: 0 built, 0 already cached, 0 failed, 3 not built  (/c)" in text
+    assert report.counts()["triton"]["failed"] == 1

@@ -144,6 +144,13 @@ def test_claims_and_declines_on_each_device() -> None:
     assert "vLLM's own kernels" in ampere.reason
 
 
+@pytest.fixture(autouse=True)
+def plugin_serves_awq_gptq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 1Cat-vLLM its own SM70 kernels keep AWQ and GPTQ unless asked (the adapter's rule,
+    tested in tests/vllm_families); these tests are of the plugin's layers, on every family."""
+    monkeypatch.setenv("VLLM_VOLTA_AWQ_GPTQ_WEIGHTS", "plugin")
+
+
 @pytest.fixture(scope="module")
 def vllm_single_rank() -> Iterator[None]:
     with vl.vllm_process():

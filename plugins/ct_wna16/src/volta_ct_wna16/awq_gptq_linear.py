@@ -38,9 +38,8 @@ from vllm.model_executor.parameter import (
 )
 
 from volta_core import DEFAULT_FUSED, QuantConfig, QuantLayer
-from volta_ct_wna16 import ops
-from volta_ct_wna16.layout import SCALE_DTYPES, WeightFormatError, require_whole_groups
-from volta_ct_wna16.linear import apply_packed, install_packed, kernels_run_here
+from volta_ct_wna16.layout import SCALE_DTYPES, WeightFormatError
+from volta_ct_wna16.linear import apply_packed, check_linear_layer, install_packed
 from volta_ct_wna16.repack import awq_weights, gptq_weights
 from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
 
@@ -67,13 +66,26 @@ def make_linear_method(
     *, volta_config: QuantConfig, layer: QuantLayer, engine_config: Any = None
 ) -> QuantizeMethodBase:
     """The factory named by the plugin's AWQ and GPTQ claims (the adapter's contract)."""
-    fused = getattr(engine_config, "packed_modules_mapping", None) or DEFAULT_FUSED
-    scheme = quant_layer_scheme(engine_view(volta_config.raw, engine_config), layer, fused=fused)
+    scheme = claimed_scheme(volta_config, layer, engine_config)
     if scheme is None:
         return UnquantizedLinearMethod()
+    return AWQGPTQLinearMethod(scheme, layer.prefix)
+
+
+def claimed_scheme(
+    volta_config: QuantConfig, layer: QuantLayer, engine_config: Any
+) -> WeightScheme | None:
+    """The scheme a factory builds for ``layer``, read from the config as vLLM holds it
+    (:func:`engine_view`); None where the checkpoint leaves it unquantized.
+
+    :raises WeightFormatError: the claim's scheme is one the plugin does not run (the claim
+        declined it, so only a factory called without one gets here).
+    """
+    fused = getattr(engine_config, "packed_modules_mapping", None) or DEFAULT_FUSED
+    scheme = quant_layer_scheme(engine_view(volta_config.raw, engine_config), layer, fused=fused)
     if isinstance(scheme, Unsupported):
         raise WeightFormatError(f"layer {layer.prefix}: ct_wna16 cannot run it: {scheme.reason}")
-    return AWQGPTQLinearMethod(scheme, layer.prefix)
+    return scheme
 
 
 def _checked(inner: Callable[..., Any], layer_name: str, tensor: str) -> Callable[..., Any]:
@@ -140,16 +152,9 @@ class AWQGPTQLinearMethod(LinearMethodBase):
         **extra_weight_attrs: Any,
     ) -> None:
         scheme, name = self.scheme, self.prefix
-        if params_dtype not in ops.KERNEL_DTYPES and kernels_run_here():
-            raise WeightFormatError(
-                f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
-                f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
-            )
         pack = scheme.pack_factor
         n, k = sum(output_partition_sizes), input_size_per_partition
-        require_whole_groups(
-            name, scheme.group_size, {"input size": input_size, "input size per TP rank": k}
-        )
+        check_linear_layer(name, scheme, params_dtype, input_size, k)
         if n % pack:
             raise WeightFormatError(
                 f"layer {name}: output size per TP rank {n} is not a multiple of {pack}, the "

@@ -25,12 +25,12 @@ import torch
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from volta_core import QuantConfig, QuantLayer
-from volta_ct_wna16.awq_gptq_linear import engine_view
+from volta_ct_wna16.awq_gptq_linear import claimed_scheme
 from volta_ct_wna16.experts import ExpertWeights
 from volta_ct_wna16.layout import PackedWeights, WeightFormatError, require_whole_groups
 from volta_ct_wna16.moe import WNA16MoEMethod, check_layer, install_experts
 from volta_ct_wna16.repack import awq_weights, gptq_weights
-from volta_ct_wna16.scheme import Packing, Unsupported, quant_layer_scheme
+from volta_ct_wna16.scheme import Packing
 
 #: The tensors of each packing (per stem ``w13`` / ``w2``).
 TENSORS = {True: ("qweight", "qzeros", "scales"), False: ("qweight", "qzeros", "scales", "g_idx")}
@@ -41,11 +41,9 @@ def make_moe_method(
 ) -> QuantizeMethodBase | None:
     """The factory named by the plugin's AWQ and GPTQ expert claims (the adapter's contract);
     None leaves experts the checkpoint keeps unquantized to vLLM."""
-    scheme = quant_layer_scheme(engine_view(volta_config.raw, engine_config), layer)
+    scheme = claimed_scheme(volta_config, layer, engine_config)
     if scheme is None:
         return None
-    if isinstance(scheme, Unsupported):
-        raise WeightFormatError(f"layer {layer.prefix}: ct_wna16 cannot run it: {scheme.reason}")
     if scheme.group_size is None:
         raise WeightFormatError(
             f"layer {layer.prefix}: channel-wise {scheme.packing.value} experts; vLLM's MoE "

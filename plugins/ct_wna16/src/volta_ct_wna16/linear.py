@@ -101,16 +101,9 @@ class WNA16LinearMethod(LinearMethodBase):
         **extra_weight_attrs: Any,
     ) -> None:
         scheme, name = self.scheme, self.prefix
-        if params_dtype not in ops.KERNEL_DTYPES and kernels_run_here():
-            raise WeightFormatError(
-                f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
-                f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
-            )
         pack = scheme.pack_factor
         n, k = sum(output_partition_sizes), input_size_per_partition
-        require_whole_groups(
-            name, scheme.group_size, {"input size": input_size, "input size per TP rank": k}
-        )
+        check_linear_layer(name, scheme, params_dtype, input_size, k)
         if scheme.group_size:
             groups, full_groups = k // scheme.group_size, input_size // scheme.group_size
         else:
@@ -247,6 +240,21 @@ def apply_packed(
         k,
         bits,
         group,
+    )
+
+
+def check_linear_layer(
+    name: str, scheme: WeightScheme, params_dtype: torch.dtype, input_size: int, k: int
+) -> None:
+    """Refuse, when a linear layer is built, an activation dtype the kernels do not take (where
+    they run) and an input, whole or per tensor-parallel rank ``k``, that splits a group."""
+    if params_dtype not in ops.KERNEL_DTYPES and kernels_run_here():
+        raise WeightFormatError(
+            f"layer {name}: the ct_wna16 kernels take float16 activations, the engine runs "
+            f"{params_dtype}; start vLLM with --dtype float16 (Volta has no bf16)"
+        )
+    require_whole_groups(
+        name, scheme.group_size, {"input size": input_size, "input size per TP rank": k}
     )
 
 

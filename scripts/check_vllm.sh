@@ -158,6 +158,7 @@ echo "== 2/2 the suite's engine-free vLLM tests against $family"
   plugins/ct_wna16/tests/test_awq_gptq.py \
   plugins/fp8w/tests/test_vllm_linear.py \
   plugins/fp8w/tests/test_moe.py \
+  tests/gdn_sm70/test_gdn_sm70.py \
   --deselect tests/e2e/test_adapter_sm70.py::test_platform_plugin_stays_out_on_the_cpu_build \
   "$@" || status=1
 suite_s=$SECONDS

@@ -12,8 +12,8 @@ spills to local memory, cached in L1, and runs slower): they are reported, with 
 registers, for the README's table, and the search does not go on for a configuration that
 spills less, which would compile every configuration of the kernels whose FMA dots spill.
 The shapes change only the head counts, which are index arithmetic (no tile, no shared
-memory), so the groups are compiled at the headline shape (Qwen3.5-27B, TP 1) and the other
-shapes are recorded, not compiled.
+memory), so every group is compiled at the headline shape (Qwen3.5-27B, TP 1) and another
+shape's group only where its tiles or schedule are new (:func:`tile_key`).
 """
 
 from __future__ import annotations
@@ -97,6 +97,20 @@ def gate_group(phase: str, launches: list[Launch], capability: int = 70) -> Kern
             break
     verdict.seconds = time.monotonic() - start
     return verdict
+
+
+def tile_key(launch: Launch) -> tuple[Any, ...]:
+    """What sizes a build's tiles and schedule (block constexprs, warps, stages), without the
+    head counts and strides a shape changes."""
+    inputs = gate_inputs(launch)
+    blocks = tuple(
+        sorted(
+            (k, v)
+            for k, v in inputs.constexprs.items()
+            if k.startswith("B") and isinstance(v, int) and not isinstance(v, bool)
+        )
+    )
+    return (launch.name, blocks, launch.num_warps, launch.num_stages)
 
 
 def _describe(launch: Launch) -> str:

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECK_FOR = {
     "vLLM 0.19": "check_vllm.sh 0.19",
     "1Cat-vLLM 1.2-1.3": "check_vllm.sh 1cat",
+    # The 1.3 sources declared as 1.5.1 (tests/vllm_families/test_1cat_releases.py).
+    "1Cat-vLLM 1.4-1.5": "check_vllm.sh 1cat",
     "vLLM 0.32-0.33": "check_vllm.sh 0.33",
 }
 

@@ -104,6 +104,14 @@ def expected_split(text: str, *, in_reasoning: bool) -> tuple[str | None, str | 
     return split.reasoning, split.content
 
 
+def override_names() -> list[str]:
+    """The quant configs the adapter registers over vLLM's: compressed-tensors, fp8, and every
+    AWQ and GPTQ name of the installed family."""
+    from volta_core.vllm.families import family
+
+    return sorted(["compressed-tensors", "fp8", *family().awq_gptq_configs])
+
+
 def test_plugins_applied_in_api_server_engine_core_and_worker(
     server: Server, report_dir: Path
 ) -> None:
@@ -120,9 +128,7 @@ def test_plugins_applied_in_api_server_engine_core_and_worker(
         parsers = [name for e in events(report, "reasoning_parser") for name in e["names"]]
         assert "qwen3-volta" in parsers, role
         overrides = events(report, "quantization_override")
-        assert overrides == [
-            {"kind": "quantization_override", "names": ["compressed-tensors", "fp8"]}
-        ], role
+        assert overrides == [{"kind": "quantization_override", "names": override_names()}], role
     # The worker built the model: the weight-only checkpoint's attention layers got no
     # KV-cache method (no kv_cache_scheme, nothing to load), so fp8_e5m2 runs with unit scales.
     assert events(roles["worker"], "attention_kv_method") == [

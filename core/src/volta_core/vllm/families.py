@@ -72,7 +72,7 @@ import enum
 import importlib.util
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
@@ -196,6 +196,23 @@ _1CAT_AWQ_GPTQ: Mapping[str, str] = {
 #: 1Cat-vLLM's own V100 backend, which ``--attention-backend FLASH_ATTN_V100`` names.
 _1CAT_OWN = (Touchpoint(_REGISTRY, "AttentionBackendEnum.FLASH_ATTN_V100"),)
 
+#: 1Cat-vLLM 1.2-1.3, from which 1.4-1.5 differ only by name and releases.
+_1CAT_13 = Family(
+    "1Cat-vLLM 1.2-1.3",
+    ("1cat-vllm",),
+    ((1, 2), (1, 3)),
+    base=(0, 22),
+    streaming=Streaming.DELTA,
+    moe_layer="RoutedExperts",
+    delta_message_module="vllm.entrypoints.openai.engine.protocol",
+    per_layer_configs=False,
+    fp8_weights_on_sm70=True,
+    awq_gptq_on_sm70=True,
+    awq_gptq_configs=_1CAT_AWQ_GPTQ,
+    own_touchpoints=_1CAT_OWN,
+    by_touchpoints=True,
+)
+
 FAMILIES: tuple[Family, ...] = (
     Family(
         "vLLM 0.19",
@@ -215,39 +232,16 @@ FAMILIES: tuple[Family, ...] = (
             "gptq_marlin": "gptq_marlin:GPTQMarlinConfig",
         },
     ),
-    Family(
-        "1Cat-vLLM 1.2-1.3",
-        ("1cat-vllm",),
-        ((1, 2), (1, 3)),
-        base=(0, 22),
-        streaming=Streaming.DELTA,
-        moe_layer="RoutedExperts",
-        delta_message_module="vllm.entrypoints.openai.engine.protocol",
-        per_layer_configs=False,
-        fp8_weights_on_sm70=True,
-        awq_gptq_on_sm70=True,
-        awq_gptq_configs=_1CAT_AWQ_GPTQ,
-        own_touchpoints=_1CAT_OWN,
-        by_touchpoints=True,
-    ),
+    _1CAT_13,
     # 1.4-1.5 (1.5.1: October 2026) keep the same upstream base and the same touchpoints; their
     # FLASH_ATTN_V100 moved into the ``flash_v100/`` package and gained an E4M3 KV cache
     # (``volta_core.host.builtins.FLASH_ATTN_V100_1CAT_15``), and the project is being renamed
     # 1Cat-LLM. AWQ / GPTQ: the same registry (``quantization/__init__.py``).
-    Family(
-        "1Cat-vLLM 1.4-1.5",
-        ("1cat-vllm", "1cat-llm"),
-        ((1, 4), (1, 5)),
-        base=(0, 22),
-        streaming=Streaming.DELTA,
-        moe_layer="RoutedExperts",
-        delta_message_module="vllm.entrypoints.openai.engine.protocol",
-        per_layer_configs=False,
-        fp8_weights_on_sm70=True,
-        awq_gptq_on_sm70=True,
-        awq_gptq_configs=_1CAT_AWQ_GPTQ,
-        own_touchpoints=_1CAT_OWN,
-        by_touchpoints=True,
+    replace(
+        _1CAT_13,
+        name="1Cat-vLLM 1.4-1.5",
+        distributions=("1cat-vllm", "1cat-llm"),
+        versions=((1, 4), (1, 5)),
         later_releases=True,
     ),
     Family(

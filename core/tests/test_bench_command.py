@@ -27,6 +27,10 @@ from volta_core.planner.model import describe_model, read_config
 from volta_core.planner.plan import PlanOptions, make_plan
 
 MODEL = "qwen3.5-27b-w4a16"
+#: The plugins that answer MODEL's bench cases (attention, KV write, linear).
+BENCHED_PLUGINS = pytest.mark.needs(
+    "vllm-volta-attn-v100", "vllm-volta-ct-wna16", "vllm-volta-fp8kv"
+)
 CEILINGS = Ceilings(copy_gbps=800.0, read_gbps=850.0, fp16_tflops=100.0, fp32_tflops=14.0)
 #: Measured time over estimate, per family: one of each verdict.
 FACTORS = {
@@ -100,6 +104,7 @@ def _report(planned: list[Planned], plan: Any) -> dict[str, Any]:
     )
 
 
+@BENCHED_PLUGINS
 def test_the_report_pairs_every_planned_kernel_with_its_estimate_and_judges_each_family(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -242,6 +247,7 @@ def test_the_device_facts_come_from_nvidia_smi_without_identifiers() -> None:
     assert nvlink_links(status) == ["25.781 GB/s"]
 
 
+@BENCHED_PLUGINS
 def test_a_source_checkout_benches_its_plugins_without_entry_points() -> None:
     """``--plugin MODULE``: the plugins registered from their modules, as on a GPU box where
     the checkout is on PYTHONPATH and nothing is installed; at fp16 an H100/H200 plan puts
@@ -261,6 +267,7 @@ def test_a_source_checkout_benches_its_plugins_without_entry_points() -> None:
         load_plugins(["volta_nothing.plugin"])
 
 
+@BENCHED_PLUGINS
 def test_the_command_measures_the_ceilings_then_each_planned_call(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

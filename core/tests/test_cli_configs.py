@@ -134,6 +134,7 @@ def test_a_sliding_window_of_null_plans_as_full_attention(
     assert "sliding_window is null" in out
 
 
+@pytest.mark.needs("vllm-volta-ct-wna16")
 def test_valid_compressed_tensors_config_has_no_problem(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -232,7 +233,7 @@ def test_torch_free_plan_prints_nothing_on_stderr() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "from volta_core.cli import main\n"
-        "sys.exit(main(['plan', 'qwen3-8b-fp8-kv-per-head']))\n"
+        "sys.exit(main(['plan', 'gemma-4-dual-head']))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_VOLTA")}
     done = subprocess.run(

@@ -80,6 +80,7 @@ def fresh_plugin_manager() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("fresh_plugin_manager")
+@pytest.mark.needs("vllm-volta-attn-v100", "vllm-volta-ct-wna16")
 def test_the_command_exits_1_until_the_plugin_is_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -79,6 +79,7 @@ def with_mtp_head(tmp_path: Path, example: str) -> str:
     return str(tmp_path / "config.json")
 
 
+@pytest.mark.needs("vllm-volta-fp8w")
 def test_qwen36_27b_fp8_fits_177k_with_fp16_kv_on_two_v100s(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -203,6 +203,7 @@ def test_a_model_that_fits_nowhere_gets_no_command(
     assert plan["serve"]["refused"] == "the model fits at no setting (see the memory fit)"
 
 
+@pytest.mark.needs("vllm-volta-ct-wna16")
 def test_text_output_ends_with_the_json_line(
     capsys: pytest.CaptureFixture[str], family: Any
 ) -> None:
@@ -242,6 +243,7 @@ def test_cuda_graph_memory_follows_the_capture_sizes(capsys: pytest.CaptureFixtu
     assert graphs[1] - graphs[0] == (counts[1] - counts[0]) * CUDA_GRAPH_BYTES_PER_SIZE
 
 
+@pytest.mark.needs("vllm-volta-fp8w")
 def test_speed_per_stream_at_one_and_at_max_num_seqs(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["qwen3.6-27b-fp8", "--gpus", "2", "--max-model-len", "8192", "--max-num-seqs", "16"]
     _, plan = plan_json(capsys, *args, "--context", "2048")
@@ -264,6 +266,7 @@ def test_speed_per_stream_at_one_and_at_max_num_seqs(capsys: pytest.CaptureFixtu
     assert "tokens/s per stream" in text
 
 
+@pytest.mark.needs("vllm-volta-fp8w")
 def test_streams_past_the_kv_cache_are_said_to_wait(capsys: pytest.CaptureFixture[str]) -> None:
     _, plan = plan_json(
         capsys, "qwen3.6-27b-fp8", "--gpus", "2", "--max-model-len", "131072", "--max-num-seqs", "8"

@@ -65,7 +65,7 @@ from volta_core.host.types import (
     canonical_kv_dtype,
 )
 
-__version__ = "0.9.0"
+__version__ = "0.9.1"
 
 __all__ = [
     "ACTIVATION_DTYPES",

@@ -151,9 +151,16 @@ def _add_fit_arguments(plan: argparse.ArgumentParser) -> None:
     fit.add_argument("--max-model-len", type=int, default=None, help="default: the model's")
     fit.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS)
     fit.add_argument("--max-num-batched-tokens", type=int, default=DEFAULT_MAX_NUM_BATCHED_TOKENS)
-    speed = plan.add_argument_group("decode speed estimate (V100)")
+    speed = plan.add_argument_group("decode and prefill speed estimate (V100)")
     speed.add_argument("--batch", type=int, default=1, help="sequences decoded together")
     speed.add_argument("--context", type=int, default=None, help="default: --max-model-len")
+    speed.add_argument(
+        "--prompt-tokens",
+        type=int,
+        default=None,
+        help="prompt length whose prefill (time to first token) is estimated, in chunks of "
+        "--max-num-batched-tokens (default: --context)",
+    )
     speed.add_argument(
         "--speculative-tokens", type=int, default=0, help="MTP draft tokens per step (default 0)"
     )
@@ -253,6 +260,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         args.speculative_tokens,
         args.acceptance,
         _speed_assumptions(args),
+        args.prompt_tokens,
     )
     options = PlanOptions(
         device=parse_device(args.device),

@@ -1,10 +1,11 @@
-"""The memory fit and the decode-speed estimate of ``vllm-volta plan``, put together.
+"""The memory fit and the speed estimates of ``vllm-volta plan``, put together.
 
 :func:`assess` sizes the planned model (:mod:`volta_core.planner.fit`), looks for the knobs that
 make it fit when it does not, and estimates its V100 decode speed
 (:mod:`volta_core.planner.estimate`; only for an SM7x device), at the requested batch and at the
-concurrency the plan serves: one stream and ``--max-num-seqs`` streams (:class:`Streams`). A
-model that fits at no setting adds a problem to the plan (exit 1).
+concurrency the plan serves: one stream and ``--max-num-seqs`` streams (:class:`Streams`), and
+the prefill of a ``--prompt-tokens`` prompt (the time to first token). A model that fits at no
+setting adds a problem to the plan (exit 1).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ from typing import Any
 from volta_core.errors import UsageError
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.planner.estimate import (
+    PrefillEstimate,
     SpeedAssumptions,
     SpeedEstimate,
     estimate_decode,
+    estimate_prefill,
+    render_prefill,
     render_speed,
 )
 from volta_core.planner.fit import Fit, FitOptions, Sizer, render_fit
@@ -29,18 +33,22 @@ from volta_core.planner.plan import Plan
 
 @dataclass(frozen=True)
 class SpeedRequest:
-    """What the speed estimate is asked for: batch, context (None: max-model-len), MTP."""
+    """What the speed estimate is asked for: batch, context (None: max-model-len), MTP, and
+    the prompt whose prefill is estimated (None: the context)."""
 
     batch: int = 1
     context: int | None = None
     speculative_tokens: int = 0
     acceptance: float = 0.7
     assumptions: SpeedAssumptions = field(default_factory=SpeedAssumptions)
+    prompt: int | None = None
 
     def __post_init__(self) -> None:
         a = self.assumptions
         if self.batch < 1:
             raise UsageError("--batch must be at least 1")
+        if self.prompt is not None and self.prompt < 1:
+            raise UsageError(f"--prompt-tokens {self.prompt} must be at least 1")
         if not 0 <= self.acceptance <= 1:
             raise UsageError(f"--acceptance {self.acceptance} is not in [0, 1]")
         if min(a.hbm_gbps, a.pcie_gbps) <= 0 or min(a.allreduce_us, a.launch_us) < 0:
@@ -103,12 +111,13 @@ class Streams:
 @dataclass
 class Capacity:
     """A plan's fit and speed estimates (None where the model has no layers to size, and the
-    speed where the device is not SM7x)."""
+    speeds where the device is not SM7x)."""
 
     fit: Fit | None = None
     fit_options: FitOptions | None = None
     speed: SpeedEstimate | None = None
     streams: Streams | None = None
+    prefill: PrefillEstimate | None = None
 
     def sections(self) -> list[list[str]]:
         out = []
@@ -116,14 +125,19 @@ class Capacity:
             out.append(render_fit(self.fit, self.fit_options))
         if self.speed is not None:
             out.append(render_speed(self.speed))
+        if self.prefill is not None:
+            out.append(render_prefill(self.prefill))
         if self.streams is not None:
             out.append(self.streams.lines())
         return out
 
     def as_dict(self) -> dict[str, Any]:
+        speed = self.speed.as_dict() if self.speed else None
+        if speed is not None:
+            speed["prefill"] = self.prefill.as_dict() if self.prefill else None
         return {
             "fit": self.fit.as_dict() if self.fit else None,
-            "speed": self.speed.as_dict() if self.speed else None,
+            "speed": speed,
             "streams": self.streams.as_dict() if self.streams else None,
         }
 
@@ -147,6 +161,11 @@ def assess(
     if not 1 <= context <= sizer.max_model_len:
         raise UsageError(
             f"--context {context} is not between 1 and --max-model-len {sizer.max_model_len}"
+        )
+    prompt = speed.prompt if speed.prompt is not None else context
+    if prompt > sizer.max_model_len:
+        raise UsageError(
+            f"--prompt-tokens {prompt} is longer than --max-model-len {sizer.max_model_len}"
         )
     fit = sizer.fit(plan)
     sizer.suggest(fit)
@@ -176,4 +195,13 @@ def assess(
         int(max(0, fit.kv_available) // max(1, fit.need(context))),
         (estimates[1], estimates[seqs]) if seqs > 1 else (estimates[1],),
     )
-    return Capacity(fit, fit_options, estimates[speed.batch], streams)
+    prefill = estimate_prefill(
+        fit,
+        plan,
+        manager,
+        text,
+        prompt,
+        fit_options.max_num_batched_tokens,
+        speed.assumptions,
+    )
+    return Capacity(fit, fit_options, estimates[speed.batch], streams, prefill)

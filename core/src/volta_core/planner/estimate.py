@@ -1,4 +1,4 @@
-"""Estimated decode step time and tokens/s on a V100: a roofline sum, kernel by kernel.
+"""Estimated decode step, tokens/s and prefill time on a V100: a roofline sum, kernel by kernel.
 
 One decode step of ``batch`` sequences at ``context`` tokens (``q = 1 + draft tokens`` new
 tokens each), on one of ``tp`` ranks (they run in parallel), is the sum of these terms, each
@@ -18,8 +18,9 @@ summed over the layers that have it:
                   held = min(context, window) (TRITON_ATTN: tl.dot on the FMA units on SM70)
     norms         max(bytes / HBM, 2 x tokens x params / FMA)
     MoE experts   weight bytes x (1 - (1 - top_k / experts) ** tokens)  at the tensor rate
-    linear-attn   max(2 x batch x state bytes / HBM, 4 x batch x state elements / FMA)
-                  (the recurrent and conv state read and written once per token)
+    linear-attn   FLA's Triton kernels, each launch priced from its bytes and FMA FLOPs
+                  (:mod:`volta_core.planner.linear_attention`): the fused recurrent update,
+                  the conv update and the gated RMSNorm in a decode step
 
   a plugin-served module's part of a layer's weights is taken out of that layer's own-model
   term (what remains: norms, the router, modules the plan does not list);
@@ -27,6 +28,13 @@ summed over the layers that have it:
   and after the MLP in each layer and after the embedding; logits gather: latency +
   (tp - 1) / tp x tokens x vocab x 2 bytes / PCIe;
 * launches: (layers x KERNELS_PER_LAYER + 4) x launch gap (inside a CUDA graph).
+
+:func:`estimate_prefill` prices a prompt's prefill (the time to first token) with the same
+parts: one pass per chunk of at most ``max_num_batched_tokens`` tokens (vLLM's chunked
+prefill), each chunk's linear layers at its tokens (where a plugin's stage for that many
+tokens runs the tensor cores, so does the estimate), its attention at ``Workload(1, chunk,
+held)`` (the tokens before it and its own), the Gated DeltaNet layers' chunked delta rule, the
+lm_head at the one token whose logits the chunk computes, its all-reduces and launch gaps.
 
 Rates are :data:`volta_core.host.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
 choose their kernels by), overridable, or a measured device's calibration
@@ -39,11 +47,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from volta_core.host.dispatch import V100_RATES, DeviceRates, KernelCost, LaunchCost, Unit, Workload
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import QuantLayer
+from volta_core.planner import linear_attention as gdn
 from volta_core.planner.calibration import Calibration
 from volta_core.planner.fit import Fit
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
@@ -103,7 +113,7 @@ class SpeedAssumptions:
             f"fp16 tensor cores {self.tensor_tflops:g} TFLOP/s (cuBLAS; the plugins' CUDA "
             "mma.m8n8k4 kernels)",
             f"fp32 FMA {self.fma_tflops:g} TFLOP/s (Triton's tl.dot and the GEMVs on SM70; "
-            "vLLM's TRITON_ATTN; linear-attention state)",
+            "vLLM's TRITON_ATTN; FLA's Gated DeltaNet kernels)",
             "each stage a plugin serves: the cost its dispatch gives for the kernel the plan "
             "prints; vLLM's own layers: the host's model",
             f"PCIe {self.pcie_gbps:g} GB/s effective for all-reduce and logits gather "
@@ -220,22 +230,63 @@ class SpeedEstimate:
             "tokens_per_second": round(self.tokens_per_second, 2),
             "tokens_per_second_per_sequence": round(self.per_sequence_tokens_per_second, 2),
             "nvrtc": self.nvrtc,
-            "terms": [
-                {
-                    "kernel": t.kernel,
-                    "count": t.count,
-                    "bytes": t.bytes,
-                    "flops": t.flops,
-                    "ms": round(t.seconds * 1e3, 4),
-                    "bound": t.bound,
-                    "kernels": t.kernels,
-                }
-                for t in self.terms
-            ],
+            "terms": _terms_dict(self.terms),
             "kernels": [line.as_dict() for line in self.kernels],
             "assumptions": asdict(self.assumptions) | {"kernels_per_layer": KERNELS_PER_LAYER},
             "assumption_notes": self.assumptions.lines(),
         }
+
+
+@dataclass
+class PrefillEstimate:
+    """The estimated prefill of one ``prompt``-token sequence in ``chunks`` chunks of at most
+    ``chunk`` tokens on one rank: its time is the time to first token."""
+
+    prompt: int
+    chunk: int
+    chunks: int
+    tp: int
+    assumptions: SpeedAssumptions
+    terms: list[Term] = field(default_factory=list)
+    kernels: list[KernelLine] = field(default_factory=list)
+    nvrtc: bool = True
+
+    @property
+    def seconds(self) -> float:
+        return sum(t.seconds for t in self.terms)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.prompt / self.seconds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "label": "estimate (SM70 roofline sum, not a measurement)",
+            "prompt_tokens": self.prompt,
+            "chunk_tokens": self.chunk,
+            "chunks": self.chunks,
+            "tensor_parallel_size": self.tp,
+            "ms": round(self.seconds * 1e3, 3),
+            "tokens_per_second": round(self.tokens_per_second, 2),
+            "nvrtc": self.nvrtc,
+            "terms": _terms_dict(self.terms),
+            "kernels": [line.as_dict() for line in self.kernels],
+        }
+
+
+def _terms_dict(terms: Sequence[Term]) -> list[dict[str, Any]]:
+    return [
+        {
+            "kernel": t.kernel,
+            "count": t.count,
+            "bytes": t.bytes,
+            "flops": t.flops,
+            "ms": round(t.seconds * 1e3, 4),
+            "bound": t.bound,
+            "kernels": t.kernels,
+        }
+        for t in terms
+    ]
 
 
 def _own_linear(nbytes: float, params: float, tokens: int) -> KernelCost:
@@ -307,15 +358,17 @@ def _served_modules(plan: Plan, tp: int) -> list[_Served]:
 
 
 class _Step:
-    """Accumulates one decode step's terms and per-kernel lines."""
+    """Accumulates one estimate's terms and per-kernel lines."""
 
-    def __init__(
-        self, plan: Plan, manager: VoltaPluginManager, a: SpeedAssumptions, nvrtc: bool
-    ) -> None:
-        self.plan, self.manager, self.nvrtc = plan, manager, nvrtc
+    def __init__(self, plan: Plan, manager: VoltaPluginManager, a: SpeedAssumptions) -> None:
+        self.plan, self.manager, self.assumptions = plan, manager, a
+        self.nvrtc = not any(p.needs_nvrtc for p in _printed_paths(plan)) or plan.nvrtc is not None
         self.rates = a.rates()
         self.terms: dict[str, Term] = {}
         self.lines: dict[tuple[str, str, str, str], KernelLine] = {}
+
+    def kernel_lines(self) -> list[KernelLine]:
+        return sorted(self.lines.values(), key=lambda line: (line.term, line.module, line.stage))
 
     def term(self, name: str) -> Term:
         return self.terms.setdefault(name, Term(name))
@@ -376,43 +429,136 @@ def estimate_decode(
     ``1 + N x acceptance`` tokens per sequence (``acceptance``: accepted / drafted tokens,
     as vLLM's ``spec_decode_num_accepted_tokens`` over ``num_draft_tokens``).
     """
-    nvrtc = not any(p.needs_nvrtc for p in _printed_paths(plan)) or plan.nvrtc is not None
-    step = _Step(plan, manager, assumptions, nvrtc)
-    tp, q = fit.tp, speculative_tokens + 1
+    step = _Step(plan, manager, assumptions)
+    model = _Model.of(fit, plan, text)
+    q = speculative_tokens + 1
     tokens = batch * q
-    hidden, vocab = int(text.hidden_size), int(text.vocab_size)
-    served = _served_modules(plan, tp)
-    parts = _by_layer(fit.weights.parts)
-    for part in parts:
-        if part.kind in _KIND_NAMES:
-            _linear_part(step, _KIND_NAMES[part.kind], part, tokens, served, text)
-    lm_parts = [p for p in parts if p.kind == "lm_head"] or [
-        replace(p, kind="lm_head") for p in parts if p.kind == "embedding"
-    ]
-    for part in lm_parts:
-        _linear_part(step, "lm_head", part, tokens, served, text)
-    _attention(step, fit, plan, batch, context, q, speculative_tokens)
-    n_layers = len(plan.model.layers)
-    _communication(step.term, assumptions, tp, tokens, hidden, vocab, 2 * n_layers + 1, "")
-    launches = step.term("kernel launches")
-    kernels = n_layers * KERNELS_PER_LAYER + 4
-    launches.add(None, 0, 0, kernels * assumptions.launch_us * 1e-6, "launch")
-    launches.count = kernels
+    _linear_layers(step, model, tokens, tokens)
+    _attention(step, fit, plan, Workload(batch, q, context), speculative_tokens)
+    _linear_attention(step, model, _DECODE, lambda s: gdn.decode_step(s, batch, q))
+    _communication(step, model, tokens, tokens)
+    _launches(step, model)
     if speculative_tokens:
-        _draft(step, parts, lm_parts, served, assumptions, tp, batch, speculative_tokens, text)
+        _draft(step, model, batch, speculative_tokens)
     per_step = 1 + speculative_tokens * acceptance
     return SpeedEstimate(
         batch,
         context,
-        tp,
+        fit.tp,
         assumptions,
         list(step.terms.values()),
         per_step,
         speculative_tokens,
         acceptance,
-        sorted(step.lines.values(), key=lambda line: (line.term, line.module, line.stage)),
-        nvrtc,
+        step.kernel_lines(),
+        step.nvrtc,
     )
+
+
+def estimate_prefill(
+    fit: Fit,
+    plan: Plan,
+    manager: VoltaPluginManager,
+    text: Any,
+    prompt: int,
+    chunk: int,
+    assumptions: SpeedAssumptions,
+) -> PrefillEstimate:
+    """One sequence's ``prompt``-token prefill, in chunks of at most ``chunk`` tokens, each
+    attending to the prompt before it (vLLM's chunked prefill at ``max_num_batched_tokens``),
+    through the same parts as :func:`estimate_decode`: the linear layers at the chunk's tokens,
+    attention at ``Workload(1, chunk, held)``, the Gated DeltaNet layers' chunked kernels, the
+    lm_head at the one token whose logits each chunk computes."""
+    if prompt < 1 or chunk < 1:
+        raise ValueError(
+            f"a prefill has a prompt and a chunk of at least one token: {prompt}, {chunk}"
+        )
+    step = _Step(plan, manager, assumptions)
+    model = _Model.of(fit, plan, text)
+    sizes = [min(chunk, prompt - start) for start in range(0, prompt, chunk)]
+    for size in sorted(set(sizes), reverse=True):
+        runs = sizes.count(size)
+        _linear_layers(step, model, size, 1, runs)
+        _linear_attention(step, model, _PREFILL, partial(gdn.prefill_chunk, tokens=size), runs)
+        _communication(step, model, size, 1, runs)
+    held = 0
+    for size in sizes:
+        held += size
+        _attention(step, fit, plan, Workload(1, size, held), 0)
+    _launches(step, model, len(sizes))
+    return PrefillEstimate(
+        prompt,
+        chunk,
+        len(sizes),
+        fit.tp,
+        assumptions,
+        list(step.terms.values()),
+        step.kernel_lines(),
+        step.nvrtc,
+    )
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What every pass prices: the weights per layer, the lm_head's, the modules the plugins
+    serve, the Gated DeltaNet layers' shape and the sizes the communication moves."""
+
+    parts: list[WeightPart]
+    lm_parts: list[WeightPart]
+    served: list[_Served]
+    text: Any
+    tp: int
+    hidden: int
+    vocab: int
+    layers: int
+    gdn_layers: list[int]
+    gdn_shape: gdn.GdnShape | None
+
+    @classmethod
+    def of(cls, fit: Fit, plan: Plan, text: Any) -> _Model:
+        parts = _by_layer(fit.weights.parts)
+        lm_parts = [p for p in parts if p.kind == "lm_head"] or [
+            replace(p, kind="lm_head") for p in parts if p.kind == "embedding"
+        ]
+        types = {la.index: la.layer_type for la in plan.model.layers}
+        gdn_layers = [
+            need.index
+            for need in fit.layers
+            if need.state_bytes and types.get(need.index) == "linear_attention"
+        ]
+        act = 4 if plan.activation_dtype == "float32" else 2
+        shape = gdn.GdnShape.of(text, fit.tp, act) if gdn_layers else None
+        return cls(
+            parts,
+            lm_parts,
+            _served_modules(plan, fit.tp),
+            text,
+            fit.tp,
+            int(text.hidden_size),
+            int(text.vocab_size),
+            len(plan.model.layers),
+            gdn_layers,
+            shape,
+        )
+
+
+def _linear_layers(
+    step: _Step, model: _Model, tokens: int, lm_tokens: int, runs: float = 1.0
+) -> None:
+    """Every layer's linear parts at ``tokens`` tokens and the lm_head at ``lm_tokens``."""
+    for part in model.parts:
+        if part.kind in _KIND_NAMES:
+            _linear_part(step, _KIND_NAMES[part.kind], part, tokens, model, runs)
+    for part in model.lm_parts:
+        _linear_part(step, "lm_head", part, lm_tokens, model, runs)
+
+
+def _launches(step: _Step, model: _Model, passes: int = 1) -> None:
+    """The launch gaps of ``passes`` passes of the model."""
+    launches = step.term("kernel launches")
+    kernels = (model.layers * KERNELS_PER_LAYER + 4) * passes
+    launches.add(None, 0, 0, kernels * step.assumptions.launch_us * 1e-6, "launch")
+    launches.count = kernels
 
 
 def _by_layer(parts: Sequence[WeightPart]) -> list[WeightPart]:
@@ -460,18 +606,13 @@ def _applies(module: _Served, part: WeightPart, plan: Plan) -> bool:
 
 
 def _linear_part(
-    step: _Step,
-    name: str,
-    part: WeightPart,
-    tokens: int,
-    served: Sequence[_Served],
-    text: Any,
-    runs: float = 1.0,
+    step: _Step, name: str, part: WeightPart, tokens: int, model: _Model, runs: float = 1.0
 ) -> None:
     """A part's served modules priced by their plugins, the rest by the host's model."""
     rest_bytes, rest_params = part.nbytes, part.params
     layer = part.layer if part.layer is not None else 0
-    for module in served:
+    text = model.text
+    for module in model.served:
         if not _applies(module, part, step.plan):
             continue
         q = module.plan
@@ -502,98 +643,110 @@ def _linear_part(
     step.add(name, part.layer, cost, part.kind, layer, runs=runs)
 
 
-def _attention(
-    step: _Step, fit: Fit, plan: Plan, batch: int, context: int, q: int, drafts: int
-) -> None:
-    """Each attention layer's KV reads by the plugin whose backend runs it (else TRITON_ATTN's
-    model), and the linear-attention state reads and writes."""
+def _attention(step: _Step, fit: Fit, plan: Plan, work: Workload, drafts: int) -> None:
+    """Each attention layer's work (``work``: sequences, new tokens, tokens held) by the plugin
+    whose backend runs it, else TRITON_ATTN's model; the MTP draft layers ``drafts`` times at
+    one token per sequence."""
     plans = {lp.layer.index: lp for lp in plan.layers}
     first = next((lp for lp in plan.layers if lp.layer.is_attention), None)
-    tp = fit.tp
+    tp, batch = fit.tp, work.sequences
     for need in fit.layers:
         lp = plans.get(need.index, first)
+        runs = 1 if need.index >= 0 else drafts
+        if not (need.bytes_per_token and lp is not None and runs):
+            continue
         name = "paged attention (KV reads)" if need.index >= 0 else "MTP draft"
-        if need.bytes_per_token and lp is not None:
-            held = min(context, need.window) if need.window else context
-            query = q if need.index >= 0 else 1
-            runs = 1 if need.index >= 0 else drafts
-            module = f"attention, head size {lp.layer.head_size}"
-            plugin, priced = lp.plugin, None
-            if plugin is not None and lp.spec is not None and lp.backend is not None:
-                work = Workload(batch, query, held)
-                priced = step.plugin_cost(plugin, lp.spec, lp.backend, work)
-            if plugin is not None and priced is not None:
-                stage, cost = priced
-                step.add(name, need.index, cost, module, need.index, stage, plugin, runs)
-            else:
-                nbytes = batch * held * need.bytes_per_token
-                flops = 4 * batch * query * lp.layer.num_heads // tp * lp.layer.head_size * held
-                own = KernelCost("TRITON_ATTN", (LaunchCost(nbytes, 0, flops, Unit.FMA),))
-                step.add(name, need.index, own, module, need.index, runs=runs)
-        if need.state_bytes:
-            per_sequence = need.state_bytes / q  # the fit holds q state slots per sequence
-            nbytes = int(batch * per_sequence * (1 + q))
-            flops = int(2 * batch * q * per_sequence)
-            launch = LaunchCost(nbytes, 0, flops, Unit.FMA)
-            state = KernelCost("linear-attention recurrence", (launch,))
-            name = "linear-attention state (read + write)"
-            step.add(name, need.index, state, "state", need.index)
+        query = work.query_len if need.index >= 0 else 1
+        held = work.context
+        if need.window:
+            held = min(held, need.window + query - 1)
+        module = f"attention, head size {lp.layer.head_size}"
+        plugin, priced = lp.plugin, None
+        if plugin is not None and lp.spec is not None and lp.backend is not None:
+            priced = step.plugin_cost(plugin, lp.spec, lp.backend, Workload(batch, query, held))
+        if plugin is not None and priced is not None:
+            stage, cost = priced
+            step.add(name, need.index, cost, module, need.index, stage, plugin, runs)
+        else:
+            nbytes = batch * held * need.bytes_per_token
+            flops = 4 * batch * query * lp.layer.num_heads // tp * lp.layer.head_size * held
+            own = KernelCost("TRITON_ATTN", (LaunchCost(nbytes, 0, flops, Unit.FMA),))
+            step.add(name, need.index, own, module, need.index, runs=runs)
+
+
+#: The Gated DeltaNet terms: a decode step runs FLA's fused recurrent update, a prefill chunk
+#: its chunked delta rule; both are Triton, so FMA on sm_70.
+_DECODE = ("linear attention (FLA fused_recurrent on FMA)", "decode")
+_PREFILL = ("linear attention (FLA chunk_gated_delta_rule on FMA)", "prefill chunk")
+
+
+def _linear_attention(
+    step: _Step,
+    model: _Model,
+    term: tuple[str, str],
+    kernels: Callable[[gdn.GdnShape], list[KernelCost]],
+    runs: float = 1.0,
+) -> None:
+    """Each Gated DeltaNet layer's FLA kernels (:mod:`volta_core.planner.linear_attention`)."""
+    shape = model.gdn_shape
+    if shape is None:
+        return
+    name, stage = term
+    module = (
+        f"Gated DeltaNet, {shape.key_heads}/{shape.value_heads} heads of "
+        f"{shape.head_k}/{shape.head_v} per rank"
+    )
+    costs = kernels(shape)
+    for index in model.gdn_layers:
+        for cost in costs:
+            step.add(name, index, cost, module, index, stage, runs=runs)
 
 
 def _communication(
-    term: Callable[[str], Term],
-    a: SpeedAssumptions,
-    tp: int,
-    tokens: int,
-    hidden: int,
-    vocab: int,
-    reduces: int,
-    prefix: str,
-    runs: int = 1,
-) -> None:
-    """All-reduces of the hidden state and the lm_head's logits gather, over PCIe."""
-    if tp == 1:
-        return
-    pcie, latency = a.pcie_gbps * 1e9, a.allreduce_us * 1e-6
-    nbytes = 2 * (tp - 1) / tp * tokens * hidden * 2
-    reduce = term(f"{prefix}all-reduce (2 per layer + embedding)")
-    for i in range(reduces * runs):
-        reduce.add(i, nbytes, 0, latency + nbytes / pcie, "PCIe")
-    nbytes = (tp - 1) / tp * tokens * vocab * 2
-    for i in range(runs):
-        term(f"{prefix}logits gather").add(i, nbytes, 0, latency + nbytes / pcie, "PCIe")
-
-
-def _draft(
     step: _Step,
-    parts: Sequence[WeightPart],
-    lm_parts: Sequence[WeightPart],
-    served: Sequence[_Served],
-    a: SpeedAssumptions,
-    tp: int,
-    batch: int,
-    n: int,
-    text: Any,
+    model: _Model,
+    tokens: int,
+    lm_tokens: int,
+    runs: int = 1,
+    prefix: str = "",
+    layers: int | None = None,
 ) -> None:
+    """All-reduces of the hidden state after attention and the MLP in each of ``layers``
+    layers (default: the model's) and after the embedding, at ``tokens``; the lm_head's logits
+    gather at ``lm_tokens``; over PCIe."""
+    if model.tp == 1:
+        return
+    a, tp = step.assumptions, model.tp
+    layers = model.layers if layers is None else layers
+    pcie, latency = a.pcie_gbps * 1e9, a.allreduce_us * 1e-6
+    nbytes = 2 * (tp - 1) / tp * tokens * model.hidden * 2
+    reduce = step.term(f"{prefix}all-reduce (2 per layer + embedding)")
+    for i in range((2 * layers + 1) * runs):
+        reduce.add(i, nbytes, 0, latency + nbytes / pcie, "PCIe")
+    nbytes = (tp - 1) / tp * lm_tokens * model.vocab * 2
+    for i in range(runs):
+        step.term(f"{prefix}logits gather").add(i, nbytes, 0, latency + nbytes / pcie, "PCIe")
+
+
+def _draft(step: _Step, model: _Model, batch: int, n: int) -> None:
     """``n`` sequential passes of the MTP draft layer(s) and the lm_head at ``batch`` tokens.
     The draft's own modules are not in the plan's module list, so vLLM's model prices them."""
-    draft = [p for p in parts if p.kind == "mtp"]
-    for part in [*draft, *lm_parts]:
-        _linear_part(step, "MTP draft", part, batch, served, text, runs=n)
+    draft = [p for p in model.parts if p.kind == "mtp"]
+    for part in [*draft, *model.lm_parts]:
+        _linear_part(step, "MTP draft", part, batch, model, runs=n)
     layers = len({p.layer for p in draft}) or 1
-    _communication(
-        step.term,
-        a,
-        tp,
-        batch,
-        int(text.hidden_size),
-        int(text.vocab_size),
-        2 * layers + 1,
-        "MTP draft ",
-        n,
-    )
+    _communication(step, model, batch, batch, n, "MTP draft ", layers)
     kernels = (layers * KERNELS_PER_LAYER + 4) * n
-    step.term("MTP draft").add(None, 0, 0, kernels * a.launch_us * 1e-6, "launch")
+    step.term("MTP draft").add(None, 0, 0, kernels * step.assumptions.launch_us * 1e-6, "launch")
+
+
+def _term_lines(terms: Sequence[Term], top: int | None = None) -> list[str]:
+    """The terms, longest first (the ``top`` longest where given)."""
+    lines = []
+    for t in sorted(terms, key=lambda t: -t.seconds)[:top]:
+        on = f"; {', '.join(t.kernels)}" if t.kernels else ""
+        lines.append(f"  {t.seconds * 1e3:8.2f} ms  {t.kernel} (x{t.count}, {t.bound}{on})")
+    return lines
 
 
 def render_speed(estimate: SpeedEstimate) -> list[str]:
@@ -610,11 +763,25 @@ def render_speed(estimate: SpeedEstimate) -> list[str]:
             f"  MTP: {e.speculative_tokens} draft tokens per step at {e.acceptance:g} "
             f"acceptance: {e.tokens_per_step:.2f} tokens per sequence per step"
         )
-    for t in sorted(e.terms, key=lambda t: -t.seconds):
-        on = f"; {', '.join(t.kernels)}" if t.kernels else ""
-        lines.append(f"  {t.seconds * 1e3:8.2f} ms  {t.kernel} (x{t.count}, {t.bound}{on})")
+    lines += _term_lines(e.terms)
     lines.append("  assumptions:")
     lines += [f"    {line}" for line in e.assumptions.lines()]
     if not e.nvrtc:
         lines.append("    no NVRTC here: stages that need it are priced as their fallbacks")
     return lines
+
+
+#: How many of the prefill's terms the plan's text prints (the JSON has them all).
+PREFILL_TOP_TERMS = 5
+
+
+def render_prefill(estimate: PrefillEstimate) -> list[str]:
+    """The prefill estimate as text lines: the time to first token and its longest terms."""
+    e = estimate
+    chunks = f"{e.chunks} chunk{'s' if e.chunks > 1 else ''} of at most {e.chunk} tokens"
+    return [
+        f"prefill (ESTIMATE for V100, tensor parallel {e.tp}): {e.prompt}-token prompt in "
+        f"{e.seconds * 1e3:.1f} ms (time to first token), {e.tokens_per_second:.0f} tokens/s "
+        f"({chunks}, --max-num-batched-tokens)",
+        *_term_lines(e.terms, PREFILL_TOP_TERMS),
+    ]

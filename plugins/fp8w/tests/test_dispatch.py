@@ -16,9 +16,12 @@ from volta_fp8w.dispatch import (
     MMA_MIN_M,
     MOE_BLOCKS,
     MOE_DECODE,
+    MOE_MMA,
     expert_bytes,
     expert_choice,
     expert_cost,
+    expert_launch_cost,
+    expert_layer,
     expert_paths,
     linear_choice,
     linear_cost,
@@ -356,18 +359,22 @@ def test_expert_costs_price_the_chosen_launches(capability, block) -> None:
     """The decode step's three launches (gate/up, down, the slot sum) and the routed blocks'
     three (routing, gate/up, down), in order: all the arithmetic in gate/up and down
     (``2 x pairs x 3 x inter x hidden``), the weights of the touched experts and no more, the
-    unit of the choice."""
+    unit of the choice. On a V100 the tensor cores' products padded: each touched expert's last
+    block half empty."""
     gate_up_bytes, down_bytes = expert_bytes(HIDDEN, INTER, block)
     for tokens in (1, 4, 16, 17, 64, 512, 4096):
         pairs = tokens * TOP_K
-        chosen = expert_choice(tokens, pairs, EXPERTS, capability)
+        chosen = expert_choice(tokens, pairs, EXPERTS, capability, (HIDDEN, INTER))
         cost = expert_cost(tokens, HIDDEN, INTER, EXPERTS, TOP_K, block, capability)
         assert cost.kernel == chosen.kernel
         assert cost.unit is chosen.unit
-        assert cost.flops == 2 * pairs * 3 * INTER * HIDDEN
+        touched = touched_experts(tokens, EXPERTS, TOP_K)
+        tensor_cores = chosen.kernel == MOE_MMA
+        assert tensor_cores == (capability == V100 and tokens > 16)
+        rows = pairs + (round(touched * chosen.launch.block_m / 2) if tensor_cores else 0)
+        assert cost.flops == 2 * rows * 3 * INTER * HIDDEN
         assert len(cost.launches) == 3
         assert all(launch.bytes_read > 0 and launch.bytes_written > 0 for launch in cost.launches)
-        touched = touched_experts(tokens, EXPERTS, TOP_K)
         weights = round(touched * gate_up_bytes) + round(touched * down_bytes)
         most = min(EXPERTS, pairs) * (gate_up_bytes + down_bytes)
         assert weights <= most
@@ -380,8 +387,8 @@ def test_expert_costs_price_the_chosen_launches(capability, block) -> None:
             assert routing.flops == 0
             slots = max_blocks(pairs, EXPERTS, chosen.launch.block_m) * chosen.launch.block_m
             assert routing.bytes_written == 4 * pairs + 8 * slots
-        assert gate_up.flops == 2 * pairs * 2 * INTER * HIDDEN
-        assert down.flops == 2 * pairs * INTER * HIDDEN
+        assert gate_up.flops == 2 * rows * 2 * INTER * HIDDEN
+        assert down.flops == 2 * rows * INTER * HIDDEN
         assert round(touched * gate_up_bytes) < gate_up.bytes_read
         assert round(touched * down_bytes) <= down.bytes_read
         # Only the weights of touched experts: the rest of the bytes are activations,
@@ -432,16 +439,26 @@ def test_expert_paths_are_the_launchers_choices(capability) -> None:
 @pytest.mark.parametrize("tokens", [1, 16, 17, 64, 2048])
 def test_stage_cost_prices_the_experts_chosen_launches(capability, scheme, tokens) -> None:
     """Fused experts (``output_size`` one expert's intermediate size on the rank,
-    ``input_size`` the hidden size): the stage of :func:`expert_paths` holding the tokens and
-    :func:`expert_cost` of the launches :func:`expert_choice` takes there."""
+    ``input_size`` the hidden size): the stage of the layer's :func:`expert_paths` holding the
+    tokens, :func:`expert_cost` of the launches :func:`expert_choice` takes there and, on a
+    V100's tensor cores, the Triton routed blocks' cost as the fallback's."""
     layer = QuantLayer(
         LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", HIDDEN, INTER, EXPERTS, TOP_K
     )
     stage = stage_cost(layer, scheme, capability, Workload(sequences=tokens))
     cost = expert_cost(tokens, HIDDEN, INTER, EXPERTS, TOP_K, scheme.block, capability)
-    [path] = [p for p in expert_paths(capability) if (tokens <= 16) == (p.kernel == MOE_DECODE)]
-    assert stage == StageCost(path.stage, cost)
-    assert cost.kernel == expert_choice(tokens, tokens * TOP_K, EXPERTS, capability).kernel
+    paths = expert_paths(capability, expert_layer(layer))
+    [path] = [p for p in paths if (tokens <= 16) == (p.kernel == MOE_DECODE)]
+    chosen = expert_choice(tokens, tokens * TOP_K, EXPERTS, capability, (HIDDEN, INTER))
+    fallback = None
+    if chosen.fallback is not None:
+        fallback = expert_launch_cost(
+            chosen.fallback, tokens, HIDDEN, INTER, EXPERTS, TOP_K, scheme.block
+        )
+        assert fallback.kernel == MOE_BLOCKS
+    assert (fallback is not None) == (capability == V100 and tokens > 16)
+    assert stage == StageCost(path.stage, cost, fallback)
+    assert cost.kernel == chosen.kernel
     work = Workload(sequences=tokens)
     for unknown in (
         QuantLayer(LayerKind.FUSED_MOE, "x", HIDDEN, INTER),
@@ -467,7 +484,9 @@ def test_the_plugins_hooks_answer_for_fused_experts() -> None:
     )
     layer = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", HIDDEN, INTER, 128, 8)
     device = Device(V100)
-    assert plugin.volta_kernel_paths(layer, plugin.METHOD, device, config) == expert_paths(V100)
+    paths = expert_paths(V100, expert_layer(layer))
+    assert plugin.volta_kernel_paths(layer, plugin.METHOD, device, config) == paths
+    assert paths[-1].kernel == MOE_MMA
     work = Workload(sequences=32)
     assert plugin.volta_kernel_cost(layer, plugin.METHOD, device, config, work) == stage_cost(
         layer, Fp8Scheme("block", (128, 128), "fp8"), V100, work

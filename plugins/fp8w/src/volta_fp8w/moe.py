@@ -4,8 +4,9 @@ imports vLLM).
 After vLLM's router has picked ``topk_ids`` and ``topk_weights``,
 :func:`volta_fp8w.experts.experts_forward` runs the routed pairs: up to 16 tokens through GEMV
 launches straight from the ids, more through the routed blocks' grouped GEMMs; neither
-reads anything back to the host, so vLLM can capture decode steps. On CPU each expert's tokens
-go through its dequantized weights.
+reads anything back to the host, so vLLM can capture decode steps. On a V100 the routed blocks run
+on the tensor cores (CUDA, NVRTC), whose builds load when the weights are processed. On CPU each
+expert's tokens go through its dequantized weights.
 
 Weights are registered under upstream's parameter names, in the checkpoint's dtype and
 orientation (``[experts, out, in]``): ``w13_weight`` / ``w2_weight`` float8_e4m3fn, and
@@ -44,7 +45,7 @@ from vllm.model_executor.layers.fused_moe.config import FusedMoEQuantConfig
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 
 from volta_core import QuantConfig, QuantLayer
-from volta_fp8w.experts import ExpertWeights, experts_forward, stack_experts
+from volta_fp8w.experts import ExpertWeights, experts_forward, stack_experts, warm_up
 from volta_fp8w.layout import SCALE_DTYPES, Fp8Weights, WeightFormatError, check_block, check_scales
 from volta_fp8w.scheme import (
     COMPRESSED_TENSORS,
@@ -242,7 +243,8 @@ class Fp8MoEMethod(FusedMoEMethodBase):
             block=scheme.block,
             tensor=f"w2_{scale}",
         )
-        ExpertWeights(w13, w2).check()
+        weights = ExpertWeights(w13, w2)
+        weights.check()
         for stem in ("w13", "w2"):
             for tensor in ("weight", scale, "input_scale"):
                 if hasattr(layer, f"{stem}_{tensor}"):
@@ -253,6 +255,8 @@ class Fp8MoEMethod(FusedMoEMethodBase):
                 param = torch.nn.Parameter(getattr(w, attr), requires_grad=False)
                 layer.register_parameter(f"fp8w_{stem}_{attr}", param)
         layer.fp8w_moe_blocks = ((w13.block_n, w13.block_k), (w2.block_n, w2.block_k))
+        # The tensor-core builds load now, before vLLM captures any CUDA graph.
+        warm_up(weights)
 
     def get_fused_moe_quant_config(self, layer: torch.nn.Module) -> FusedMoEQuantConfig | None:
         """None: ``apply`` runs the experts itself, no modular kernel reads a quant config."""

@@ -124,13 +124,13 @@ def volta_kernel_paths(
     """For a claimed linear layer or fused experts, the kernel at each range of token counts,
     from the launcher's choices (:func:`volta_fp8w.dispatch.linear_paths`,
     :func:`~volta_fp8w.dispatch.expert_paths`)."""
-    from volta_fp8w.dispatch import expert_paths, linear_paths
+    from volta_fp8w.dispatch import expert_layer, expert_paths, linear_paths
 
     scheme = _served_scheme(layer, served_by, quant)
     if scheme is None or not isinstance(layer, QuantLayer):
         return []
     if layer.kind is LayerKind.FUSED_MOE:
-        return expert_paths(device.capability)
+        return expert_paths(device.capability, expert_layer(layer))
     return linear_paths(layer.output_size, layer.input_size, device.capability)
 
 

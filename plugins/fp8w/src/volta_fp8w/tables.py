@@ -1,11 +1,12 @@
 """The launch parameters of each device family, as data: :class:`Launch` and one :class:`Table`
-of them per family, with the tensor-core GEMM's rows (:data:`SM70_MMA`).
+of them per family, with the V100's tensor-core rows.
 
 Two families. On SM70 ``tl.dot`` runs on the FMA units (triton-lang/triton#5066), so the Triton
 paths are GEMVs (1 to :data:`DECODE_MAX_M` tokens, memory-bound: one byte per weight) and, where
 no NVRTC builds the tensor-core GEMM, an FMA GEMM or dequantize-then-cuBLAS (cuBLAS keeps the
 V100's tensor cores, 125 TFLOP/s against Triton's 15.7). On SM80 and newer (the Hopper GPUs the
-kernels are measured on) ``tl.dot`` uses tensor cores.
+kernels are measured on) ``tl.dot`` uses tensor cores. The V100's tensor-core rows are
+:data:`SM70_MMA` (linear layers) and :data:`SM70_MOE_MMA` (the routed experts).
 
 The fused MoE experts' launches (:class:`MoELaunch`) are in the same tables: the decode GEMVs'
 tile (up to ``moe_decode_max_m`` tokens) and the routed blocks' tiles by mean routed rows per
@@ -222,6 +223,32 @@ SM70_MMA: tuple[tuple[int, Launch], ...] = (
     (16, _mma(16, 256, 3)),
     (32, _mma(32, 128, 3)),
     (256, _mma(64, 128, 2)),
+)
+
+
+def _moe_mma(block_m: int, programs_per_sm: int) -> Launch:
+    return Launch(
+        MMA,
+        block_m=block_m,
+        block_n=256,
+        block_k=32,
+        num_warps=4,
+        programs_per_sm=programs_per_sm,
+    )
+
+
+#: The routed experts' tensor-core GEMM on a V100 (``fp8_moe_mma.cu``), ``(most routed rows an
+#: expert averages, launch)`` in order, the last for any more (None). Four warps of two groups
+#: of 32 weight rows a lane (256 rows a block: gate/up 128 intermediate columns, each a gate and
+#: an up row, so the SiLU product is the block's epilogue; down 256 outputs), k-tiles of 32
+#: inputs as the dense rows. 16 rows a block while the experts average at most 16 (less
+#: padding), 32 above; 64 rows would need 256 accumulators a lane and do not fit. The sm_70
+#: builds take 162 and 240 registers without spilling (3 and 2 blocks of 128 threads an SM,
+#: ``programs_per_sm``); no split-K: prefill routes enough blocks to fill the GPU. Estimated,
+#: not measured on a V100.
+SM70_MOE_MMA: tuple[tuple[int | None, Launch], ...] = (
+    (16, _moe_mma(16, 3)),
+    (None, _moe_mma(32, 2)),
 )
 
 

@@ -3,7 +3,7 @@
 // (the prelude's mma_m8n8k4; PTX ISA, "Matrix multiply-accumulate operation using mma
 // instruction", m8n8k4), fp32 accumulation, fp16 output. Compiled behind
 // volta_core.kernel_api.with_prelude, which defines u8/u16/u32, mma_m8n8k4, pack_half2, h2f
-// and splitk_mma_epilogue.
+// and splitk_mma_epilogue, and fp8_common.cuh (the decode and the k-tile's products).
 //
 // Build options (-D): BM tokens per block (a multiple of 8); WARPS warps per block; J output
 // groups of 32 per warp (a block covers BN = WARPS * 32 * J outputs); BK inputs per k-tile (32,
@@ -48,60 +48,9 @@
 // the next launch (a CUDA graph replay) needs no memset: the prelude's splitk_mma_epilogue,
 // which this kernel gives only its fp16 store.
 
-#if !defined(BM) || !defined(WARPS) || !defined(J) || !defined(BK) || !defined(MIN_BLOCKS)
-#error "build with -DBM -DWARPS -DJ -DBK -DMIN_BLOCKS"
-#endif
-#if BM % 8 || (BK != 32 && BK != 64 && BK != 128)
-#error "BM is a multiple of 8 and BK one of 32, 64, 128"
-#endif
-
-#define THREADS (WARPS * 32)
-#define TB (BM / 8)
+// Build options, derived sizes, the decode, the Tile and the k-tile's products: fp8_common.cuh,
+// which the loader puts before this file. This kernel adds BN (outputs a block covers).
 #define BN (WARPS * 32 * J)
-// m8n8k4 products of one k-tile per (row block, output group); 16-byte weight loads of a lane
-// per output group and k-tile.
-#define STEPS (BK / 4)
-#define CHUNKS (BK / 16)
-// Rows of staged activations are padded by 8 halves (16 bytes), so the 8 token rows one
-// fragment read touches start in different bank pairs.
-#define XS_LD (BK + 8)
-#define XVECS (BM * BK / 8)
-#define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
-
-// A half's bits c << 8 (code c in the high byte over a zero one), two to a word, as the fp16
-// pair 2^-8 times their values: exponent and mantissa move down one bit, the sign stays.
-__device__ __forceinline__ u32 e4m3_pair(u32 a) {
-  return ((a >> 1) & 0x3F803F80u) | (a & 0x80008000u);
-}
-
-// Codes 0..3 of w (byte i is code i) as fp16 pairs: lo = (code 0, code 1), hi = (code 2, code
-// 3), the inputs' order, each half 2^-8 times its code's value. Selector nibble i names the
-// source byte of result byte i (0-3: w, 4: a zero byte of the second operand): 0x1404 gives
-// bytes (0, c0, 0, c1), 0x3424 gives (0, c2, 0, c3).
-__device__ __forceinline__ void e4m3x4(u32 w, u32& lo, u32& hi) {
-  lo = e4m3_pair(__byte_perm(w, 0u, 0x1404));
-  hi = e4m3_pair(__byte_perm(w, 0u, 0x3424));
-}
-
-// 16 bytes of a row that is not 16-byte aligned (an input length not a multiple of 16), byte by
-// byte, those at or past `left` (the inputs left in the row) not loaded (zero).
-__device__ __noinline__ uint4 bytes16(const u8* p, int left) {
-  u32 v[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-    if (i < left) v[i >> 2] |= (u32)p[i] << (8 * (i & 3));
-  return make_uint4(v[0], v[1], v[2], v[3]);
-}
-
-// What one k-tile needs from global memory, held in registers while the previous tile computes:
-// the lane's weight bytes, the activations it stages and, when the tile ends a scale block, the
-// scales (times 2^8) of its four accumulator columns.
-struct Tile {
-  uint4 w[J][CHUNKS];
-  float s[J][4];
-  uint4 xv[XV_PER_THREAD];
-  bool flush;
-};
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
     const u16* __restrict__ x, const u8* __restrict__ w, const float* __restrict__ s,
@@ -121,8 +70,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
   const int k_end = min(k_begin + k_per_split, k);
   const int tiles = (k_end - k_begin + BK - 1) / BK;
 
-  // Rows past n are not loaded: their bytes keep earlier (finite) values, which reach only
-  // their own outputs, and those are not stored.
+  // Rows past n are not loaded (load_weights).
   bool col_ok[J];
   const u8* w_row[J];
 #pragma unroll
@@ -160,34 +108,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
     x_to[i] = reinterpret_cast<uint4*>(&xs[0][(v < XVECS ? tok : 0) * XS_LD + x_k[i]]);
   }
 
-  // Global memory to registers for the tile at input k0: the lane's weight bytes (16-byte
-  // chunks at or past k not loaded; with K a multiple of 16 a chunk is all in or all out), the
-  // scales when the tile ends its block or the split, and the activations (zero past kx, up to
-  // which the launcher zero-pads x, and for tokens past m).
+  // Global memory to registers for the tile at input k0: the lane's weight bytes, the scales
+  // when the tile ends its block or the split, and the activations (zero past kx, up to which
+  // the launcher zero-pads x, and for tokens past m).
   auto load = [&](Tile& t, int k0) {
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      if (!col_ok[j]) continue;
-      const u8* row = w_row[j] + k0;
-#pragma unroll
-      for (int c = 0; c < CHUNKS; ++c) {
-        const int left = k - k0 - 16 * c;
-        if (left <= 0) continue;
-        t.w[j][c] = aligned ? *reinterpret_cast<const uint4*>(row + 16 * c)
-                            : bytes16(row + 16 * c, left);
-      }
-    }
+    load_weights(t, w_row, col_ok, k0, k, aligned);
     const bool block_end = --block_left == 0;
     if (block_end) block_left = block_tiles;
     t.flush = block_end || k0 + BK >= k_end;
-    if (t.flush) {
-      const int kb = k0 / block_k;
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          t.s[j][q] = s_row[j][q] >= 0 ? s[s_row[j][q] + kb] * 256.f : 0.f;
-    }
+    if (t.flush) load_scales(t, s, s_row, k0 / block_k);
 #pragma unroll
     for (int i = 0; i < XV_PER_THREAD; ++i) {
       const bool ok = x_ok[i] && k0 + x_k[i] < kx;
@@ -220,34 +149,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) fp8w_mma(
   for (int t = 0; t < tiles; ++t) {
     const bool more = t + 1 < tiles;
     if (more) load(nxt, k_begin + (t + 1) * BK);
-    const u16* xrow = &xs[t & 1][own * XS_LD];
-#pragma unroll
-    for (int st = 0; st < STEPS; ++st) {
-      u32 f[J][2];
-#pragma unroll
-      for (int j = 0; j < J; ++j) {
-        const uint4 q = cur.w[j][st / 4];
-        const u32 word = st % 4 == 0 ? q.x : st % 4 == 1 ? q.y : st % 4 == 2 ? q.z : q.w;
-        e4m3x4(word, f[j][0], f[j][1]);
-      }
-#pragma unroll
-      for (int b = 0; b < TB; ++b) {
-        const uint2 a = *reinterpret_cast<const uint2*>(xrow + b * 8 * XS_LD + st * 4);
-#pragma unroll
-        for (int j = 0; j < J; ++j) mma_m8n8k4(part[j][b], a.x, a.y, f[j][0], f[j][1]);
-      }
-    }
-    if (cur.flush) {
-#pragma unroll
-      for (int j = 0; j < J; ++j)
-#pragma unroll
-        for (int b = 0; b < TB; ++b)
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            acc[j][b][i] = fmaf(part[j][b][i], cur.s[j][(i & 1) + ((i & 4) >> 1)], acc[j][b][i]);
-            part[j][b][i] = 0.f;
-          }
-    }
+    tile_products(cur, &xs[t & 1][own * XS_LD], part, acc);
     if (more) {
       stage(nxt, (t + 1) & 1);
       cur = nxt;

@@ -1,6 +1,7 @@
-"""What follows from one tensor-core launch (``fp8_mma.cu``): its output groups per warp, its
-NVRTC options, its grid and split count for a layer, and the SM70 gate's configuration of its
-build.
+"""What follows from one tensor-core launch: for the dense GEMM (``fp8_mma.cu``) its output
+groups per warp, its NVRTC options, its grid and split count for a layer, and the SM70 gate's
+configuration of its build; for the routed experts' GEMM (``fp8_moe_mma.cu``) its groups,
+columns, options and gate configuration, gate/up and down.
 
 The launcher (:mod:`.mma`) and the compile gate both derive a launch's build here, so the gate
 compiles what runs. Torch-free: reads :mod:`volta_fp8w.tables` and the kernel source.
@@ -12,7 +13,7 @@ import functools
 
 from volta_core import CudaKernelConfig
 from volta_core.kernel_api import with_prelude
-from volta_fp8w.cuda import KERNEL, SOURCE
+from volta_fp8w.cuda import KERNEL, MOE_KERNEL, MOE_SOURCE, SOURCE
 from volta_fp8w.tables import MMA, MMA_ROWS, Launch
 
 #: Outputs one warp covers per group: its four quad pairs of 8 (PTX ISA, "Matrix Fragments for
@@ -128,3 +129,75 @@ def balanced_splits(tiles: int, k_tiles: int, resident: int, cost: float, sm_cou
         if time < best[0] or (time == best[0] and steps > best[1]):
             best = (time, steps)
     return best[1]
+
+
+# -- the routed experts' GEMM (fp8_moe_mma.cu) -----------------------------------------------------
+
+
+def check_moe_mma_launch(launch: Launch) -> None:
+    """Refuse a launch ``fp8_moe_mma.cu`` has no build for.
+
+    :raises ValueError: not the tensor-core path, rows not a multiple of 8, weight rows not an
+        even number of groups of 32 per warp (gate/up take half the groups each), a k-tile
+        other than 32, 64 or 128, no program per SM, or a split cost (it never splits).
+    """
+    if launch.path != MMA:
+        raise ValueError(f"not a tensor-core launch: {launch}")
+    groups, left = divmod(launch.block_n, MMA_WARP_OUTPUTS * max(launch.num_warps, 1))
+    if (
+        launch.block_m % MMA_ROWS
+        or launch.num_warps < 1
+        or left
+        or groups % 2
+        or launch.block_k not in MMA_TILE_KS
+        or launch.programs_per_sm < 1
+        or launch.split_cost is not None
+    ):
+        raise ValueError(
+            f"a routed tensor-core launch has rows a multiple of {MMA_ROWS}, an even number of "
+            f"groups of {MMA_WARP_OUTPUTS} weight rows per warp, a k-tile of "
+            f"{' / '.join(map(str, MMA_TILE_KS))} inputs, at least one program per SM and no "
+            f"split cost: {launch}"
+        )
+
+
+def moe_mma_groups(launch: Launch) -> int:
+    """Weight-row groups of 32 a warp of the routed GEMM covers (the kernel's ``J``): gate/up
+    takes half of them from gate's rows and half from up's."""
+    check_moe_mma_launch(launch)
+    return launch.block_n // (MMA_WARP_OUTPUTS * launch.num_warps)
+
+
+def moe_mma_columns(launch: Launch, gate_up: bool) -> int:
+    """Output columns a block covers: ``block_n`` weight rows, which for gate/up are half as
+    many intermediate columns (a gate row and an up row each)."""
+    check_moe_mma_launch(launch)
+    return launch.block_n // 2 if gate_up else launch.block_n
+
+
+@functools.cache
+def moe_mma_options(launch: Launch, gate_up: bool) -> tuple[str, ...]:
+    """The NVRTC options of ``launch``'s gate/up (``gate_up``) or down build
+    (``fp8_moe_mma.cu``'s macros): the launcher and the gate both build them here."""
+    return (
+        f"-DBM={launch.block_m}",
+        f"-DWARPS={launch.num_warps}",
+        f"-DJ={moe_mma_groups(launch)}",
+        f"-DBK={launch.block_k}",
+        f"-DMIN_BLOCKS={launch.programs_per_sm}",
+        f"-DGATE_UP={int(gate_up)}",
+    )
+
+
+def moe_mma_config(launch: Launch, gate_up: bool) -> CudaKernelConfig:
+    """The SM70 compile gate's configuration of ``launch``'s gate/up or down build: the source
+    behind the host's prelude, as the launcher compiles it."""
+    tile = f"m{launch.block_m}n{launch.block_n}k{launch.block_k}w{launch.num_warps}"
+    return CudaKernelConfig(
+        name=f"fp8w_moe_mma_{'gate_up' if gate_up else 'down'}_{tile}",
+        source=with_prelude(MOE_SOURCE),
+        kernel=MOE_KERNEL,
+        block_threads=launch.num_warps * 32,
+        options=moe_mma_options(launch, gate_up),
+        claims_tensor_cores=True,
+    )

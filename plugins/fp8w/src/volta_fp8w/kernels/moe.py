@@ -18,7 +18,8 @@ tile (``BLOCK_K``) lies inside one scale column: the launcher picks a ``BLOCK_K`
   ``tl.dot`` on decoded fp16 tiles: :func:`moe_gate_up_kernel` (SiLU product in the epilogue)
   and :func:`moe_down_kernel` (each pair's row, weighted, added atomically into its token's fp32
   row). The GEMM programs find their block's expert from the counts, so nothing is read back
-  to the host.
+  to the host. On a V100 the CUDA tensor-core GEMM (:mod:`volta_fp8w.cuda.moe_mma`) takes the
+  same placed pairs and counts.
 
 A pair whose id is negative, past the experts, or mapped to -1 by the expert map (another
 rank's expert) is run by no program. Everything is sized by the batch alone, so a step can be

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The FP8 weight plugin (fp8w) alone on the GPU machine, from the repository root:
-#   OUT=/some/dir [PART=tests|bench|all] [QUICK=1] [MMA=1] [VLLM_FP8_UTILS=path/fp8_utils.py] \
-#     [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
-# tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py exist)
-# on WORKERS processes, with compute-sanitizer memcheck and racecheck beside them on the kernel
-# tests' small launches (-k "sanitizer or every_code_is_exact"; SAN_SELECT overrides), each
-# under LIMIT seconds; the driver's own probes answer CUDA API errors that are not the kernels'
-# (--report-api-errors no).
+#   OUT=/some/dir [PART=tests|bench|all|moe] [QUICK=1] [MMA=1] [PTX70=1] \
+#     [VLLM_FP8_UTILS=path/fp8_utils.py] [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] \
+#     [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
+# tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py,
+# test_moe_mma.py exist) on WORKERS processes, with compute-sanitizer memcheck and racecheck
+# beside them on the kernel tests' small launches (-k "sanitizer or every_code_is_exact";
+# SAN_SELECT overrides), each under LIMIT seconds; the driver's own probes answer CUDA API errors
+# that are not the kernels' (--report-api-errors no).
 # bench: plugins/fp8w/benchmarks/fp8w_bench.py alone on the GPU under BENCH_LIMIT seconds
 # (QUICK=1: --quick), after its --self-check, with vLLM's Triton block-FP8 GEMM from
 # VLLM_FP8_UTILS (the venv's vllm/model_executor/layers/quantization/utils/fp8_utils.py,
@@ -15,6 +16,13 @@
 # a CUDA 12 NVRTC; elsewhere its column says err). Exits 1 if a phase failed.
 # all (the default): both, in that order; keep LIMIT + BENCH_LIMIT under a call's 600 s, or run
 # the parts in two calls. Logs, the benchmark's JSON and markdown land under $OUT/fp8w/.
+# moe: the fused experts alone, in one call: the GPU tests of test_moe_mma.py (the routed
+# experts' tensor-core GEMM) and test_moe.py on WORKERS processes under LIMIT seconds, memcheck
+# and racecheck beside them on test_moe_mma.py's small launches, then
+# plugins/fp8w/benchmarks/fp8w_moe_bench.py (Qwen3-30B-A3B's and Qwen3.5-35B-A3B's MoE layers
+# at 2048 tokens: the tensor-core GEMM's ms beside the Triton routed blocks', with dispatch's
+# SM70 estimates; PTX70=1 adds the compute_70 build) under BENCH_LIMIT seconds (default 200
+# here); its table printed last. Logs, JSON and markdown land under $OUT/fp8w/ (moe_*).
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
 # SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
 set -uo pipefail
@@ -33,8 +41,8 @@ t=plugins/fp8w/tests
 limit=${LIMIT:-270}
 select=${SELECT:-}
 K=(); [ -n "$select" ] && K=(-k "$select")
-gpu_tests=(); for f in test_kernels.py test_mma.py test_moe.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
-kernel_tests=(); for f in test_kernels.py test_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
+gpu_tests=(); for f in test_kernels.py test_mma.py test_moe.py test_moe_mma.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
+kernel_tests=(); for f in test_kernels.py test_mma.py test_moe_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
 san=${SAN_SELECT:-sanitizer or every_code_is_exact}
 status=0
 if [ "$part" = tests ] || [ "$part" = all ]; then
@@ -79,5 +87,29 @@ if [ "$part" = bench ] || [ "$part" = all ]; then
   [ $rc -eq 0 ] || { status=1; tail -15 "$out/bench.log"; }
   # The per-row lines printed as rows complete are left out; the summary and table are last.
   sed -n '/^fp8w_bench on /,$p' "$out/bench.log" | tail -80
+fi
+if [ "$part" = moe ]; then
+  pids=()
+  TRITON_CACHE_DIR=$triton_cache/tc_f timeout "$limit" $T -vv -rfE -n "${WORKERS:-4}" "${K[@]}" \
+    "$t/test_moe_mma.py" "$t/test_moe.py" > "$out/moe_tests.log" 2>&1 &
+  pids+=($!)
+  for tool in memcheck racecheck; do
+    TRITON_CACHE_DIR=$triton_cache/tc_f$tool timeout "$limit" compute-sanitizer --tool $tool \
+      --report-api-errors no --error-exitcode 9 $T "$t/test_moe_mma.py" -k sanitizer \
+      > "$out/moe_$tool.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+  for f in moe_tests moe_memcheck moe_racecheck; do
+    echo "$f: $(grep -E 'passed|failed|no tests ran|deselected|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
+  done
+  grep -hE "FAILED|^ERROR" "$out/moe_tests.log" | head -20
+  ptx=(); [ "${PTX70:-0}" = 1 ] && ptx=(--ptx70)
+  TRITON_CACHE_DIR=$triton_cache/tc_f timeout "${BENCH_LIMIT:-200}" \
+    python3 plugins/fp8w/benchmarks/fp8w_moe_bench.py --out "$out" "${ptx[@]}" > "$out/moe_bench.log" 2>&1
+  rc=$?
+  echo "moe bench exit $rc"
+  [ $rc -eq 0 ] || { status=1; tail -15 "$out/moe_bench.log"; }
+  sed -n '/^fp8w_moe_bench on /,$p' "$out/moe_bench.log"
 fi
 exit $status

@@ -655,3 +655,29 @@ def test_gpu_small_for_sanitizer() -> None:
             out = run_mma(weights, x, w, ids, launch=launch)
             ref = reference(tensors, x, w, ids)
             assert_rel_close(out, ref, TOLERANCE, f"small {hidden} tile {launch.block_m}")
+
+
+# -- the benchmark's CPU-side parts (benchmarks/fp8w_moe_bench.py) ------------------------------
+
+
+def test_the_benchmark_prints_dispatchs_estimates_and_marks_wrong_paths() -> None:
+    import fp8w_moe_bench as bench
+
+    assert bench.LAYERS == LAYERS
+    for name in LAYERS:
+        estimate = bench.sm70_estimates(name, 2048)
+        assert estimate["v100_kernel"] == MOE_MMA
+        assert estimate["v100_ratio"] <= 0.2
+    row = {
+        "layer": "Qwen3-30B-A3B",
+        "m": 2048,
+        **bench.sm70_estimates("Qwen3-30B-A3B", 2048),
+        "triton_ms": 2.0,
+        "triton_err": 1e-3,
+        "mma_ms": 4.0,
+        "mma_err": 0.5,
+        "mma_ptx70_error": "CudaToolkitUnavailable: no compute_70",
+    }
+    text = bench.table([row], ("triton", "mma", "mma_ptx70"))
+    assert "| Qwen3-30B-A3B | 2048 | 2.000 | 4.000 WRONG | 0.50x | err | - |" in text
+    assert f"| {row['v100_mma_ms']:.3f} | {row['v100_fma_ms']:.3f} |" in text

@@ -468,7 +468,8 @@ def estimate_prefill(
     attending to the prompt before it (vLLM's chunked prefill at ``max_num_batched_tokens``),
     through the same parts as :func:`estimate_decode`: the linear layers at the chunk's tokens,
     attention at ``Workload(1, chunk, held)``, the Gated DeltaNet layers' chunked kernels, the
-    lm_head at the one token whose logits each chunk computes."""
+    lm_head at the one token whose logits each chunk computes. An MTP draft layer's pass over
+    the chunk is not counted (one layer of the model's dozens)."""
     if prompt < 1 or chunk < 1:
         raise ValueError(
             f"a prefill has a prompt and a chunk of at least one token: {prompt}, {chunk}"
@@ -779,9 +780,10 @@ def render_prefill(estimate: PrefillEstimate) -> list[str]:
     """The prefill estimate as text lines: the time to first token and its longest terms."""
     e = estimate
     chunks = f"{e.chunks} chunk{'s' if e.chunks > 1 else ''} of at most {e.chunk} tokens"
+    took = f"{e.seconds:.1f} s" if e.seconds >= 10 else f"{e.seconds * 1e3:.1f} ms"
     return [
         f"prefill (ESTIMATE for V100, tensor parallel {e.tp}): {e.prompt}-token prompt in "
-        f"{e.seconds * 1e3:.1f} ms (time to first token), {e.tokens_per_second:.0f} tokens/s "
+        f"{took} (time to first token), {e.tokens_per_second:.0f} tokens/s "
         f"({chunks}, --max-num-batched-tokens)",
         *_term_lines(e.terms, PREFILL_TOP_TERMS),
     ]

@@ -118,14 +118,20 @@ class _V100Properties:
 def as_v100() -> Iterator[None]:
     """While open, torch answers the device questions as a V100 does.
 
-    On a machine without a GPU (the Triton interpreter), it also says CUDA is available on
-    device 0, so the families' "is this an sm_70 device" checks see one, while Triton's CUDA
-    driver, which would believe torch and look for libcuda, stays inactive.
+    On a GPU, Triton's driver is made first: it keeps ``torch.cuda.get_device_capability``
+    when made (triton/backends/driver.py, ``GPUDriver.__init__``) and compiles for what that
+    answers, which must stay the real GPU (:func:`compile_target` checks it). On a machine
+    without a GPU (the Triton interpreter), torch also says CUDA is available on device 0, so
+    the families' "is this an sm_70 device" checks see one, while Triton's CUDA driver, which
+    would believe torch and look for libcuda, stays inactive.
     """
+    import triton
     from triton.backends.nvidia.driver import CudaDriver
 
     on_gpu = torch.cuda.is_available()
-    is_active = CudaDriver.is_active
+    if on_gpu:
+        triton.runtime.driver.active.get_current_target()
+    is_active = vars(CudaDriver)["is_active"]
     real_props = torch.cuda.get_device_properties
     patches: dict[str, Any] = {
         "get_device_capability": lambda device=None: V100_CAPABILITY,
@@ -151,7 +157,21 @@ def as_v100() -> Iterator[None]:
         for name, fn in saved.items():
             setattr(torch.cuda, name, fn)
         torch.accelerator.current_device_index = current_index  # type: ignore[assignment]
-        CudaDriver.is_active = is_active  # type: ignore[method-assign]
+        CudaDriver.is_active = is_active
+
+
+def compile_target(capability: tuple[int, int]) -> str:
+    """What Triton compiles for (``cuda:90`` on an H100/H200), or a RuntimeError if that is
+    not the GPU's own ``capability`` (read before :func:`as_v100`)."""
+    import triton
+
+    target = triton.runtime.driver.active.get_current_target()
+    if target.arch != 10 * capability[0] + capability[1]:
+        raise RuntimeError(
+            f"Triton compiles for {target.backend}:{target.arch}, not this GPU's "
+            f"{capability[0]}.{capability[1]}: its driver took the V100 answers"
+        )
+    return f"{target.backend}:{target.arch}"
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """Run vLLM's Gated DeltaNet (FLA) kernels, as each family ships them, with their sm_70
 configurations on a GPU, against a float64 reference of the recurrence, and time them.
 
-    python tests/gdn_sm70/fla_stage.py                      # here: stage the families' sources
-    python tests/gdn_sm70/gpu_fla.py --out $OUT/gdn         # on the GPU machine
-    TRITON_INTERPRET=1 python tests/gdn_sm70/gpu_fla.py --out /tmp/gdn --smoke   # without a GPU
+    python tests/gdn_sm70/fla_stage.py                  # here: stage the families' sources
+    python tests/gdn_sm70/gpu_fla.py --out $OUT/gdn     # on the GPU machine
+    TRITON_INTERPRET=1 python tests/gdn_sm70/gpu_fla.py --out /tmp/gdn --smoke   # no GPU
 
 Per family staged in ``tests/gdn_sm70/.staged`` (vLLM 0.19.1, 1Cat-vLLM, vLLM 0.33.0), loaded
 as on a V100 (``fla_standalone``: its SM70 schedules, each autotuner left with the one
@@ -89,7 +89,9 @@ def _load(family: str) -> tuple[fla_standalone.Family, fla_standalone.Forced]:
 def work(kind: str, family: str, shape_labels: list[str], smoke: bool, reps: int) -> dict:
     """Check (``kind`` "check") or time ("time") every case of ``family`` at the shapes."""
     device = _device()
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     loaded, forced = _load(family)
+    target = fla_standalone.compile_target(capability) if capability else "Triton interpreter"
     results = []
     with fla_standalone.as_v100():
         for shape in (s for s in shapes(smoke) if s.label in shape_labels):
@@ -110,32 +112,66 @@ def work(kind: str, family: str, shape_labels: list[str], smoke: bool, reps: int
     return {
         "family": family,
         "distribution": loaded.manifest["distribution"],
+        "compiled_for": target,
         "forced": forced.forced,
         "not_forced": forced.not_forced,
         "rows": results,
     }
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.CompletedProcess[bytes]:
+#: Seconds a worker may run: a check worker compiles its family's kernels for one shape, a
+#: timing worker loads them from Triton's cache (per shape); and the whole run's limit, so
+#: that a hung worker still leaves time for the report inside a 10-minute device call.
+TIMEOUTS = {"check": 240, "time": 45}
+BUDGET_S = 540
+
+
+def _scale(opts: argparse.Namespace) -> float:
+    """The time limits' factor: the interpreter (``--smoke``) runs a kernel far slower."""
+    return float(opts.timeout_scale or (4 if opts.smoke else 1))
+
+
+def _spawn(args: list[str], log: Path, timeout: float) -> int | str:
+    """Run this script with ``args``, output to ``log``: its exit status, or why none."""
     with log.open("wb") as out:
-        return subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-        )
+        try:
+            return subprocess.run(
+                [sys.executable, str(Path(__file__).resolve()), *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=False,
+                timeout=timeout,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return f"killed after {timeout:.0f} s"
 
 
-def _worker_result(kind: str, family: str, labels: list[str], opts: argparse.Namespace) -> dict:
+def _worker_result(
+    kind: str, family: str, labels: list[str], opts: argparse.Namespace, deadline: float
+) -> dict:
     parts = opts.out / "parts"
     tag = f"{kind}-{family}-{'_'.join(labels).replace(' ', '')}"
     result = parts / f"{tag}.json"
     args = [kind, "--family", family, "--out", str(result), "--reps", str(opts.reps)]
     args += ["--shape", *labels] + (["--smoke"] if opts.smoke else [])
-    run = _spawn(["--worker", *args], parts / f"{tag}.log")
-    if run.returncode != 0 or not result.is_file():
+    limit = TIMEOUTS[kind] * (len(labels) if kind == "time" else 1) * _scale(opts)
+    timeout = min(limit, deadline - time.monotonic())
+    status = (
+        _spawn(["--worker", *args], parts / f"{tag}.log", timeout)
+        if timeout > 5
+        else "not run: the run's time limit was reached"
+    )
+    if not (parts / f"{tag}.log").is_file():
+        (parts / f"{tag}.log").write_text(f"{status}\n")
+    if status != 0 or not result.is_file():
         tail = (parts / f"{tag}.log").read_text(errors="replace")[-2000:]
-        return {"family": family, "shapes": labels, "crashed": run.returncode, "log_tail": tail}
+        return {
+            "kind": kind,
+            "family": family,
+            "shapes": labels,
+            "crashed": status,
+            "log_tail": tail,
+        }
     return dict(json.loads(result.read_text()))
 
 
@@ -152,7 +188,8 @@ def merge(checks: list[dict], timings: list[dict], device: str) -> dict[str, Any
             continue
         fam = families.setdefault(
             part["family"],
-            {k: part[k] for k in ("distribution", "forced", "not_forced")} | {"rows": []},
+            {k: part[k] for k in ("distribution", "compiled_for", "forced", "not_forced")}
+            | {"rows": []},
         )
         fam["rows"] += part["rows"]
     for part in timings:
@@ -180,7 +217,9 @@ def merge(checks: list[dict], timings: list[dict], device: str) -> dict[str, Any
         "bounds": fla_cases.BOUNDS,
         "families": families,
         "crashed": crashed,
-        "passed": bool(rows) and not crashed and all(r.get("passed") for r in rows),
+        "passed": bool(rows)
+        and all(r.get("passed") for r in rows)
+        and not any(p["kind"] == "check" for p in crashed),
     }
 
 
@@ -212,16 +251,34 @@ def table(report: dict[str, Any]) -> str:
                 f"{'yes' if r.get('passed') else 'NO':4} {_ms(t.get('eager_ms')):>9} "
                 f"{_ms(t.get('graph_ms')):>9}" + (f"  {r['error']}" if "error" in r else "")
             )
+    failed_captures = {
+        f"{name} {r['op']}: {r['time']['graph_error']}"
+        for name, fam in report["families"].items()
+        for r in fam["rows"]
+        if "graph_error" in r.get("time", {})
+    }
+    lines += [f"CUDA graph capture failed: {x}" for x in sorted(failed_captures)]
     for name, fam in report["families"].items():
-        lines += ["", f"{name} ({fam['distribution']}): configurations forced (sm_70 gate's)"]
+        lines += [
+            "",
+            f"{name} ({fam['distribution']}), compiled for {fam['compiled_for']}: "
+            "configurations forced (the sm_70 gate's)",
+        ]
         lines += [f"  {c}" for c in fam["forced"].values()]
         launched = sorted({x for r in fam["rows"] for x in r.get("launches", [])})
         lines += ["  launched:"] + [f"    {x}" for x in launched]
         lines += [f"  not forced: {k} ({v})" for k, v in fam["not_forced"].items()]
     for part in report["crashed"]:
-        lines += ["", f"CRASHED: {part['family']} {part['shapes']} (exit {part['crashed']})"]
+        lines += [
+            "",
+            f"CRASHED: {part['kind']} worker of {part['family']} {part['shapes']} "
+            f"(exit {part['crashed']})",
+        ]
         lines += ["  " + x for x in part["log_tail"].splitlines()[-15:]]
-    lines += ["", "PASSED" if report["passed"] else "FAILED"]
+    verdict = "every check PASSED" if report["passed"] else "FAILED"
+    if report["passed"] and report["crashed"]:
+        verdict += ", but a timing worker died"
+    lines += ["", verdict]
     return "\n".join(lines) + "\n"
 
 
@@ -240,20 +297,27 @@ def run_all(opts: argparse.Namespace) -> int:
         torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (interpreter)"
     )
     (opts.out / "parts").mkdir(parents=True, exist_ok=True)
-    labels = [s.label for s in shapes(opts.smoke) if not opts.shape or s.label in opts.shape]
+    known = [s.label for s in shapes(opts.smoke)]
+    labels = [label for label in known if not opts.shape or label in opts.shape]
+    if not labels:
+        print(f"no shape {opts.shape}; known: {', '.join(known)}", file=sys.stderr)
+        return 2
     start = time.monotonic()
+    deadline = start + BUDGET_S * _scale(opts)
     tasks = [(f, [label]) for f in families for label in labels]
     with ThreadPoolExecutor(max_workers=opts.jobs or min(len(tasks), os.cpu_count() or 1)) as pool:
-        checks = list(pool.map(lambda t: _worker_result("check", t[0], t[1], opts), tasks))
+        checks = list(
+            pool.map(lambda t: _worker_result("check", t[0], t[1], opts, deadline), tasks)
+        )
     checked_s = time.monotonic() - start
-    timings = [_worker_result("time", f, labels, opts) for f in families]
+    timings = [_worker_result("time", f, labels, opts, deadline) for f in families]
     report = merge(checks, timings, device_name)
     report["seconds"] = {"checks": round(checked_s, 1), "total": round(time.monotonic() - start, 1)}
     (opts.out / "gdn_fla.json").write_text(json.dumps(report, indent=1) + "\n")
     text = table(report)
     (opts.out / "gdn_fla.txt").write_text(text)
     print(text + f"checks {checked_s:.0f} s, total {time.monotonic() - start:.0f} s")
-    return 0 if report["passed"] else 1
+    return 0 if report["passed"] and not report["crashed"] else 1
 
 
 def main(argv: list[str]) -> int:
@@ -265,9 +329,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--shape", nargs="+", help="shape labels (default: all)")
     parser.add_argument("--smoke", action="store_true", help="tiny shape, for TRITON_INTERPRET=1")
     parser.add_argument("--jobs", type=int, default=0, help="parallel check processes")
-    parser.add_argument("--reps", type=int, default=20, help="timed calls per case")
+    parser.add_argument("--reps", type=int, help="timed calls per case (20; --smoke: 1)")
+    parser.add_argument(
+        "--timeout-scale", type=float, help="times the workers' time limits (1; --smoke: 4)"
+    )
     parser.add_argument("--worker", choices=("check", "time"), help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
+    opts.reps = opts.reps or (1 if opts.smoke else 20)
     try:
         if opts.worker:
             result = work(opts.worker, opts.family[0], opts.shape, opts.smoke, opts.reps)

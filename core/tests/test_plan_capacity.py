@@ -227,9 +227,9 @@ def test_kv_per_token_is_the_plans_and_sliding_layers_hold_their_window(
 
 def test_linear_attention_state_per_sequence(capsys: pytest.CaptureFixture[str]) -> None:
     """48 Gated DeltaNet layers, each per rank: conv state (2 x 16 x 128 + 48 x 128) / tp x 3
-    and recurrent state 48 / tp x 128 x 128, fp16."""
+    in fp16 and recurrent state 48 / tp x 128 x 128 in the config's ``mamba_ssm_dtype``, fp32."""
     _, plan = plan_json(capsys, "qwen3.5-27b-w4a16", "-tp", "2", "--max-model-len", "4096")
-    per_layer = ((2 * 16 * 128 + 48 * 128) // 2 * 3 + 48 // 2 * 128 * 128) * 2
+    per_layer = (2 * 16 * 128 + 48 * 128) // 2 * 3 * 2 + 48 // 2 * 128 * 128 * 4
     assert plan["fit"]["per_rank_bytes"]["linear_state_per_sequence"] == 48 * per_layer
 
 

@@ -2,11 +2,14 @@
 
 A Gated DeltaNet layer (Qwen3-Next, Qwen3.5/3.6 ``linear_attention``) holds, per sequence and
 per rank, whatever the context length (vLLM's ``MambaStateShapeCalculator
-.gated_delta_net_state_shape``, state dtype = the model dtype when ``mamba_ssm_cache_dtype`` is
-``auto``):
+.gated_delta_net_state_shape``):
 
-* a convolution state of ``(2 k_heads k_dim + v_heads v_dim) / tp x (conv_kernel - 1)``;
-* a recurrent state of ``v_heads / tp x v_dim x k_dim``.
+* a convolution state of ``(2 k_heads k_dim + v_heads v_dim) / tp x (conv_kernel - 1)`` in the
+  model dtype;
+* a recurrent state of ``v_heads / tp x v_dim x k_dim`` in the config's ``mamba_ssm_dtype``
+  (float32 in the published Qwen3.5/3.6 configs: vLLM 0.19's
+  ``Qwen3_5ForConditionalGenerationConfig`` makes it the ``auto`` ``--mamba-ssm-cache-dtype``),
+  else the model dtype.
 
 vLLM pads each layer's state page to the attention page size of the same model (it enlarges the
 attention block size until one attention page holds at least one state page); that padding, a
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from volta_core.planner.linear_attention import GdnShape
 from volta_core.planner.model import ModelLayer
 
 
@@ -28,9 +32,6 @@ def state_bytes_per_sequence(text: Any, layer: ModelLayer, tp: int, dtype_bytes:
         return 0
     if layer.layer_type != "linear_attention":
         return None
-    nk, nv = int(text.linear_num_key_heads), int(text.linear_num_value_heads)
-    dk, dv = int(text.linear_key_head_dim), int(text.linear_value_head_dim)
-    kernel = int(getattr(text, "linear_conv_kernel_dim", 4))
-    conv = (2 * nk * dk + nv * dv) // tp * (kernel - 1)
-    recurrent = nv // tp * dv * dk
-    return (conv + recurrent) * dtype_bytes
+    shape = GdnShape.of(text, tp, dtype_bytes)
+    conv = shape.conv_dim * (shape.conv_width - 1) * shape.act_bytes
+    return conv + shape.value_heads * shape.head_v * shape.head_k * shape.state_bytes

@@ -32,6 +32,7 @@ import functools
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TypeAlias
 
 from volta_core import KernelPath, LayerKind, QuantLayer
 from volta_core.kernel_api import (
@@ -101,7 +102,7 @@ MOE_BLOCKS = "Triton grouped GEMM over routed blocks"
 MOE_MMA = "tensor cores over routed blocks (CUDA, mma.m8n8k4)"
 
 #: A fused-MoE launch: a Triton tile, or the V100's CUDA tensor-core GEMM (``MMA``).
-ExpertLaunch = MoELaunch | Launch
+ExpertLaunch: TypeAlias = MoELaunch | Launch
 
 #: The fused experts' kernels' import paths.
 MOE_GEMV_GATE_UP_KERNEL = "volta_fp8w.kernels.moe:moe_gemv_gate_up_kernel"
@@ -733,7 +734,7 @@ def linear_paths(n: int, k: int, capability: tuple[int, int]) -> list[KernelPath
 
 
 #: A fused-MoE layer as the plan prices it: ``(experts, top_k, (hidden, inter))``.
-ExpertLayer = tuple[int, int, tuple[int, int]]
+ExpertLayer: TypeAlias = tuple[int, int, tuple[int, int]]
 
 
 @functools.cache

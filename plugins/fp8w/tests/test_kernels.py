@@ -20,7 +20,7 @@ from volta_core.kernel_api import (
 )
 from volta_devkit.testing import assert_rel_close, poison_
 from volta_fp8w.dispatch import table_launch
-from volta_fp8w.launch import fitted, split_count
+from volta_fp8w.launch import fitted, split_count, splitk_constexprs
 from volta_fp8w.layout import Fp8Weights, block_weights, channel_weights
 from volta_fp8w.ops import dequantize, fp8_linear
 from volta_fp8w.tables import SM70, SM70_MMA, SM90, SPLITK, Launch
@@ -138,21 +138,67 @@ def test_dequantize_rounds_once_from_fp32(block: tuple[int, int] | None) -> None
     assert torch.equal(dequantize(w), w.dequantize().to(torch.float16))
 
 
-def test_every_code_is_exact_on_every_path() -> None:
-    """Every finite code times a power-of-two scale, read back through each path by one-hot
-    activations: each output is one product, exact in fp16, so it equals the code's value."""
+def code_weights(device: str = "cpu", stride: int = 256) -> tuple[Fp8Weights, torch.Tensor]:
+    """Every finite code in 16 rows of 256 inputs (NaN codes replaced by 0) times a
+    power-of-two scale, rows ``stride`` bytes apart (a stride not a multiple of 4 keeps the
+    codes bytes, :func:`volta_fp8w.ops.fp8_linear`'s words rule), and their exact values."""
     k = 256
     codes = (torch.arange(16)[:, None] * 7 + torch.arange(k)[None, :]) % 256
     codes[(codes & 0x7F) == 0x7F] = 0
     scale = torch.full((1, 2), 2.0**-3)
-    w = block_weights("codes", codes.to(torch.uint8), scale, 16, k, (16, 128))
-    want = codes.to(torch.uint8).view(torch.float8_e4m3fn).double() * 2.0**-3
+    w = block_weights("codes", codes.to(torch.uint8).to(device), scale.to(device), 16, k, (16, 128))
+    rows = torch.zeros(16, stride, dtype=torch.uint8, device=device)
+    rows[:, :k] = w.weight
+    return replace(w, weight=rows[:, :k]), codes.to(torch.uint8).view(
+        torch.float8_e4m3fn
+    ).double() * 2.0**-3
+
+
+def one_hot_rows(m: int, k: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``m`` one-hot activation rows and the input each reads: each output is then one
+    product, exact in fp16, so it equals the code's value."""
+    cols = torch.arange(m) * 37 % k
+    return torch.nn.functional.one_hot(cols, k).to(torch.float16).to(device), cols
+
+
+@pytest.mark.parametrize("stride", [256, 257], ids=["words", "bytes"])
+def test_every_code_is_exact_on_every_path(stride: int) -> None:
+    """Every finite code read back through each path, its codes as int32 words and as bytes."""
+    w, want = code_weights(stride=stride)
+    assert w.weight.stride(0) == stride
     for m in (1, 5, 20, 40):
-        cols = torch.arange(m) * 37 % k
-        x = torch.nn.functional.one_hot(cols, k).to(torch.float16)
+        x, cols = one_hot_rows(m, w.k)
         out = poison_(torch.empty(m, 16, dtype=torch.float16))
         fp8_linear(x, w, out=out)
         assert torch.equal(out.double(), want[:, cols].t()), m
+
+
+def test_dot_tile_variants_in_the_interpreter() -> None:
+    """The split-K dot tile's forms the table does not launch yet (one 128-input dot, the
+    weights as the dot's first operand), as the 16-token sweep runs them, against float64."""
+    import fp8w_m16_sweep as sweep
+
+    w = fresh_weights(137, 208, (128, 128), seed=12)
+    gen = torch.Generator().manual_seed(13)
+    for v in sweep.check_variants():
+        if v.launch.block_m == 1 or not v.words or v.dot_k == 32:
+            continue
+        for m in (5, 16):
+            x = torch.randn(m, w.k, generator=gen).to(torch.float16)
+            out = poison_(torch.empty(m, w.n, dtype=torch.float16))
+            sweep.launch_variant(x, w, v, out)
+            ref = x.double() @ w.dequantize().double().t()
+            assert_rel_close(out, ref, TOLERANCE, f"{v.name()} m={m}")
+
+
+def test_dot_options_refuse_what_the_kernel_cannot_take() -> None:
+    """A dot width the tiles do not take, and swapped operands on fewer than 16 rows (tl.dot's
+    least side): one ValueError each, before any launch."""
+    with pytest.raises(ValueError, match="a dot of 32, 64 or 128 inputs, got 48"):
+        splitk_constexprs(SM90.small, False, True, dot_k=48)
+    with pytest.raises(ValueError, match="tiles of 16 tokens or more"):
+        splitk_constexprs(SM70.small, False, True, swap_ab=True)
+    assert splitk_constexprs(replace(SM90.small, block_k=64), False, True, dot_k=128)["DOT_K"] == 64
 
 
 def test_zero_tokens() -> None:
@@ -313,19 +359,41 @@ def test_gpu_sm70_launches(block: tuple[int, int] | None) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_every_code_is_exact() -> None:
-    k = 256
-    codes = (torch.arange(16)[:, None] * 7 + torch.arange(k)[None, :]) % 256
-    codes[(codes & 0x7F) == 0x7F] = 0
-    scale = torch.full((1, 2), 2.0**-3)
-    w = block_weights("codes", codes.to(torch.uint8).cuda(), scale.cuda(), 16, k, (16, 128))
-    want = codes.to(torch.uint8).view(torch.float8_e4m3fn).double() * 2.0**-3
-    for launch in (SM70.gemv, SM70.small, SM70.gemm, SM70.dequant, SM90.gemm):
-        for m in (1, 8, 40):
-            cols = torch.arange(m) * 37 % k
-            x = torch.nn.functional.one_hot(cols, k).to(torch.float16).cuda()
+@pytest.mark.parametrize("stride", [256, 257], ids=["words", "bytes"])
+def test_gpu_every_code_is_exact(stride: int) -> None:
+    """Every finite code through each table's launches and each form of the 16-token sweep
+    (:func:`fp8w_m16_sweep.check_variants`), codes read as int32 words (the inline-PTX
+    decode) and as bytes."""
+    import fp8w_m16_sweep as sweep
+
+    w, want = code_weights("cuda", stride)
+    tables = (SM70.gemv, SM70.small, SM70.gemm, SM70.dequant, SM90.gemv, SM90.small, SM90.gemm)
+    for launch in tables:
+        for m in (1, 8, 16, 40):
+            x, cols = one_hot_rows(m, w.k, "cuda")
             out = fp8_linear(x, w, launch=launch)
             assert torch.equal(out.double().cpu(), want[:, cols].t()), (launch, m)
+    for v in sweep.check_variants():
+        v = replace(v, words=v.words and stride % 4 == 0)
+        for m in (1,) if v.launch.block_m == 1 else (3, 16, 40):
+            x, cols = one_hot_rows(m, w.k, "cuda")
+            out = poison_(torch.empty(m, w.n, dtype=torch.float16, device="cuda"))
+            sweep.launch_variant(x, w, v, out)
+            assert torch.equal(out.double().cpu(), want[:, cols].t()), (v.name(), m)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("k", [2880, 2883], ids=["words", "bytes"])
+def test_gpu_every_m_to_300(k: int) -> None:
+    """The device's table launch at every M from 1 to 300 (the dot tiles to 16 tokens, the
+    GEMM above) against float64, on codes read as words and, at an odd input count, bytes."""
+    w = fresh_weights(1531, k, (128, 128), seed=14, device="cuda")
+    gen = torch.Generator().manual_seed(15)
+    w64 = w.dequantize().double()
+    for m in range(1, 301):
+        x = torch.randn(m, k, generator=gen).to(torch.float16).cuda()
+        out = fp8_linear(x, w, out=poison_(torch.empty(m, w.n, dtype=torch.float16, device="cuda")))
+        assert_rel_close(out, x.double() @ w64.t(), TOLERANCE, f"k={k} m={m}")
 
 
 @pytest.mark.gpu

@@ -86,32 +86,59 @@ def aligned_args(launch: Launch) -> tuple[str, ...]:
     return ("SCALE_K", "K_PER_SPLIT")
 
 
+#: Inputs of one ``tl.dot`` of the multi-token split-K tile, unless a launch asks otherwise:
+#: SM70's FMA dot holds each operand's inputs for its outputs in registers, so a 128-input dot
+#: of 8 tokens by 32 rows spills at sm_70 and a 32-input one does not; the tile's scale is
+#: still multiplied once per ``block_k`` inputs.
+DOT_K = 32
+
+
 def splitk_constexprs(
-    launch: Launch, bias: bool, split: bool, words: bool | None = None
+    launch: Launch,
+    bias: bool,
+    split: bool,
+    words: bool = True,
+    *,
+    dot_k: int = DOT_K,
+    swap_ab: bool = False,
 ) -> dict[str, int | bool]:
     """The split-K kernel's ``tl.constexpr`` arguments: ``split``, more than one split (summed
-    atomically in the launch), ``bias``, a bias added, ``words``, the one-token tile reading its
-    codes as int32 words (default: every one-token tile, as on a CUDA device with the layer's
-    own contiguous codes; the launcher passes False under the Triton interpreter, which has no
-    inline PTX, and for codes not 4-byte aligned)."""
+    atomically in the launch), ``bias``, a bias added, ``words``, the tile reading its codes as
+    int32 words (default: as on a layer's own contiguous codes; the launcher passes False where
+    the codes' base, row stride or input count is not a multiple of 4); for more than one
+    token, ``dot_k`` inputs a ``tl.dot`` (at most the tile's) and ``swap_ab``, the weights as
+    the dot's first operand (tiles of 16 tokens or more).
+
+    :raises ValueError: a dot width other than 32, 64 or 128, or ``swap_ab`` on a tile of fewer
+        than 16 tokens."""
+    if dot_k not in TILE_KS:
+        raise ValueError(f"a dot of 32, 64 or 128 inputs, got {dot_k}")
+    if swap_ab and launch.block_m < 16:
+        raise ValueError(
+            f"the weights as the dot's first operand need tiles of 16 tokens or more (tl.dot's "
+            f"least side): {launch}"
+        )
     return {
         "BLOCK_M": launch.block_m,
         "BLOCK_N": launch.block_n,
         "BLOCK_K": launch.block_k,
         "HAS_BIAS": bias,
         "SPLIT": split,
-        "WORDS": launch.block_m == 1 if words is None else words and launch.block_m == 1,
+        "WORDS": words,
+        "DOT_K": min(dot_k, launch.block_k),
+        "SWAP_AB": swap_ab,
     }
 
 
-def gemm_constexprs(launch: Launch, bias: bool) -> dict[str, int | bool]:
-    """The tiled GEMM's ``tl.constexpr`` arguments."""
+def gemm_constexprs(launch: Launch, bias: bool, words: bool = True) -> dict[str, int | bool]:
+    """The tiled GEMM's ``tl.constexpr`` arguments (``words`` as :func:`splitk_constexprs`')."""
     return {
         "BLOCK_M": launch.block_m,
         "BLOCK_N": launch.block_n,
         "BLOCK_K": launch.block_k,
         "GROUP_M": launch.group_m,
         "HAS_BIAS": bias,
+        "WORDS": words,
     }
 
 

@@ -239,17 +239,18 @@ def fp8_linear(
     elif chosen.path == GEMM:
         kernels.fp8w_gemm_kernel[gemm_grid(m, w.n, tile)](
             x2, w.weight, w.scales, b, out2, m, *common, w.block_n, w.block_k,
-            **gemm_constexprs(tile, bias is not None),
+            **gemm_constexprs(tile, bias is not None, _word_aligned(w)),
             num_warps=tile.num_warps,
         )  # fmt: skip
     return out
 
 
 def _word_aligned(w: Fp8Weights) -> bool:
-    """Whether the one-token tile may read ``w``'s codes as int32 words: on CUDA (the
-    interpreter has no inline PTX), the base and the row stride 4-byte aligned."""
+    """Whether the tiles may read ``w``'s codes as int32 words: the base, the row stride and
+    the input count multiples of 4 bytes (the interpreter decodes the words' bytes one by one,
+    :data:`volta_fp8w.kernels.e4m3.INTERPRETED`)."""
     codes = w.weight
-    return not interpreting() and codes.data_ptr() % 4 == 0 and codes.stride(0) % 4 == 0
+    return codes.data_ptr() % 4 == 0 and codes.stride(0) % 4 == 0 and w.k % 4 == 0
 
 
 def _dequantize(w: Fp8Weights, launch: Launch) -> torch.Tensor:

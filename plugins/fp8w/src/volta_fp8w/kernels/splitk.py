@@ -11,12 +11,7 @@ import triton.language as tl
 
 from volta_core.kernel_api import accumulate_splits, store_out
 from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
-from volta_fp8w.kernels.e4m3 import e4m3_words_scaled_fp32
-
-#: Inputs of one ``tl.dot`` of the multi-token tile: SM70's FMA dot holds each operand's inputs
-#: for its outputs in registers, so a 128-input dot of 8 tokens by 32 rows spills at sm_70 and
-#: a 32-input one does not; the tile's scale is still multiplied once per ``BLOCK_K`` inputs.
-DOT_K = tl.constexpr(32)
+from volta_fp8w.kernels.e4m3 import e4m3_words_scaled_fp16, e4m3_words_scaled_fp32
 
 
 @triton.jit
@@ -45,6 +40,8 @@ def fp8w_splitk_kernel(
     HAS_BIAS: tl.constexpr,
     SPLIT: tl.constexpr,
     WORDS: tl.constexpr,
+    DOT_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,
 ):
     """``out[m, i] = sum_j x[m, j] * e4m3(w[i, j]) * scales[i // SCALE_N, j // SCALE_K]
     (+ b[i])`` for one ``[BLOCK_M, BLOCK_N]`` output tile, each program summing one split of
@@ -52,15 +49,20 @@ def fp8w_splitk_kernel(
 
     Each ``BLOCK_K`` step loads ``[BLOCK_N, BLOCK_K]`` codes along the input, decodes them to
     fp16 ``e4m3 * 2**-8`` and sums the tile's products in fp32: one token, products and a sum
-    over the input (FMA units); more, ``tl.dot`` of :data:`DOT_K` inputs at a time (tensor cores
+    over the input (FMA units); more, ``tl.dot`` of ``DOT_K`` inputs at a time (tensor cores
     from SM80; the FMA units on SM70, triton-lang/triton#5066). Then the tile's scale is
     multiplied once per (token, row): ``BLOCK_K`` divides ``SCALE_K``
     (:func:`volta_fp8w.launch.fitted`) and splits start on tiles, so a tile has one scale per
     row. ``2**8`` is multiplied back once per output, at the end.
 
-    ``WORDS`` (one token, weights 4-byte aligned, on CUDA): the codes are loaded four to an
-    int32 word and decoded in pairs (:func:`~volta_fp8w.kernels.e4m3.e4m3_words_scaled_fp32`),
-    each word's four products summed against four strided activation loads.
+    ``WORDS`` (codes, their row stride and the input count multiples of 4): the codes are
+    loaded four to an int32 word and decoded in pairs (:mod:`volta_fp8w.kernels.e4m3`): one
+    token, each word's four products summed against four strided activation loads
+    (:func:`_word_products`); more, the dot's weight operand decoded from words
+    (:func:`word_tile`). ``SWAP_AB`` (16 tokens a tile or more): the dot takes the weights as its
+    first operand, ``W x^T`` (``[BLOCK_N, BLOCK_M]``, transposed once at the end), so the
+    outputs fill the tensor cores' wide side and the tokens their narrow one (on SM90 a
+    ``BLOCK_N``-row warpgroup MMA, which needs 64 rows, where ``x W^T`` has ``BLOCK_M``).
 
     The grid is ``(row blocks, output blocks, splits)``. With ``SPLIT`` the splits add their
     partials atomically and the last to arrive writes the output (:func:`accumulate_splits`);
@@ -74,30 +76,46 @@ def fp8w_splitk_kernel(
     n_ok = rn < N
     k_begin = tl.program_id(2) * K_PER_SPLIT
     k_end = tl.minimum(k_begin + K_PER_SPLIT, K)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(k_begin, k_end, BLOCK_K):
         s = tile_scales(s_ptr, rn, n_ok, k0, stride_sn, stride_sk, SCALE_N, SCALE_K)
-        if WORDS:
-            part = _word_products(w_ptr, x_ptr + pid_m * stride_xm, rn, n_ok, k0, k_end,
-                                  stride_wn, BLOCK_K)  # fmt: skip
-            acc += (part * s)[None, :]
-        elif BLOCK_M == 1:
-            # The activations as one row, broadcast onto the codes' layout (a 2-D tile of them
-            # would carry its own layout, into which the whole weight tile would be converted).
-            kk = k0 + tl.arange(0, BLOCK_K)
-            k_ok = kk < k_end
-            w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn).to(tl.float32)
-            xv = tl.load(x_ptr + pid_m * stride_xm + kk, mask=k_ok, other=0.0).to(tl.float32)
-            part = tl.sum(w * xv[None, :], axis=1)
+        if BLOCK_M == 1:
+            if WORDS:
+                part = _word_products(w_ptr, x_ptr + pid_m * stride_xm, rn, n_ok, k0, k_end,
+                                      stride_wn, BLOCK_K)  # fmt: skip
+            else:
+                # The activations as one row, broadcast onto the codes' layout (a 2-D tile of
+                # them would carry its own layout, into which the whole weight tile would be
+                # converted).
+                kk = k0 + tl.arange(0, BLOCK_K)
+                k_ok = kk < k_end
+                w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn).to(tl.float32)
+                xv = tl.load(x_ptr + pid_m * stride_xm + kk, mask=k_ok, other=0.0).to(tl.float32)
+                part = tl.sum(w * xv[None, :], axis=1)
             acc += (part * s)[None, :]
         else:
-            part = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            part = tl.zeros(acc.shape, dtype=tl.float32)
             for sub in tl.static_range(0, BLOCK_K, DOT_K):
                 kk = k0 + sub + tl.arange(0, DOT_K)
                 k_ok = kk < k_end
-                w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn)
-                part += tl.dot(x_tile(x_ptr, rm, m_ok, kk, k_ok, stride_xm), tl.trans(w))
-            acc += part * s[None, :]
+                if WORDS:
+                    w = word_tile(w_ptr, rn, n_ok, k0 + sub, k_end, stride_wn, DOT_K)
+                else:
+                    w = weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn)
+                x = x_tile(x_ptr, rm, m_ok, kk, k_ok, stride_xm)
+                if SWAP_AB:
+                    part += tl.dot(w, tl.trans(x))
+                else:
+                    part += tl.dot(x, tl.trans(w))
+            if SWAP_AB:
+                acc += part * s[:, None]
+            else:
+                acc += part * s[None, :]
+    if SWAP_AB:
+        acc = tl.trans(acc)
     acc = acc * FOLD
     tile_ok = m_ok[:, None] & n_ok[None, :]
     if SPLIT:
@@ -111,17 +129,14 @@ def fp8w_splitk_kernel(
 @triton.jit
 def _word_products(w_ptr, x_row, rn, n_ok, k0, k_end, stride_wn, BLOCK_K: tl.constexpr):
     """``sum_j x[j] * e4m3(w[rn, j]) * 2**-8`` over the tile's inputs ``k0 .. k0 + BLOCK_K``
-    for one token, in fp32 ``[BLOCK_N]``: the codes read as int32 words (``stride_wn`` and the
-    base 4-byte aligned, the input a multiple of 4), word ``j`` holding inputs ``4j .. 4j + 3``.
-    """
+    before ``k_end`` for one token, in fp32 ``[BLOCK_N]``: the codes read as int32 words
+    (:func:`_word_ptrs`), each word's four products against four strided activation loads."""
     kw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
-    k_ok = kw * 4 < k_end
     words = tl.load(
-        w_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (stride_wn // 4) + kw[None, :],
-        mask=n_ok[:, None] & k_ok[None, :],
-        other=0,
+        _word_ptrs(w_ptr, rn, kw, stride_wn), mask=n_ok[:, None] & _words_in(kw, k_end), other=0
     )
     v0, v1, v2, v3 = e4m3_words_scaled_fp32(words)
+    k_ok = kw < k_end // 4
     xs = x_row + kw * 4
     x0 = tl.load(xs, mask=k_ok, other=0.0).to(tl.float32)
     x1 = tl.load(xs + 1, mask=k_ok, other=0.0).to(tl.float32)
@@ -129,3 +144,34 @@ def _word_products(w_ptr, x_row, rn, n_ok, k0, k_end, stride_wn, BLOCK_K: tl.con
     x3 = tl.load(xs + 3, mask=k_ok, other=0.0).to(tl.float32)
     products = v0 * x0[None, :] + v1 * x1[None, :] + v2 * x2[None, :] + v3 * x3[None, :]
     return tl.sum(products, axis=1)
+
+
+@triton.jit
+def word_tile(w_ptr, rn, n_ok, k0, k_end, stride_wn, BLOCK_K: tl.constexpr):
+    """Rows ``rn`` and inputs ``k0 .. k0 + BLOCK_K`` of the weights as fp16 ``e4m3 * 2**-8``
+    ``[BLOCK_N, BLOCK_K]`` in input order, read as int32 words (:func:`_word_ptrs`) and decoded
+    in pairs; 0 for masked rows and inputs from ``k_end`` on."""
+    kw = k0 // 4 + tl.arange(0, BLOCK_K // 4)
+    words = tl.load(
+        _word_ptrs(w_ptr, rn, kw, stride_wn), mask=n_ok[:, None] & _words_in(kw, k_end), other=0
+    )
+    v0, v1, v2, v3 = e4m3_words_scaled_fp16(words)
+    # tl.join stacks along a new last axis: [row, j, p, q] is input 4j + 2p + q.
+    quads = tl.join(tl.join(v0, v2), tl.join(v1, v3))
+    return tl.reshape(quads, (quads.shape[0], BLOCK_K))
+
+
+@triton.jit
+def _word_ptrs(w_ptr, rn, kw, stride_wn):
+    """Word ``kw`` (inputs ``4 kw .. 4 kw + 3``) of rows ``rn``: the codes' base, ``stride_wn``
+    and the layer's input count are multiples of 4 (the launcher's ``words`` rule), and so are
+    the tiles' and splits' first inputs."""
+    return w_ptr.to(tl.pointer_type(tl.int32)) + rn[:, None] * (stride_wn // 4) + kw[None, :]
+
+
+@triton.jit
+def _words_in(kw, k_end):
+    """The words before input ``k_end`` (a multiple of 4), ``[1, words]``. Compared as words,
+    not as inputs (``4 kw < k_end``), so Triton's alignment analysis sees a mask constant over
+    runs of 4 words and loads 16 bytes at a time (the inputs' form loads one word each)."""
+    return (kw < k_end // 4)[None, :]

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # fp8w's dot tiles (the 16-token target of issue 47) on the GPU machine in one call, from the
 # repository root:
-#   OUT=/some/dir [PARTS="tests bench sweep"] [WORKERS=4] [TEST_LIMIT=90] [BENCH_LIMIT=110] \
-#     [SWEEP_LIMIT=150] bash scripts/gpu_fp8w_m16.sh
+#   OUT=/some/dir [PARTS="tests bench sweep"] [WORKERS=4] [TEST_LIMIT=100] [BENCH_LIMIT=100] \
+#     [SWEEP_LIMIT=150] [VLLM_FP8_UTILS=path/fp8_utils.py] bash scripts/gpu_fp8w_m16.sh
 # tests: fp8w's kernel GPU tests (plugins/fp8w/tests/test_kernels.py -m gpu: every finite code
 # exact through every table launch and every form of the sweep, codes read as int32 words and
 # as bytes; every M from 1 to 300 against float64; the table's launches at every block).
 # bench: plugins/fp8w/benchmarks/fp8w_bench.py on 27648x5120, 5120x27648 and 5120x5120 at
 # M = 1, 16, 64 and 2048 (ours, fp16 cuBLAS on the dequantized weights, dequantize-then-cuBLAS,
-# torch._scaled_mm, the read floor and the 1 GiB copy's bandwidth).
+# torch._scaled_mm, the read floor and the 1 GiB copy's bandwidth; vLLM's Triton block-FP8 GEMM
+# too where VLLM_FP8_UTILS names its file, as in scripts/gpu_fp8w.sh).
 # sweep: plugins/fp8w/benchmarks/fp8w_m16_sweep.py at 16 tokens on the same layers (words or
 # bytes, dot width, operand order, tiles, warps, stages, split counts), stopping new variants
 # 30 s before SWEEP_LIMIT; its last lines name the launch to adopt.
@@ -29,15 +30,16 @@ python3 -c 'import sys, torch, triton; print(torch.__version__, triton.__version
 shapes="27648,5120;5120,27648;5120,5120"
 status=0
 if has tests; then
-  timeout "${TEST_LIMIT:-90}" python3 -m pytest -q -m gpu -p volta_devkit.testing \
+  timeout "${TEST_LIMIT:-100}" python3 -m pytest -q -m gpu -p volta_devkit.testing \
     -p no:cacheprovider -W ignore::DeprecationWarning --rootdir=plugins/fp8w -vv -rfE \
     -n "${WORKERS:-4}" plugins/fp8w/tests/test_kernels.py > "$out/gpu_tests.log" 2>&1 || status=1
   echo "gpu_tests: $(grep -E 'passed|failed|skipped|no tests ran' "$out/gpu_tests.log" | tail -1)"
   grep -hE "FAILED|^ERROR" "$out/gpu_tests.log" | head -20
 fi
 if has bench; then
-  timeout "${BENCH_LIMIT:-110}" python3 plugins/fp8w/benchmarks/fp8w_bench.py --out "$out" \
-    --shapes "$shapes" --ms 1,16,64,2048 > "$out/bench.log" 2>&1
+  vllm=(); [ -n "${VLLM_FP8_UTILS:-}" ] && vllm=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
+  timeout "${BENCH_LIMIT:-100}" python3 plugins/fp8w/benchmarks/fp8w_bench.py --out "$out" \
+    --shapes "$shapes" --ms 1,16,64,2048 "${vllm[@]}" > "$out/bench.log" 2>&1
   rc=$?
   echo "bench exit $rc"
   [ $rc -eq 0 ] || { status=1; tail -15 "$out/bench.log"; }

@@ -145,13 +145,13 @@ def code_weights(device: str = "cpu", stride: int = 256) -> tuple[Fp8Weights, to
     k = 256
     codes = (torch.arange(16)[:, None] * 7 + torch.arange(k)[None, :]) % 256
     codes[(codes & 0x7F) == 0x7F] = 0
-    scale = torch.full((1, 2), 2.0**-3)
-    w = block_weights("codes", codes.to(torch.uint8).to(device), scale.to(device), 16, k, (16, 128))
+    codes = codes.to(torch.uint8)
+    want = codes.view(torch.float8_e4m3fn).double() * 2.0**-3
+    scale = torch.full((1, 2), 2.0**-3, device=device)
+    w = block_weights("codes", codes.to(device), scale, 16, k, (16, 128))
     rows = torch.zeros(16, stride, dtype=torch.uint8, device=device)
     rows[:, :k] = w.weight
-    return replace(w, weight=rows[:, :k]), codes.to(torch.uint8).view(
-        torch.float8_e4m3fn
-    ).double() * 2.0**-3
+    return replace(w, weight=rows[:, :k]), want
 
 
 def one_hot_rows(m: int, k: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:

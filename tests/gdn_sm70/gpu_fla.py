@@ -267,7 +267,12 @@ def table(report: dict[str, Any]) -> str:
         lines += [f"  {c}" for c in fam["forced"].values()]
         launched = sorted({x for r in fam["rows"] for x in r.get("launches", [])})
         lines += ["  launched:"] + [f"    {x}" for x in launched]
-        lines += [f"  not forced: {k} ({v})" for k, v in fam["not_forced"].items()]
+        names = {x.split("[")[0] for x in launched}
+        lines += [
+            f"  launched, autotuned, not forced: {k} ({v})"
+            for k, v in fam["not_forced"].items()
+            if k in names
+        ]
     for part in report["crashed"]:
         lines += [
             "",

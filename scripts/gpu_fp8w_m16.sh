@@ -2,7 +2,7 @@
 # fp8w's dot tiles (the 16-token target of issue 47) on the GPU machine in one call, from the
 # repository root:
 #   OUT=/some/dir [PARTS="tests bench sweep"] [WORKERS=4] [TEST_LIMIT=100] [BENCH_LIMIT=100] \
-#     [SWEEP_LIMIT=150] [VLLM_FP8_UTILS=path/fp8_utils.py] bash scripts/gpu_fp8w_m16.sh
+#     [TOTAL_LIMIT=345 | SWEEP_LIMIT=s] [VLLM_FP8_UTILS=path/fp8_utils.py] bash scripts/gpu_fp8w_m16.sh
 # tests: fp8w's kernel GPU tests (plugins/fp8w/tests/test_kernels.py -m gpu: every finite code
 # exact through every table launch and every form of the sweep, codes read as int32 words and
 # as bytes; every M from 1 to 300 against float64; the table's launches at every block).
@@ -11,10 +11,11 @@
 # torch._scaled_mm, the read floor and the 1 GiB copy's bandwidth; vLLM's Triton block-FP8 GEMM
 # too where VLLM_FP8_UTILS names its file, as in scripts/gpu_fp8w.sh).
 # sweep: plugins/fp8w/benchmarks/fp8w_m16_sweep.py at 16 tokens on the same layers (words or
-# bytes, dot width, operand order, tiles, warps, stages, split counts), stopping new variants
-# 30 s before SWEEP_LIMIT; its last lines name the launch to adopt.
-# Each part alone on the GPU, in that order, each under its limit (the defaults add to under
-# 6 minutes); logs, JSON and markdown land under $OUT/fp8w_m16/. Exits 1 if a part failed.
+# bytes, dot width, operand order, tiles, warps, stages, split counts) for what is left of
+# TOTAL_LIMIT seconds since the script started (at least 60; SWEEP_LIMIT overrides), starting
+# no variant in its last 30 s; its last lines name the launch to adopt.
+# Each part alone on the GPU, in that order, each under its limit (the whole under 6 minutes
+# by default); logs, JSON and markdown land under $OUT/fp8w_m16/. Exits 1 if a part failed.
 set -uo pipefail
 # Triton's cache in this user's own cache folder (never a fixed /tmp path another user could
 # fill first); one for the three parts, which run one after another.
@@ -47,7 +48,9 @@ if has bench; then
   sed -n '/^fp8w_bench on /,$p' "$out/bench.log" | tail -40
 fi
 if has sweep; then
-  limit=${SWEEP_LIMIT:-150}
+  # What the call has left of TOTAL_LIMIT seconds (at least 60), unless SWEEP_LIMIT is set.
+  left=$(( ${TOTAL_LIMIT:-345} - SECONDS )); [ $left -ge 60 ] || left=60
+  limit=${SWEEP_LIMIT:-$left}
   timeout "$limit" python3 plugins/fp8w/benchmarks/fp8w_m16_sweep.py --out "$out" \
     --shapes "$shapes" --budget-s $((limit - 30)) > "$out/sweep.log" 2>&1
   rc=$?

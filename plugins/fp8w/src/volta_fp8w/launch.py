@@ -86,31 +86,25 @@ def aligned_args(launch: Launch) -> tuple[str, ...]:
     return ("SCALE_K", "K_PER_SPLIT")
 
 
-#: Inputs of one ``tl.dot`` of the multi-token split-K tile, unless a launch asks otherwise:
-#: SM70's FMA dot holds each operand's inputs for its outputs in registers, so a 128-input dot
-#: of 8 tokens by 32 rows spills at sm_70 and a 32-input one does not; the tile's scale is
-#: still multiplied once per ``block_k`` inputs.
-DOT_K = 32
-
-
 def splitk_constexprs(
     launch: Launch,
     bias: bool,
     split: bool,
     words: bool = True,
     *,
-    dot_k: int = DOT_K,
+    dot_k: int | None = None,
     swap_ab: bool = False,
 ) -> dict[str, int | bool]:
     """The split-K kernel's ``tl.constexpr`` arguments: ``split``, more than one split (summed
     atomically in the launch), ``bias``, a bias added, ``words``, the tile reading its codes as
     int32 words (default: as on a layer's own contiguous codes; the launcher passes False where
     the codes' base, row stride or input count is not a multiple of 4); for more than one
-    token, ``dot_k`` inputs a ``tl.dot`` (at most the tile's) and ``swap_ab``, the weights as
-    the dot's first operand (tiles of 16 tokens or more).
+    token, ``dot_k`` inputs a ``tl.dot`` (at most the tile's; default: the launch's own) and
+    ``swap_ab``, the weights as the dot's first operand (tiles of 16 tokens or more).
 
     :raises ValueError: a dot width other than 32, 64 or 128, or ``swap_ab`` on a tile of fewer
         than 16 tokens."""
+    dot_k = launch.dot_k if dot_k is None else dot_k
     if dot_k not in TILE_KS:
         raise ValueError(f"a dot of 32, 64 or 128 inputs, got {dot_k}")
     if swap_ab and launch.block_m < 16:

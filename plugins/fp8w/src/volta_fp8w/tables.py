@@ -52,6 +52,10 @@ class Launch:
     and ``split_cost`` a block's fixed cost in k-tiles (its start, and its atomic sums after
     the last tile), by which :func:`volta_fp8w.cuda.launch_args.mma_splits` balances the
     split count. None on every other path.
+
+    ``dot_k``: the inputs one ``tl.dot`` of the multi-token split-K tile takes (at most
+    ``block_k``; 32 by default: SM70's FMA dot holds each operand's inputs for its outputs in
+    registers, and a 128-input dot of 8 tokens by 32 rows spills at sm_70); other paths ignore it.
     """
 
     path: str
@@ -62,12 +66,13 @@ class Launch:
     programs_per_sm: int = 4
     group_m: int = 8
     split_cost: float | None = None
+    dot_k: int = 32
 
     def __post_init__(self) -> None:
         if self.path not in (SPLITK, GEMM, DEQUANT_MATMUL, MMA):
             raise ValueError(f"unknown launch path {self.path!r}")
-        if self.block_k not in (32, 64, 128):
-            raise ValueError(f"an input tile of 32, 64 or 128 elements: {self}")
+        if self.block_k not in (32, 64, 128) or self.dot_k not in (32, 64, 128):
+            raise ValueError(f"input tiles and dots of 32, 64 or 128 elements: {self}")
         if self.path == MMA and self.block_m % MMA_ROWS:
             raise ValueError(f"a tensor-core launch has rows a multiple of {MMA_ROWS}: {self}")
         if self.split_cost is not None and (self.path != MMA or self.split_cost < 0):
@@ -180,7 +185,11 @@ SM70 = Table(
 #: (docs/perf/fp8w/PERFORMANCE_HISTORY.md#gemv_words).
 SM90 = Table(
     gemv=Launch(SPLITK, block_m=1, block_n=64, block_k=128, num_warps=2, programs_per_sm=8),
-    small=Launch(SPLITK, block_m=16, block_n=128, block_k=128, num_warps=4, programs_per_sm=4),
+    # One 128-input dot a tile: the fastest of the 16-token sweep on every layer shape
+    # (docs/perf/fp8w/h200_2026-12-02_m16: 1.12-1.55x fp16 cuBLAS; 32-input dots 0.94-1.20x).
+    small=Launch(
+        SPLITK, block_m=16, block_n=128, block_k=128, num_warps=4, programs_per_sm=4, dot_k=128
+    ),
     gemm=Launch(GEMM, block_m=32, block_n=128, block_k=128, num_warps=4),
     dequant_from=512,
     dequant=Launch(DEQUANT_MATMUL, block_n=64, block_k=128),

@@ -8,7 +8,9 @@ lengths in one call); the decodes are ``fused_recurrent_gated_delta_rule`` and t
 default decode ``fused_sigmoid_gating_delta_rule_update`` (gating fused in), one token per
 sequence, updating the state cache in place at the sequences' slots
 (``ssm_state_indices``, scattered in a cache larger than the batch, as continuous batching
-hands them over).
+hands them over; never slot 0, which vLLM 0.33 reserves as its null block and whose ops skip
+it), the larger batch with one more row padded as a CUDA-graph batch is (slot -1, skipped by
+every family's ops).
 
 The gates are drawn as the layer computes them (``g = -exp(A_log) * softplus(a + dt_bias)``,
 ``beta = sigmoid(b)``, ``a, b`` standard normal) with ``A = exp(A_log)`` uniform in [0.05, 16]
@@ -43,6 +45,9 @@ from fla_standalone import Family, recording_launches
 #: (RMS bound, max bound) per op kind; see the module docstring.
 BOUNDS = {"prefill": (5e-3, 5e-2), "decode": (2e-3, 1e-2)}
 
+#: The slot vLLM gives a batch's padding rows (``PAD_SLOT_ID``).
+PAD_SLOT = -1
+
 PREFILL_OP = "chunk_gated_delta_rule"
 DECODE_OPS = ("fused_recurrent_gated_delta_rule", "fused_sigmoid_gating_delta_rule_update")
 
@@ -60,13 +65,15 @@ class Shape:
 
 @dataclass(frozen=True)
 class Case:
-    """One op call: ``lengths`` of the sequences (prefill) or the decode ``batch``."""
+    """One op call: ``lengths`` of the sequences (prefill), or the decode ``batch`` and
+    whether a padding row follows it."""
 
     op: str
     label: str
     lengths: tuple[int, ...] = ()
     initial_state: bool = True
     batch: int = 0
+    padded: bool = False
 
     @property
     def kind(self) -> str:
@@ -92,7 +99,10 @@ def cases(smoke: bool) -> list[Case]:
         for lengths, h0 in prefill
     ]
     for op in DECODE_OPS:
-        out += [Case(op, f"batch {n}", batch=n) for n in batches]
+        out += [
+            Case(op, f"batch {n}{' + pad' if n > 1 else ''}", batch=n, padded=n > 1)
+            for n in batches
+        ]
     return out
 
 
@@ -119,7 +129,7 @@ def _gates(gen: torch.Generator, tokens: int, hv: int) -> dict[str, torch.Tensor
 def make_inputs(shape: Shape, case: Case, device: torch.device) -> dict[str, torch.Tensor]:
     """The call's tensors on ``device``; decodes also get ``cache`` and ``slots``."""
     gen = _generator(shape, case)
-    tokens = sum(case.lengths) if case.kind == "prefill" else case.batch
+    tokens = sum(case.lengths) if case.kind == "prefill" else case.batch + case.padded
     h, hv, dk, dv = shape.key_heads, shape.value_heads, shape.head_k, shape.head_v
     t: dict[str, torch.Tensor] = {
         "q": torch.randn(1, tokens, h, dk, generator=gen).half(),
@@ -135,10 +145,10 @@ def make_inputs(shape: Shape, case: Case, device: torch.device) -> dict[str, tor
         if case.initial_state:
             t["h0"] = torch.randn(len(case.lengths), hv, dv, dk, generator=gen)
     else:
-        slots = 2 * case.batch + 1
-        t["cu_seqlens"] = torch.arange(case.batch + 1)
-        t["slots"] = torch.randperm(slots, generator=gen)[: case.batch]
-        t["cache"] = torch.randn(slots, hv, dv, dk, generator=gen)
+        slots = 1 + torch.randperm(2 * case.batch + 1, generator=gen)[: case.batch]
+        t["slots"] = torch.cat([slots, torch.tensor([PAD_SLOT] * case.padded, dtype=torch.long)])
+        t["cu_seqlens"] = torch.arange(len(t["slots"]) + 1)
+        t["cache"] = torch.randn(2 * case.batch + 2, hv, dv, dk, generator=gen)
     for name in ("cu_seqlens", "slots"):
         if name in t:
             t[name] = t[name].to(torch.int32)
@@ -203,16 +213,18 @@ def check(family: Family, shape: Shape, case: Case, device: torch.device) -> dic
         got_state, untouched_ok = state, True
     else:
         assert cache_before is not None
-        slots = t["slots"].long()
+        live = t["slots"] != PAD_SLOT  # one token per row; the padding row's output is void
+        slots = t["slots"][live].long()
         if case.op == DECODE_OPS[0]:
             g, beta = t["g"][0], t["beta"][0]
         else:  # the op gates a, b itself: the reference does too, in float64
             g, beta = ref.sigmoid_gating(t["A_log"], t["a"], t["b"], t["dt_bias"])
         inputs = ref.Inputs(
-            t["q"][0], t["k"][0], t["v"][0], g, beta, cache_before[slots],
-            t["cu_seqlens"].tolist(),
+            t["q"][0][live], t["k"][0][live], t["v"][0][live], g[live], beta[live],
+            cache_before[slots], list(range(len(slots) + 1)),
         )  # fmt: skip
         o_ref, state_ref = ref.recurrent(inputs)
+        o = o[:, live]
         got_state = t["cache"][slots]
         others = torch.ones(len(cache_before), dtype=torch.bool, device=device)
         others[slots] = False

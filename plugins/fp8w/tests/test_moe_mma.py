@@ -8,7 +8,7 @@ Triton routed blocks their fallback; never off a V100), the issue's SM70 targets
 tokens, the plan's stages and prices, every shipped build through the sm_70 gate (exact HMMA
 and FFMA counts, no spills, shared memory, registers for the blocks an SM is meant to hold) and
 its compute_70 PTX, the loading seam and the refusals before any launch. The ``gpu`` tests run
-both layers' full shapes at 17-2048 tokens (odd counts among them), block, channel and tensor
+both layers' full shapes at 17-4096 tokens (odd counts among them), block, channel and tensor
 scales, odd sizes, uneven routing, an expert map with another rank's experts, the router weight
 on the input, poisoned buffers and CUDA-graph replays, against float64 on the dequantized
 experts: the device's own cubin, and the compute_70 PTX JIT-compiled by the driver (``ptx70``,
@@ -528,11 +528,11 @@ def layers() -> dict[str, tuple[ExpertWeights, dict[str, Any]]]:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_gpu_layer_shapes(layers, name: str) -> None:
-    """The full layers at 17-2048 tokens (odd counts among them) on the tile dispatch gives
+    """The full layers at 17-4096 tokens (odd counts among them) on the tile dispatch gives
     each on a V100, and every tile at 300 tokens."""
     experts, top_k, hidden, _ = LAYERS[name]
     weights, tensors = layers[name]
-    for m in (17, 64, 300, 333, 2048):
+    for m in (17, 64, 300, 333, 2048, 4096):
         x = torch.randn(m, hidden, device="cuda").half()
         w, ids = routing(m, experts, top_k, seed=m)
         out = run_mma(weights, x, w, ids)

@@ -10,8 +10,6 @@ takes another path.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from ct_wna16_checkpoints import fresh_checkpoint
@@ -20,16 +18,15 @@ from volta_ct_wna16.experts import ExpertWeights, experts_forward
 from volta_ct_wna16.layout import PackedWeights
 from volta_ct_wna16.ops import wna16_linear
 from volta_ct_wna16.scheme import WeightScheme
-from volta_devkit.host_reads import HostReadError, no_host_reads
+from volta_devkit.host_reads import (
+    ALLOCATIONS,
+    HostReadError,
+    NoLaunch,
+    no_host_reads,
+    torch_calls,
+)
 
 SCHEME = WeightScheme(4, False, 32)
-
-
-class _NoLaunch:
-    """A Triton kernel whose launch does nothing (``kernel[grid](*args, **constexprs)``)."""
-
-    def __getitem__(self, grid: Any) -> Any:
-        return lambda *args, **kwargs: None
 
 
 @pytest.fixture
@@ -39,7 +36,7 @@ def kernels_stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     for name in dir(volta_ct_wna16.kernels):
         if name.endswith("_kernel"):
-            monkeypatch.setattr(volta_ct_wna16.kernels, name, _NoLaunch())
+            monkeypatch.setattr(volta_ct_wna16.kernels, name, NoLaunch())
 
 
 @pytest.mark.usefixtures("kernels_stubbed")
@@ -49,6 +46,38 @@ def test_a_linear_call_reads_nothing_back(m: int) -> None:
     x = torch.randn(m, 384).half()
     with no_host_reads():
         wna16_linear(x, pw, torch.randn(256).half())
+
+
+#: The most Python-level torch calls (:func:`volta_devkit.host_reads.torch_calls`) a linear
+#: call makes once its layer has planned the token count, by token count (the 1-token GEMV,
+#: the split-K dot tile, the tiled GEMM), and the allocations among them: the output, and the
+#: split partials where the launch sums them through a workspace.
+LINEAR_CALLS = {1: 15, 16: 15, 32: 13}
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+@pytest.mark.parametrize("m", list(LINEAR_CALLS))
+def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
+    """Counted, not timed (issue 49 item 4): the layer's checks, launch choice, grid and
+    compile-time arguments are made at its first call of a token count, not again; the layer's
+    ``apply`` is the operator alone."""
+    from volta_ct_wna16.linear import apply_packed, install_packed
+
+    pw = fresh_checkpoint(256, 384, SCHEME, seed=m).packed("count")
+    x = torch.randn(m, 384).half()
+    bias = torch.randn(256).half()
+    wna16_linear(x, pw, bias)
+    with torch_calls() as calls:
+        wna16_linear(x, pw, bias)
+    allocations = [c for c in calls if c in ALLOCATIONS]
+    assert allocations in (["new_empty"], ["new_empty", "new_empty"])
+    assert len(calls) <= LINEAR_CALLS[m]
+    layer = torch.nn.Module()
+    install_packed(layer, pw)
+    apply_packed(layer, x, bias)
+    with torch_calls() as calls:
+        apply_packed(layer, x, bias)
+    assert calls == ["linear.default"]
 
 
 def _experts(hidden: int, inter: int, experts: int) -> ExpertWeights:

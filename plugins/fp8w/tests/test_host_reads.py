@@ -10,21 +10,18 @@ takes another path.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from test_kernels import fresh_weights
 from test_moe import SCHEMES, make_case
 
-from volta_devkit.host_reads import HostReadError, no_host_reads
-
-
-class _NoLaunch:
-    """A Triton kernel whose launch does nothing (``kernel[grid](*args, **constexprs)``)."""
-
-    def __getitem__(self, grid: Any) -> Any:
-        return lambda *args, **kwargs: None
+from volta_devkit.host_reads import (
+    ALLOCATIONS,
+    HostReadError,
+    NoLaunch,
+    no_host_reads,
+    torch_calls,
+)
 
 
 @pytest.fixture
@@ -34,10 +31,10 @@ def kernels_stubbed(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     for name in ("fp8w_splitk_kernel", "fp8w_gemm_kernel", "fp8w_dequant_kernel"):
-        monkeypatch.setattr(volta_fp8w.kernels, name, _NoLaunch())
+        monkeypatch.setattr(volta_fp8w.kernels, name, NoLaunch())
     for name in dir(volta_fp8w.kernels.moe):
         if name.endswith("_kernel"):
-            monkeypatch.setattr(volta_fp8w.kernels.moe, name, _NoLaunch())
+            monkeypatch.setattr(volta_fp8w.kernels.moe, name, NoLaunch())
 
 
 @pytest.mark.usefixtures("kernels_stubbed")
@@ -50,6 +47,42 @@ def test_a_linear_call_reads_nothing_back(m: int) -> None:
     bias = torch.randn(256).half()
     with no_host_reads():
         fp8_linear(x, w, bias)
+
+
+#: The most Python-level torch calls (:func:`volta_devkit.host_reads.torch_calls`) a linear
+#: call makes once its layer has planned the token count, by token count (the 1-token GEMV,
+#: the split-K tile, the tiled GEMM); the one allocation among them is the output.
+LINEAR_CALLS = {1: 22, 8: 22, 16: 18}
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+@pytest.mark.parametrize("m", list(LINEAR_CALLS))
+def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
+    """Counted, not timed (issue 49 item 4): the layer's checks, launch choice, tile, grid and
+    compile-time arguments are made at its first call of a token count, not again; the
+    layer's ``apply`` is the operator alone."""
+    from volta_fp8w import ops
+    from volta_fp8w.linear import Fp8LinearMethod
+    from volta_fp8w.scheme import FP8, Fp8Scheme
+
+    w = fresh_weights(256, 384, (128, 128), seed=m)
+    x = torch.randn(m, 384).half()
+    bias = torch.randn(256).half()
+    ops.fp8_linear(x, w, bias)
+    with torch_calls() as calls:
+        ops.fp8_linear(x, w, bias)
+    assert [c for c in calls if c in ALLOCATIONS] == ["new_empty"]
+    assert len(calls) <= LINEAR_CALLS[m]
+    layer = torch.nn.Module()
+    layer.register_parameter("weight", torch.nn.Parameter(w.weight, requires_grad=False))
+    layer.register_parameter("weight_scale_inv", torch.nn.Parameter(w.scales, requires_grad=False))
+    layer.fp8w_shape = (256, 384, (256,))
+    method = Fp8LinearMethod(Fp8Scheme("block", (128, 128), FP8), "count")
+    method.process_weights_after_loading(layer)
+    method.apply(layer, x, bias)
+    with torch_calls() as calls:
+        method.apply(layer, x, bias)
+    assert calls == ["linear.default"]
 
 
 @pytest.mark.usefixtures("kernels_stubbed")

@@ -12,4 +12,4 @@ process: plugins list this distribution in their ``test`` and ``bench`` extras. 
 imports triton or torch at import time; the functions that need them import them.
 """
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"

@@ -10,7 +10,9 @@ the host (vLLM's CPU copies of a step's lengths, say) and of tensors computed fr
 
 It is a :class:`torch.overrides.TorchFunctionMode`, so it sees the Python-level torch calls
 (every tensor method and ``torch.*`` function), not what a compiled kernel does: run it with
-the kernels replaced by launchers that do nothing, over the host code of one step.
+the kernels replaced by launchers that do nothing (:class:`NoLaunch`), over the host code of
+one step. :func:`torch_calls` records those calls by name, so a test can count the host work
+of a call (its allocations, its tensor operations) without a clock.
 
 torch is imported when :func:`no_host_reads` is called, never at import time.
 """
@@ -49,9 +51,79 @@ READS = frozenset(
     }
 )
 
+#: Torch calls that allocate a tensor, by the name :func:`torch_calls` records.
+ALLOCATIONS = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "new_ones",
+        "full",
+        "full_like",
+        "new_full",
+        "tensor",
+        "as_tensor",
+        "clone",
+        "arange",
+    }
+)
+
 
 class HostReadError(AssertionError):
     """A tensor's values were read on the host inside :func:`no_host_reads`."""
+
+
+class NoLaunch:
+    """A Triton kernel whose launch does nothing (``kernel[grid](*args, **constexprs)``): set
+    in a kernel's place, the host's work around it runs alone (the Triton interpreter would
+    read the tensors itself)."""
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return _no_launch
+
+
+def _no_launch(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@contextmanager
+def torch_calls() -> Iterator[list[str]]:
+    """The names of the Python-level torch calls inside the block, in order: a tensor method
+    or ``torch.*`` function by its name (``new_empty``, ``stride``), a tensor attribute read
+    by the attribute's (``shape``, ``dtype``), an operator by its own (``ns::op``). A call the
+    mode sees is counted once, not the calls it makes."""
+    from torch.overrides import TorchFunctionMode
+
+    names: list[str] = []
+
+    def record(
+        mode: Any,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        names.append(_name(func))
+        return func(*args, **(kwargs or {}))
+
+    mode = type("TorchCallRecorder", (TorchFunctionMode,), {"__torch_function__": record})
+    with mode():
+        yield names
+
+
+def _name(func: Callable[..., Any]) -> str:
+    """A torch call's name: an attribute read (a descriptor's ``__get__``) by the attribute."""
+    name = getattr(func, "__name__", "")
+    if name == "__get__":
+        return str(getattr(getattr(func, "__self__", None), "__name__", name))
+    return name or str(func)
 
 
 @contextmanager

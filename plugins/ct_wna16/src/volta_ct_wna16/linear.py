@@ -220,6 +220,13 @@ def install_packed(
     else:
         layer.ct_perm = None
     layer.ct_wna16_meta = (pw.k, pw.bits, pw.group)
+    # The operator's arguments and the permutation, in one plain attribute: a module's
+    # parameters and buffers are found by ``nn.Module.__getattr__``, a slow path per name.
+    layer.ct_wna16_operands = (
+        layer.ct_perm,
+        (layer.ct_qweight, layer.ct_scales, layer.ct_zeros, layer.ct_zeros8),
+        layer.ct_wna16_meta,
+    )
     ops.warm_up(pw)
 
 
@@ -227,20 +234,10 @@ def apply_packed(
     layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``x @ W.T + bias`` on the weights :func:`install_packed` registered."""
-    k, bits, group = layer.ct_wna16_meta
-    if layer.ct_perm is not None:
-        x = x.index_select(-1, layer.ct_perm)
-    return ops.linear_op(
-        x,
-        layer.ct_qweight,
-        layer.ct_scales,
-        layer.ct_zeros,
-        layer.ct_zeros8,
-        bias,
-        k,
-        bits,
-        group,
-    )
+    perm, (qweight, scales, zeros, zeros8), (k, bits, group) = layer.ct_wna16_operands
+    if perm is not None:
+        x = x.index_select(-1, perm)
+    return ops.linear_op(x, qweight, scales, zeros, zeros8, bias, k, bits, group)
 
 
 def check_linear_layer(

@@ -10,6 +10,8 @@ that runs on a V100.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from volta_core.kernel_api import (
@@ -165,41 +167,147 @@ def wna16_linear(
 
     ``launch`` overrides the device's choice (the benchmark's sweep uses it; a tensor-core
     launch runs the CUDA GEMM on any CUDA device); ``out``, a contiguous ``[M, N]`` tensor,
-    receives the result (tests poison it first).
+    receives the result (tests poison it first). The weights are checked, and each token
+    count's launch worked out, once per layer (:class:`LinearPlan`, kept on ``pw.qweight``).
     """
-    from volta_ct_wna16 import kernels
+    plan = plan_for(pw) if launch is None else LinearPlan(pw)
+    _check_device(x)
+    return plan.run(x, bias, out, launch)
 
-    _check(x, pw, bias)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, pw.k)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    m = x2.shape[0]
-    if out is None:
-        out = torch.empty((m, pw.n), dtype=x.dtype, device=x.device)
-    elif out.shape != (m, pw.n) or out.dtype != x.dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {pw.n})")
-    if m == 0:
-        return out.reshape(*lead, pw.n)
-    if launch is None:
-        launch = select_launch(m, pw, x.device)
-    if launch.path == MMA:
-        from volta_ct_wna16.cuda.mma import mma_linear
 
-        mma_linear(x2, pw, bias, launch, out)
-        return out.reshape(*lead, pw.n)
-    sm_count = device_facts(x.device).sm_count
-    # Placeholders of the right pointer types for arguments a variant never reads.
-    zeros = pw.zero_points_for(launch.byte_zeros)
-    if zeros is None:
-        zeros = _empty(x.dtype, x.device)
-    b = bias if bias is not None else out  # never read without HAS_BIAS
-    if slot_dots(launch, pw.bits):
-        x2 = _pair_aligned(x2)
-    if launch.path == SPLITK:
+def _check_weights(pw: PackedWeights) -> None:
+    """What the kernels need of a layer's weights alone (checked once per layer)."""
+    if pw.scales.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"ct_wna16 kernels take float16 scales, got {pw.scales.dtype}")
+    if pw.zeros8 is not None and (
+        pw.zeros is None or pw.zeros8.dtype != torch.uint8 or pw.zeros8.shape != pw.zeros.shape
+    ):
+        zeros = "none" if pw.zeros is None else f"{tuple(pw.zeros.shape)}"
+        raise ValueError(
+            f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
+            f"{tuple(pw.zeros8.shape)}"
+        )
+
+
+def _check_call(x: torch.Tensor, pw: PackedWeights) -> None:
+    """What varies per call: the activations."""
+    if x.dtype not in KERNEL_DTYPES:
+        raise TypeError(f"ct_wna16 kernels take float16 activations, got {x.dtype}")
+    if x.shape[-1] != pw.k:
+        raise ValueError(f"input has {x.shape[-1]} features; the layer takes {pw.k}")
+    if pw.scales.dtype != x.dtype:
+        raise TypeError(f"scales are {pw.scales.dtype}; activations are {x.dtype}")
+
+
+def _check_bias(bias: torch.Tensor | None, pw: PackedWeights, dtype: torch.dtype) -> None:
+    if bias is not None and (bias.shape != (pw.n,) or bias.dtype != dtype):
+        raise ValueError(
+            f"bias must be {dtype} of shape ({pw.n},), got {bias.dtype} {tuple(bias.shape)}"
+        )
+
+
+def _check_device(x: torch.Tensor) -> None:
+    if not x.is_cuda and not interpreting():
+        raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
+
+
+def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
+    _check_call(x, pw)
+    _check_bias(bias, pw, x.dtype)
+    _check_weights(pw)
+    _check_device(x)
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One launch on one layer for ``m`` tokens, as far as it depends on them and the layer
+    alone: worked out once per token count (:meth:`LinearPlan.call`), launched per call."""
+
+    launch: Launch
+    #: The Triton kernel's name in :mod:`volta_ct_wna16.kernels` ("" for the other paths).
+    kernel: str = ""
+    grid: tuple[int, ...] = ()
+    per_split: int = 0
+    #: The split partials' home: none, the stream's zeroed accumulators or a workspace.
+    partials: str = ""
+    counters: int = 0
+    constexprs: dict[str, int | bool] = field(default_factory=dict)
+    pair_aligned: bool = False
+    zeros: torch.Tensor | None = None
+
+
+class LinearPlan:
+    """One layer's weights, checked once, and for each token count (and bias or none) the
+    launch that runs it with its grid, split and compile-time arguments: what a call would
+    otherwise work out again each time, on the host, per layer and step."""
+
+    def __init__(self, pw: PackedWeights) -> None:
+        from volta_ct_wna16 import kernels
+
+        _check_weights(pw)
+        self.pw = pw
+        self.kernels = kernels
+        self.device = device = pw.qweight.device
+        self.sm_count = device_facts(device).sm_count
+        # Placeholders of the right pointer types for arguments a launch never reads.
+        self.no_values = _empty(pw.scales.dtype, device)
+        self.no_partials = _empty(torch.float32, device)
+        self.no_counters = _empty(torch.int32, device)
+        #: The bias last checked against the layer.
+        self.bias: torch.Tensor | None = None
+        self._calls: dict[tuple[int, bool], _Call] = {}
+
+    def serves(
+        self,
+        scales: torch.Tensor,
+        zeros: torch.Tensor | None,
+        zeros8: torch.Tensor | None,
+        k: int,
+        bits: int,
+        group: int,
+    ) -> bool:
+        """Whether the plan is of these tensors and shape (the operator's arguments)."""
+        pw = self.pw
+        return (
+            pw.scales is scales
+            and pw.zeros is zeros
+            and pw.zeros8 is zeros8
+            and pw.k == k
+            and pw.bits == bits
+            and pw.group == group
+        )
+
+    def chosen(self, m: int, bias: torch.Tensor | None) -> _Call:
+        """The device's launch for ``m`` tokens (:func:`select_launch`), kept unless it is the
+        fallback of a build first asked for during CUDA-graph capture (asked again later, that
+        build may load: :meth:`volta_core.kernel_api.CudaBuilds.ready`)."""
+        key = (m, bias is not None)
+        call = self._calls.get(key)
+        if call is None:
+            launch = select_launch(m, self.pw, self.device)
+            call = self.call(launch, m, bias)
+            if self.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+                self._calls[key] = call
+        return call
+
+    def call(self, launch: Launch, m: int, bias: torch.Tensor | None) -> _Call:
+        """What ``launch`` needs for ``m`` tokens of the layer, besides the call's tensors."""
+        pw, has_bias = self.pw, bias is not None
+        if launch.path == MMA or launch.path not in (SPLITK, GEMM):
+            return _Call(launch)
+        # A placeholder of the right pointer type where the launch reads no zero points; the
+        # bias, where there is none, is the output (never read without HAS_BIAS).
+        zeros = pw.zero_points_for(launch.byte_zeros)
+        if zeros is None:
+            zeros = self.no_values
+        pair = slot_dots(launch, pw.bits)
+        if launch.path == GEMM:
+            grid: tuple[int, ...] = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
+            constexprs = gemm_constexprs(launch, pw.bits, pw.zeros is not None, has_bias)
+            return _Call(launch, "wna16_gemm_kernel", grid, 0, "", 0, constexprs, pair, zeros)
         if launch.block_m == 1 and not launch.use_dot and launch.block_k % 32:
             raise ValueError(f"a 1-token GEMV tile covers whole 32-input sub-tiles: {launch}")
-        splits, per_split = split_count(pw.n, pw.k, launch, sm_count, m)
+        splits, per_split = split_count(pw.n, pw.k, launch, self.sm_count, m)
         use_ws = splits > 1
         atomic = use_ws and launch.atomic
         # Row blocks first: the programs of one weight tile's row blocks start together, so
@@ -209,70 +317,113 @@ def wna16_linear(
         if atomic:
             # fp32 accumulators the splits add into, zero before and after (one per output),
             # and one counter per output tile.
-            ws = zeroed_accumulators(x.device, m * pw.n)
-            counters = arrival_counters(x.device, tiles)
+            partials, counters = "accumulators", tiles
         elif use_ws:
-            ws = torch.empty((splits, m, pw.n), dtype=torch.float32, device=x.device)
             # One per output tile and one per group of reduce_unroll splits of each tile
             # (the kernel's two-level reduction tree).
-            counters = arrival_counters(x.device, tiles * (1 + -(-splits // launch.reduce_unroll)))
+            partials = "workspace"
+            counters = tiles * (1 + -(-splits // launch.reduce_unroll))
         else:
-            ws, counters = _empty(torch.float32, x.device), _empty(torch.int32, x.device)
-        kernels.wna16_splitk_kernel[grid](
-            x2,
-            pw.qweight,
-            pw.scales,
-            zeros,
-            b,
-            out,
-            ws,
-            counters,
-            m,
-            pw.n,
-            pw.k,
-            pw.words_per_column,
-            pw.group,
-            x2.stride(0),
-            out.stride(0),
-            per_split,
-            **splitk_constexprs(
-                launch,
-                pw.bits,
-                pw.zeros is not None,
-                bias is not None,
-                use_ws,
-                group_tile(launch, pw.group),
-                atomic,
-                whole_tiles(pw.n, pw.k, launch, pw.bits),
-            ),
-            num_warps=launch.num_warps,
-            num_stages=launch.num_stages,
+            partials, counters = "", 0
+        constexprs = splitk_constexprs(
+            launch,
+            pw.bits,
+            pw.zeros is not None,
+            has_bias,
+            use_ws,
+            group_tile(launch, pw.group),
+            atomic,
+            whole_tiles(pw.n, pw.k, launch, pw.bits),
         )
-    elif launch.path == GEMM:
-        grid = (-(-m // launch.block_m) * -(-pw.n // launch.block_n),)
-        kernels.wna16_gemm_kernel[grid](
-            x2,
-            pw.qweight,
-            pw.scales,
-            zeros,
-            b,
-            out,
-            m,
-            pw.n,
-            pw.k,
-            pw.words_per_column,
-            pw.group,
-            x2.stride(0),
-            out.stride(0),
-            **gemm_constexprs(launch, pw.bits, pw.zeros is not None, bias is not None),
-            num_warps=launch.num_warps,
-            num_stages=launch.num_stages,
-        )
-    else:
-        torch.matmul(x2, dequantize_dense(pw, x.dtype, launch), out=out)
-        if bias is not None:
-            out += bias
-    return out.reshape(*lead, pw.n)
+        return _Call(
+            launch, "wna16_splitk_kernel", grid, per_split, partials, counters, constexprs,
+            pair, zeros,
+        )  # fmt: skip
+
+    def run(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        launch: Launch | None = None,
+    ) -> torch.Tensor:
+        """``x @ dequant(W).T + bias`` with ``launch``, or the device's choice for the call's
+        token count (:meth:`chosen`), for ``x`` on a device that runs the kernels."""
+        pw = self.pw
+        _check_call(x, pw)
+        # A layer's bias is its own parameter, the same tensor at every call: checked once.
+        if bias is not None and bias is not self.bias:
+            _check_bias(bias, pw, x.dtype)
+            self.bias = bias
+        flat = x.dim() == 2
+        x2 = x if flat else x.reshape(-1, pw.k)
+        if x2.stride(-1) != 1:
+            x2 = x2.contiguous()
+        m = x2.shape[0]
+        if out is None:
+            out = x.new_empty((m, pw.n))
+        elif out.shape != (m, pw.n) or out.dtype != x.dtype or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape ({m}, {pw.n})")
+        if m == 0:
+            return out.reshape(*x.shape[:-1], pw.n)
+        call = self.chosen(m, bias) if launch is None else self.call(launch, m, bias)
+        launch = call.launch
+        if launch.path == MMA:
+            from volta_ct_wna16.cuda.mma import mma_linear
+
+            mma_linear(x2, pw, bias, launch, out)
+        elif not call.kernel:
+            torch.matmul(x2, dequantize_dense(pw, x.dtype, launch), out=out)
+            if bias is not None:
+                out += bias
+        elif call.kernel == "wna16_splitk_kernel":
+            if call.pair_aligned:
+                x2 = _pair_aligned(x2)
+            if call.partials == "accumulators":
+                ws = zeroed_accumulators(x.device, m * pw.n)
+                counters = arrival_counters(x.device, call.counters)
+            elif call.partials == "workspace":
+                ws = x.new_empty((call.grid[2], m, pw.n), dtype=torch.float32)
+                counters = arrival_counters(x.device, call.counters)
+            else:
+                ws, counters = self.no_partials, self.no_counters
+            self.kernels.wna16_splitk_kernel[call.grid](
+                x2, pw.qweight, pw.scales, call.zeros, bias if bias is not None else out, out,
+                ws, counters, m, pw.n, pw.k, pw.words_per_column, pw.group, x2.stride(0),
+                out.stride(0), call.per_split,
+                **call.constexprs,
+                num_warps=launch.num_warps,
+                num_stages=launch.num_stages,
+            )  # fmt: skip
+        else:
+            if call.pair_aligned:
+                x2 = _pair_aligned(x2)
+            self.kernels.wna16_gemm_kernel[call.grid](
+                x2, pw.qweight, pw.scales, call.zeros, bias if bias is not None else out, out,
+                m, pw.n, pw.k, pw.words_per_column, pw.group, x2.stride(0), out.stride(0),
+                **call.constexprs,
+                num_warps=launch.num_warps,
+                num_stages=launch.num_stages,
+            )  # fmt: skip
+        return out if flat else out.reshape(*x.shape[:-1], pw.n)
+
+
+#: The Python attribute of a layer's ``qweight`` that holds its :class:`LinearPlan` (vLLM
+#: keeps a parameter's own facts on it the same way, ``set_weight_attrs``), so the plan lives
+#: and dies with the weights.
+_PLAN = "_ct_wna16_plan"
+
+
+def plan_for(pw: PackedWeights) -> LinearPlan:
+    """The plan kept on ``pw.qweight`` when it is of ``pw``'s tensors and shape, else a new
+    one kept there."""
+    plan: LinearPlan | None = getattr(pw.qweight, _PLAN, None)
+    if plan is None or not (
+        plan.pw is pw or plan.serves(pw.scales, pw.zeros, pw.zeros8, pw.k, pw.bits, pw.group)
+    ):
+        plan = LinearPlan(pw)
+        setattr(pw.qweight, _PLAN, plan)
+    return plan
 
 
 def moe_linear(
@@ -534,8 +685,7 @@ def reference_linear(
     return torch.nn.functional.linear(x, dequantize(pw, x.dtype), bias)
 
 
-@torch.library.custom_op("volta_ct_wna16::linear", mutates_args=())
-def linear_op(
+def _linear(
     x: torch.Tensor,
     qweight: torch.Tensor,
     scales: torch.Tensor,
@@ -546,16 +696,20 @@ def linear_op(
     bits: int,
     group: int,
 ) -> torch.Tensor:
-    """One opaque operator for vLLM's ``torch.compile``: the kernels on CUDA (or under the
-    interpreter), the dequantize-and-``F.linear`` reference on CPU."""
-    pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group, zeros8)
+    """The operator's kernel: the kernels on CUDA (or under the interpreter), with the layer's
+    plan kept on ``qweight``; the dequantize-and-``F.linear`` reference on CPU."""
     if x.is_cuda or interpreting():
-        return wna16_linear(x, pw, bias)
+        plan: LinearPlan | None = getattr(qweight, _PLAN, None)
+        if plan is None or not plan.serves(scales, zeros, zeros8, k, bits, group):
+            pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group, zeros8)
+            plan = LinearPlan(pw)
+            setattr(qweight, _PLAN, plan)
+        return plan.run(x, bias)
+    pw = PackedWeights(qweight, scales, zeros, qweight.shape[1], k, bits, group, zeros8)
     return reference_linear(x, pw, bias)
 
 
-@linear_op.register_fake
-def _linear_op_fake(
+def _linear_fake(
     x: torch.Tensor,
     qweight: torch.Tensor,
     scales: torch.Tensor,
@@ -567,3 +721,19 @@ def _linear_op_fake(
     group: int,
 ) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], qweight.shape[1]))
+
+
+#: The plugin's operators, registered the way vLLM registers its own
+#: (``vllm.utils.torch_utils.direct_register_custom_op``): a schema, one kernel per dispatch
+#: key and a fake for ``torch.compile``, which sees one opaque operator. Not
+#: ``torch.library.custom_op``, whose Python dispatch costs about 8 us a call on the host.
+_LIBRARY = torch.library.Library("volta_ct_wna16", "FRAGMENT")
+_LIBRARY.define("linear" + torch.library.infer_schema(_linear, mutates_args=()))
+for _key in ("CPU", "CUDA"):
+    _LIBRARY.impl("linear", _linear, _key)
+torch.library.register_fake("volta_ct_wna16::linear", _linear_fake, lib=_LIBRARY)
+
+#: One opaque operator for vLLM's ``torch.compile``: ``x @ dequant(W).T + bias`` on a layer's
+#: ``qweight``, ``scales``, zero points (``zeros``, ``zeros8``: None when symmetric), ``k``
+#: inputs of ``bits`` bits in groups of ``group`` (:class:`PackedWeights`' fields).
+linear_op = torch.ops.volta_ct_wna16.linear.default

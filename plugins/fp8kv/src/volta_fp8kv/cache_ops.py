@@ -11,17 +11,20 @@ forms their reciprocals), so a captured CUDA graph holds the call as one kernel 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from volta_fp8kv.format import CacheFormat
 from volta_fp8kv.ops import (
+    CacheLaunch,
     KVCacheInputError,
+    cache_launch,
     check_slots,
+    check_step,
     check_write,
     constant_scales,
     format_for,
-    launch_cache_write,
 )
 from volta_fp8kv.scales import KVScales
 
@@ -104,13 +107,79 @@ def write(
     scales. ``check_values`` also refuses slots past the cache and scales that are not finite
     and positive, which reads them back to the host. Every refusal is one
     :class:`~volta_fp8kv.ops.KVCacheInputError`, raised before anything is written.
+
+    A layer's cache, format and scale tensors are the same at every step: what follows from
+    them alone (the cache's storage view and checks, the scales as the kernel takes them) is
+    worked out once and kept on the cache tensor (:class:`_LayerWrite`).
     """
-    fmt = format_for(kv_cache_dtype)
-    cache = check_write(key, value, kv_cache, slot_mapping, fmt)
-    num_tokens, num_kv_heads = key.shape[:2]
-    scales = _layer_scales(fmt, k_scale, v_scale, num_kv_heads, cache.device)
+    layer: _LayerWrite | None = getattr(kv_cache, _LAYER, None)
+    if layer is not None and layer.serves(kv_cache_dtype, k_scale, v_scale, key, value):
+        check_step(key, value, slot_mapping, layer.fmt, layer.device)
+    else:
+        fmt = format_for(kv_cache_dtype)
+        cache = check_write(key, value, kv_cache, slot_mapping, fmt)
+        scales = _layer_scales(fmt, k_scale, v_scale, key.shape[1], cache.device)
+        launch = cache_launch(cache, fmt, scales, key.shape[2], value.shape[2])
+        layer = _LayerWrite(
+            kv_cache_dtype, fmt, k_scale, v_scale, key.shape[1:], value.shape[2], cache.device,
+            launch,
+        )  # fmt: skip
+        if _aliases(k_scale, scales.k) and _aliases(v_scale, scales.v):
+            setattr(kv_cache, _LAYER, layer)
     if check_values:
-        if fmt is not CacheFormat.FLOAT16:
-            _check_values(scales)
-        check_slots(slot_mapping, num_tokens, cache)
-    launch_cache_write(key, value, cache, slot_mapping, fmt, scales)
+        if layer.fmt is not CacheFormat.FLOAT16:
+            _check_values(layer.launch.scales)
+        check_slots(slot_mapping, key.shape[0], layer.launch.cache)
+    layer.launch.run(key, value, slot_mapping)
+
+
+#: The Python attribute of a layer's cache tensor that holds its :class:`_LayerWrite` (vLLM
+#: keeps a tensor's own facts on it the same way, ``set_weight_attrs``), so it lives and dies
+#: with the cache.
+_LAYER = "_fp8kv_write"
+
+
+@dataclass(frozen=True)
+class _LayerWrite:
+    """A layer's write as :func:`write` made it: the arguments it was made for and the launch
+    (:class:`~volta_fp8kv.ops.CacheLaunch`) they give."""
+
+    kv_cache_dtype: str
+    fmt: CacheFormat
+    k_scale: Scale
+    v_scale: Scale
+    heads: tuple[int, ...]
+    head_size_v: int
+    device: torch.device
+    launch: CacheLaunch
+
+    def serves(
+        self,
+        kv_cache_dtype: str,
+        k_scale: Scale,
+        v_scale: Scale,
+        key: torch.Tensor,
+        value: torch.Tensor,
+    ) -> bool:
+        """Whether a call with these arguments (on the same cache) makes the same launch."""
+        return (
+            kv_cache_dtype == self.kv_cache_dtype
+            and _same(k_scale, self.k_scale)
+            and _same(v_scale, self.v_scale)
+            and key.shape[1:] == self.heads
+            and value.shape[2:] == (self.head_size_v,)
+        )
+
+
+def _same(a: Scale, b: Scale) -> bool:
+    """The same scale tensor, or equal numbers (None included)."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return a is b
+    return a == b
+
+
+def _aliases(scale: Scale, made: torch.Tensor) -> bool:
+    """Whether the kernel's scale ``made`` reads ``scale`` itself (a number, or a tensor that
+    needed no copy), so a later in-place change of the layer's scale reaches it: only then is
+    a layer's write kept."""
+    return not isinstance(scale, torch.Tensor) or made.data_ptr() == scale.data_ptr()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+from dataclasses import dataclass
 
 import torch
 
@@ -164,12 +165,27 @@ def check_write(
     Reads only shapes, strides, dtypes and devices (no device-to-host copy). ``slot_mapping``
     may be longer than the batch (vLLM pads it): only its first ``num_tokens`` entries are used.
     """
+    check_step(key, value, slot_mapping, fmt, cache.device)
+    cache = storage_view(fmt, cache)
+    _check_cache(cache, key.shape[1], key.shape[2] + value.shape[2])
+    return cache
+
+
+def check_step(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    fmt: CacheFormat,
+    device: torch.device,
+) -> None:
+    """The checks of :func:`check_write` on what a step passes (the cache's own are the
+    layer's, :func:`check_write` makes them): ``device`` is the cache's."""
     if key.dim() != 3 or value.dim() != 3:
         raise KVCacheInputError(
             f"key and value must be 3-D [num_tokens, num_kv_heads, head_size], got "
             f"{tuple(key.shape)} and {tuple(value.shape)}"
         )
-    num_tokens, num_kv_heads, head_size_k = key.shape
+    num_tokens, _, head_size_k = key.shape
     if value.shape[:2] != key.shape[:2]:
         raise KVCacheInputError(
             f"key {tuple(key.shape)} and value {tuple(value.shape)} disagree on tokens or heads"
@@ -185,29 +201,26 @@ def check_write(
             raise KVCacheInputError(
                 f"{name}'s last dim must be contiguous, strides {tensor.stride()}"
             )
-        if tensor.device != cache.device:
-            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {cache.device}")
+        if tensor.device != device:
+            raise KVCacheInputError(f"{name} is on {tensor.device}, the cache on {device}")
     if fmt is CacheFormat.FLOAT16 and (key.dtype != torch.float16 or value.dtype != torch.float16):
         raise KVCacheInputError(
             f"a float16 cache stores float16 K/V, got {key.dtype}/{value.dtype}"
         )
-    cache = storage_view(fmt, cache)
-    _check_cache(cache, num_kv_heads, head_size_k + head_size_v)
     if slot_mapping.dim() != 1 or slot_mapping.shape[0] < num_tokens:
         raise KVCacheInputError(
             f"slot_mapping must be 1-D with at least one slot per token ({num_tokens}), got "
             f"shape {tuple(slot_mapping.shape)}"
         )
-    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.device != cache.device:
+    if slot_mapping.dtype not in (torch.int32, torch.int64) or slot_mapping.device != device:
         raise KVCacheInputError(
-            f"slot_mapping must be int32/int64 on {cache.device}, got {slot_mapping.dtype} on "
+            f"slot_mapping must be int32/int64 on {device}, got {slot_mapping.dtype} on "
             f"{slot_mapping.device}"
         )
     if num_tokens > 1 and slot_mapping.stride(0) != 1:
         raise KVCacheInputError(
             f"slot_mapping must be contiguous, got stride {slot_mapping.stride(0)}"
         )
-    return cache
 
 
 def check_slots(slot_mapping: torch.Tensor, num_tokens: int, cache: torch.Tensor) -> None:
@@ -257,42 +270,64 @@ def launch_cache_write(
 ) -> None:
     """Launch the cache write on inputs :func:`check_write` has checked (``cache`` its storage
     view): no host reads and no allocation, so a captured CUDA graph can hold it."""
-    num_tokens, num_kv_heads, head_size_k = key.shape
-    if num_tokens == 0:
-        return
-    head_size_v = value.shape[2]
+    cache_launch(cache, fmt, scales, key.shape[2], value.shape[2]).run(key, value, slot_mapping)
+
+
+@dataclass(frozen=True)
+class CacheLaunch:
+    """A layer's cache write as far as it follows from the layer alone (its checked cache's
+    storage view, format, scales and head sizes): made once per layer by a caller that keeps
+    it (:func:`volta_fp8kv.cache_ops.write`), launched per step by :meth:`run`."""
+
+    cache: torch.Tensor
+    scales: KVScales
+    block_size: int
+    slots: int
+    strides: tuple[int, int, int]
+    per_head: int
+    num_warps: int
+    constexprs: dict[str, int | bool]
+
+    def run(self, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """Launch the write of ``key``/``value`` (checked against the layer): no host reads
+        and no allocation."""
+        num_tokens, num_kv_heads, head_size_k = key.shape
+        if num_tokens == 0:
+            return
+        from volta_fp8kv.kernels.cache_write import cache_write_kernel
+
+        grid = (triton_cdiv(num_tokens, self.constexprs["BLOCK_T"]), num_kv_heads)
+        cache_write_kernel[grid](
+            key, value, self.cache, slot_mapping, self.scales.k, self.scales.v, num_tokens,
+            self.slots, self.block_size, head_size_k, value.shape[2], key.stride(0),
+            key.stride(1), value.stride(0), value.stride(1), *self.strides, self.per_head,
+            **self.constexprs,
+            num_warps=self.num_warps,
+            num_stages=1,
+        )  # fmt: skip
+
+
+def cache_launch(
+    cache: torch.Tensor, fmt: CacheFormat, scales: KVScales, head_size_k: int, head_size_v: int
+) -> CacheLaunch:
+    """The :class:`CacheLaunch` of a checked cache (its storage view) and scales."""
     num_blocks, _, block_size, _ = cache.shape
     pad = configs.head_pad(head_size_k, head_size_v)
     block_t, num_warps = configs.tile(device_facts(cache.device).capability, pad)
-    from volta_fp8kv.kernels.cache_write import cache_write_kernel
-
-    grid = (triton_cdiv(num_tokens, block_t), num_kv_heads)
-    cache_write_kernel[grid](
-        key,
-        value,
+    return CacheLaunch(
         cache,
-        slot_mapping,
-        scales.k,
-        scales.v,
-        num_tokens,
-        num_blocks * block_size,
+        scales,
         block_size,
-        head_size_k,
-        head_size_v,
-        key.stride(0),
-        key.stride(1),
-        value.stride(0),
-        value.stride(1),
-        cache.stride(0),
-        cache.stride(1),
-        cache.stride(2),
+        num_blocks * block_size,
+        (cache.stride(0), cache.stride(1), cache.stride(2)),
         1 if scales.per_head else 0,
-        FMT=fmt.kernel_code,
-        HEAD_PAD=pad,
-        FULL=head_size_k == head_size_v == pad,
-        BLOCK_T=block_t,
-        num_warps=num_warps,
-        num_stages=1,
+        num_warps,
+        {
+            "FMT": fmt.kernel_code,
+            "HEAD_PAD": pad,
+            "FULL": head_size_k == head_size_v == pad,
+            "BLOCK_T": block_t,
+        },
     )
 
 

@@ -183,14 +183,17 @@ class Fp8LinearMethod(LinearMethodBase):
         layer.register_parameter("fp8w_weight", torch.nn.Parameter(w.weight, requires_grad=False))
         layer.register_parameter("fp8w_scales", torch.nn.Parameter(w.scales, requires_grad=False))
         layer.fp8w_blocks = (w.block_n, w.block_k)
+        # The operator's arguments in one plain attribute: a module's parameters are found by
+        # ``nn.Module.__getattr__``, a slow path per name.
+        layer.fp8w_operands = (layer.fp8w_weight, layer.fp8w_scales, w.block_n, w.block_k)
         # The tensor-core builds compile now, before vLLM captures its CUDA graphs.
         ops.warm_up(w)
 
     def apply(
         self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None
     ) -> torch.Tensor:
-        block_n, block_k = layer.fp8w_blocks
-        return ops.linear_op(x, layer.fp8w_weight, layer.fp8w_scales, bias, block_n, block_k)
+        weight, scales, block_n, block_k = layer.fp8w_operands
+        return ops.linear_op(x, weight, scales, bias, block_n, block_k)
 
 
 def layer_weights(layer: torch.nn.Module) -> Fp8Weights:

@@ -11,6 +11,8 @@ fp32, an fp32 product, fp16 out.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from volta_core.kernel_api import (
@@ -84,39 +86,43 @@ def _check_weights(w: Fp8Weights) -> None:
         )
 
 
-def _check_inputs(
-    x: torch.Tensor, w: Fp8Weights, bias: torch.Tensor | None, out: torch.Tensor | None
-) -> None:
-    _check_weights(w)
+def _check_call(
+    x: torch.Tensor, w: Fp8Weights, out: torch.Tensor | None, device: torch.device
+) -> int:
+    """What varies per call: the activations and the output (the weights are checked once per
+    layer, :class:`LinearPlan`; ``device`` is theirs). Returns the call's token count."""
     if x.dtype != torch.float16:
         raise ValueError(f"x must be float16 (Volta's activation dtype), got {x.dtype}")
     if x.dim() < 1 or x.shape[-1] != w.k:
         raise ValueError(f"x has shape {tuple(x.shape)}; the layer takes [..., {w.k}]")
-    if x.device != w.weight.device:
-        raise ValueError(f"x is on {x.device}, w.weight on {w.weight.device}")
-    if bias is not None and (
-        bias.dtype != torch.float16 or tuple(bias.shape) != (w.n,) or bias.device != x.device
-    ):
-        raise ValueError(
-            f"bias must be float16 [{w.n}] on {x.device}, got {bias.dtype} "
-            f"{tuple(bias.shape)} on {bias.device}"
-        )
-    shape = (*x.shape[:-1], w.n)
-    if out is not None and (
-        out.dtype != torch.float16
-        or tuple(out.shape) != shape
-        or out.device != x.device
-        or not out.is_contiguous()
-    ):
-        raise ValueError(
-            f"out must be a contiguous float16 tensor {list(shape)} on {x.device}, got "
-            f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}"
-        )
+    if x.device != device:
+        raise ValueError(f"x is on {x.device}, w.weight on {device}")
+    if out is not None:
+        shape = (*x.shape[:-1], w.n)
+        if (
+            out.dtype != torch.float16
+            or tuple(out.shape) != shape
+            or out.device != x.device
+            or not out.is_contiguous()
+        ):
+            raise ValueError(
+                f"out must be a contiguous float16 tensor {list(shape)} on {x.device}, got "
+                f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}"
+            )
     m = x.numel() // w.k
     if max(m * w.k, m * w.n) > MAX_ELEMENTS:
         raise ValueError(
             f"{m} tokens of a {w.n}x{w.k} layer: x ({m * w.k}) or the output ({m * w.n}) "
             f"elements pass the kernels' 32-bit offsets ({MAX_ELEMENTS})"
+        )
+    return m
+
+
+def _check_bias(bias: torch.Tensor, w: Fp8Weights, device: torch.device) -> None:
+    if bias.dtype != torch.float16 or bias.shape != (w.n,) or bias.device != device:
+        raise ValueError(
+            f"bias must be float16 [{w.n}] on {device}, got {bias.dtype} "
+            f"{tuple(bias.shape)} on {bias.device}"
         )
 
 
@@ -175,74 +181,174 @@ def fp8_linear(
     ``launch`` overrides dispatch's choice (benchmarks and tests); ``out``, a
     contiguous fp16 ``[..., n]`` tensor, receives the result (tests poison it first). ``x`` is
     read in place when its rows are contiguous (any row stride), else copied. No tokens: the
-    empty result, no launch.
+    empty result, no launch. The weights are checked, and each token count's launch worked
+    out, once per layer (:class:`LinearPlan`, kept on ``w.weight``).
 
     :raises ValueError: a dtype, shape, device or launch the kernels do not take, or a tensor
         past their 32-bit offsets; before any launch.
     """
-    _check_inputs(x, w, bias, out)
-    lead = x.shape[:-1]
-    m = x.numel() // w.k
-    sm_count = device_facts(x.device).sm_count
-    chosen = _select(launch, m, w, x)
-    if chosen.path != MMA:
-        _check_launch(chosen, m, w, sm_count)
-    x2 = x.reshape(m, w.k)
-    if x2.stride(1) != 1:
-        x2 = x2.contiguous()
-    if _span(x2) > MAX_ELEMENTS:
-        x2 = x2.contiguous()  # a row stride past 32-bit offsets, on rows that fit them
-    if out is None:
-        out = torch.empty((*lead, w.n), dtype=torch.float16, device=x.device)
-    if m == 0:
-        return out
-    out2 = out.view(m, w.n)
-    if not _runs_kernels(x):
-        ref = x2.float() @ w.dequantize().t()
-        if bias is not None:
-            ref += bias.float()
-        out2.copy_(ref)
-        return out
-    if bias is not None:
-        bias = bias.contiguous()
-    if chosen.path == MMA:
-        from volta_fp8w.cuda import mma
+    plan = plan_for(w) if launch is None else LinearPlan(w)
+    return plan.run(x, bias, out, launch)
 
-        mma.mma_linear(x2, w, bias, chosen, out2)
-        return out
-    if chosen.path == DEQUANT_MATMUL:
-        dense = _dequantize(w, chosen)
-        if bias is None:
-            torch.mm(x2, dense.t(), out=out2)
-        else:
-            torch.addmm(bias, x2, dense.t(), out=out2)
-        return out
-    from volta_fp8w import kernels
 
-    tile = fitted(chosen, w.block_k, w.weight.stride(0))
-    b = bias if bias is not None else out2  # never read without HAS_BIAS
-    common = (w.n, w.k, x2.stride(0), w.weight.stride(0), *w.scales.stride(), out2.stride(0))
-    if chosen.path == SPLITK:
-        splits, per_split = split_count(w.n, w.k, tile, sm_count, m)
-        grid = splitk_grid(m, w.n, tile, splits)
-        # Split: fp32 accumulators the splits add into and a counter per output tile, all zero
-        # before and after the launch. Unsplit: the current buffers, never read.
-        split = splits > 1
-        ws = zeroed_accumulators(x.device, m * w.n if split else 0)
-        counters = arrival_counters(x.device, grid[0] * grid[1] if split else 0)
-        kernels.fp8w_splitk_kernel[grid](
-            x2, w.weight, w.scales, b, out2, ws, counters, m, *common, w.block_n, w.block_k,
-            per_split,
-            **splitk_constexprs(tile, bias is not None, split, _word_aligned(w)),
-            num_warps=tile.num_warps,
-        )  # fmt: skip
-    elif chosen.path == GEMM:
-        kernels.fp8w_gemm_kernel[gemm_grid(m, w.n, tile)](
-            x2, w.weight, w.scales, b, out2, m, *common, w.block_n, w.block_k,
-            **gemm_constexprs(tile, bias is not None, _word_aligned(w)),
-            num_warps=tile.num_warps,
-        )  # fmt: skip
-    return out
+@dataclass(frozen=True)
+class _Call:
+    """One Triton launch on one layer for ``m`` tokens, as far as it depends on them and the
+    layer alone: worked out once per token count (:meth:`LinearPlan.chosen`)."""
+
+    launch: Launch
+    tile: Launch | None = None
+    grid: tuple[int, ...] = ()
+    per_split: int = 0
+    split: bool = False
+    constexprs: dict[str, int | bool] = field(default_factory=dict)
+
+
+class LinearPlan:
+    """One layer's weights, checked once, and for each token count (and bias or none) the
+    launch that runs it with its checked tile, grid, split and compile-time arguments: what a
+    call would otherwise work out again each time, on the host, per layer and step."""
+
+    def __init__(self, w: Fp8Weights) -> None:
+        _check_weights(w)
+        self.w = w
+        self.device = w.weight.device
+        self.sm_count = device_facts(self.device).sm_count
+        self.words = _word_aligned(w)
+        #: The codes' row stride and the scales' strides, as the kernels take them.
+        self.strides = (w.weight.stride(0), *w.scales.stride())
+        #: The bias last checked against the layer.
+        self.bias: torch.Tensor | None = None
+        # The split-K kernel's accumulators and counters where it does not split: never read.
+        self.no_partials = torch.empty(0, dtype=torch.float32, device=self.device)
+        self.no_counters = torch.empty(0, dtype=torch.int32, device=self.device)
+        self._calls: dict[tuple[int, bool], _Call] = {}
+
+    def serves(self, scales: torch.Tensor, block_n: int, block_k: int) -> bool:
+        """Whether the plan is of these scales and blocks (its codes carry it)."""
+        w = self.w
+        return w.scales is scales and w.block_n == block_n and w.block_k == block_k
+
+    def chosen(self, m: int, x: torch.Tensor, bias: torch.Tensor | None) -> _Call:
+        """Dispatch's launch for ``m`` tokens on the device (:func:`_select`), kept unless it
+        is the fallback of a build first asked for during CUDA-graph capture (asked again
+        later, that build may load)."""
+        key = (m, bias is not None)
+        call = self._calls.get(key)
+        if call is None:
+            call = self.call(_select(None, m, self.w, x), m, bias)
+            if not x.is_cuda or not torch.cuda.is_current_stream_capturing():
+                self._calls[key] = call
+        return call
+
+    def call(self, launch: Launch, m: int, bias: torch.Tensor | None) -> _Call:
+        """What ``launch`` needs for ``m`` tokens of the layer, checked (:func:`_check_launch`)."""
+        w = self.w
+        if launch.path == MMA:
+            return _Call(launch)
+        _check_launch(launch, m, w, self.sm_count)
+        tile = fitted(launch, w.block_k, w.weight.stride(0))
+        if launch.path == SPLITK:
+            splits, per_split = split_count(w.n, w.k, tile, self.sm_count, m)
+            constexprs = splitk_constexprs(tile, bias is not None, splits > 1, self.words)
+            grid: tuple[int, ...] = splitk_grid(m, w.n, tile, splits)
+            return _Call(launch, tile, grid, per_split, splits > 1, constexprs)
+        if launch.path == GEMM:
+            constexprs = gemm_constexprs(tile, bias is not None, self.words)
+            return _Call(launch, tile, gemm_grid(m, w.n, tile), constexprs=constexprs)
+        return _Call(launch, tile)
+
+    def run(
+        self,
+        x: torch.Tensor,
+        bias: torch.Tensor | None,
+        out: torch.Tensor | None = None,
+        launch: Launch | None = None,
+    ) -> torch.Tensor:
+        """``x @ W.T + bias`` with ``launch``, or the device's choice for the call's token
+        count (:meth:`chosen`)."""
+        w = self.w
+        m = _check_call(x, w, out, self.device)
+        # A layer's bias is its own parameter, the same tensor at every call: checked once.
+        if bias is not None and bias is not self.bias:
+            _check_bias(bias, w, self.device)
+            self.bias = bias
+        call = self.chosen(m, x, bias) if launch is None else self.call(launch, m, bias)
+        x2 = x if x.dim() == 2 else x.reshape(m, w.k)
+        if x2.stride(1) != 1:
+            x2 = x2.contiguous()
+        if x2.stride(0) != w.k and _span(x2) > MAX_ELEMENTS:
+            x2 = x2.contiguous()  # a row stride past 32-bit offsets, on rows that fit them
+        if out is None:
+            out = x.new_empty((*x.shape[:-1], w.n))
+        if m == 0:
+            return out
+        out2 = out if out.dim() == 2 else out.view(m, w.n)
+        if not _runs_kernels(x):
+            ref = x2.float() @ w.dequantize().t()
+            if bias is not None:
+                ref += bias.float()
+            out2.copy_(ref)
+            return out
+        if bias is not None and bias.stride(0) != 1:
+            bias = bias.contiguous()
+        chosen = call.launch
+        if chosen.path == MMA:
+            from volta_fp8w.cuda import mma
+
+            mma.mma_linear(x2, w, bias, chosen, out2)
+            return out
+        if chosen.path == DEQUANT_MATMUL:
+            dense = _dequantize(w, chosen)
+            if bias is None:
+                torch.mm(x2, dense.t(), out=out2)
+            else:
+                torch.addmm(bias, x2, dense.t(), out=out2)
+            return out
+        from volta_fp8w import kernels
+
+        b = bias if bias is not None else out2  # never read without HAS_BIAS
+        stride_wn, scale_n, scale_k = self.strides
+        if chosen.path == SPLITK:
+            # Split: fp32 accumulators the splits add into and a counter per output tile, all
+            # zero before and after the launch. Unsplit: placeholders, never read.
+            grid = call.grid
+            if call.split:
+                ws = zeroed_accumulators(x.device, m * w.n)
+                counters = arrival_counters(x.device, grid[0] * grid[1])
+            else:
+                ws, counters = self.no_partials, self.no_counters
+            kernels.fp8w_splitk_kernel[grid](
+                x2, w.weight, w.scales, b, out2, ws, counters, m, w.n, w.k, x2.stride(0),
+                stride_wn, scale_n, scale_k, out2.stride(0), w.block_n, w.block_k,
+                call.per_split,
+                **call.constexprs,
+                num_warps=chosen.num_warps,
+            )  # fmt: skip
+        elif chosen.path == GEMM:
+            kernels.fp8w_gemm_kernel[call.grid](
+                x2, w.weight, w.scales, b, out2, m, w.n, w.k, x2.stride(0), stride_wn,
+                scale_n, scale_k, out2.stride(0), w.block_n, w.block_k,
+                **call.constexprs,
+                num_warps=chosen.num_warps,
+            )  # fmt: skip
+        return out
+
+
+#: The Python attribute of a layer's ``weight`` codes that holds its :class:`LinearPlan`
+#: (vLLM keeps a parameter's own facts on it the same way, ``set_weight_attrs``), so the plan
+#: lives and dies with the weights.
+_PLAN = "_fp8w_plan"
+
+
+def plan_for(w: Fp8Weights) -> LinearPlan:
+    """The plan kept on ``w.weight`` when it is of ``w``'s tensors and blocks, else a new one
+    kept there."""
+    plan: LinearPlan | None = getattr(w.weight, _PLAN, None)
+    if plan is None or not plan.serves(w.scales, w.block_n, w.block_k):
+        plan = LinearPlan(w)
+        setattr(w.weight, _PLAN, plan)
+    return plan
 
 
 def _word_aligned(w: Fp8Weights) -> bool:
@@ -297,8 +403,7 @@ def warm_up(w: Fp8Weights) -> None:
         mma.warm_up(w.weight.device, builds)
 
 
-@torch.library.custom_op("volta_fp8w::linear", mutates_args=())
-def linear_op(
+def _linear(
     x: torch.Tensor,
     weight: torch.Tensor,
     scales: torch.Tensor,
@@ -306,14 +411,15 @@ def linear_op(
     block_n: int,
     block_k: int,
 ) -> torch.Tensor:
-    """:func:`fp8_linear` as one opaque operator for vLLM's ``torch.compile``, on a layer's
-    ``weight`` codes ``[n, k]`` and ``scales`` in ``block_n x block_k`` blocks."""
-    n, k = weight.shape
-    return fp8_linear(x, Fp8Weights(weight, scales, n, k, block_n, block_k), bias)
+    """The operator's kernel: :func:`fp8_linear` with the layer's plan kept on ``weight``."""
+    plan: LinearPlan | None = getattr(weight, _PLAN, None)
+    if plan is None or not plan.serves(scales, block_n, block_k):
+        n, k = weight.shape
+        plan = plan_for(Fp8Weights(weight, scales, n, k, block_n, block_k))
+    return plan.run(x, bias)
 
 
-@linear_op.register_fake
-def _linear_op_fake(
+def _linear_fake(
     x: torch.Tensor,
     weight: torch.Tensor,
     scales: torch.Tensor,
@@ -322,3 +428,18 @@ def _linear_op_fake(
     block_k: int,
 ) -> torch.Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+#: The plugin's operators, registered the way vLLM registers its own
+#: (``vllm.utils.torch_utils.direct_register_custom_op``): a schema, one kernel per dispatch
+#: key and a fake for ``torch.compile``, which sees one opaque operator. Not
+#: ``torch.library.custom_op``, whose Python dispatch costs about 8 us a call on the host.
+_LIBRARY = torch.library.Library("volta_fp8w", "FRAGMENT")
+_LIBRARY.define("linear" + torch.library.infer_schema(_linear, mutates_args=()))
+for _key in ("CPU", "CUDA"):
+    _LIBRARY.impl("linear", _linear, _key)
+torch.library.register_fake("volta_fp8w::linear", _linear_fake, lib=_LIBRARY)
+
+#: :func:`fp8_linear` as one opaque operator for vLLM's ``torch.compile``, on a layer's
+#: ``weight`` codes ``[n, k]`` and ``scales`` in ``block_n x block_k`` blocks.
+linear_op = torch.ops.volta_fp8w.linear.default

@@ -52,7 +52,7 @@ def test_a_linear_call_reads_nothing_back(m: int) -> None:
 #: call makes once its layer has planned the token count, by token count (the 1-token GEMV,
 #: the split-K dot tile, the tiled GEMM), and the allocations among them: the output, and the
 #: split partials where the launch sums them through a workspace.
-LINEAR_CALLS = {1: 15, 16: 15, 32: 13}
+LINEAR_CALLS = {1: (15, 2), 16: (15, 2), 32: (13, 1)}
 
 
 @pytest.mark.usefixtures("kernels_stubbed")
@@ -69,9 +69,9 @@ def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
     wna16_linear(x, pw, bias)
     with torch_calls() as calls:
         wna16_linear(x, pw, bias)
-    allocations = [c for c in calls if c in ALLOCATIONS]
-    assert allocations in (["new_empty"], ["new_empty", "new_empty"])
-    assert len(calls) <= LINEAR_CALLS[m]
+    most, allocations = LINEAR_CALLS[m]
+    assert len(calls) <= most
+    assert sum(c in ALLOCATIONS for c in calls) == allocations
     layer = torch.nn.Module()
     install_packed(layer, pw)
     apply_packed(layer, x, bias)

@@ -71,8 +71,8 @@ def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
     ops.fp8_linear(x, w, bias)
     with torch_calls() as calls:
         ops.fp8_linear(x, w, bias)
-    assert [c for c in calls if c in ALLOCATIONS] == ["new_empty"]
     assert len(calls) <= LINEAR_CALLS[m]
+    assert sum(c in ALLOCATIONS for c in calls) == 1
     layer = torch.nn.Module()
     layer.register_parameter("weight", torch.nn.Parameter(w.weight, requires_grad=False))
     layer.register_parameter("weight_scale_inv", torch.nn.Parameter(w.scales, requires_grad=False))

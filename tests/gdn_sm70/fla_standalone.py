@@ -1,8 +1,9 @@
 """Load a family's staged FLA op files without vLLM, as on a V100, with the sm_70 configurations.
 
-The staged modules (``fla_stage.py``) import five vLLM names. vLLM is not installed on the GPU
-machine, and importing it would pull its whole engine, so :func:`install_vllm_standins` puts
-small stand-ins in ``sys.modules`` that answer as vLLM does on a V100:
+The staged modules (``fla_stage.py``) import a few vLLM names (four modules). vLLM is not
+installed on the GPU machine, and importing it would pull its whole engine, so
+:func:`install_vllm_standins` puts small stand-ins in ``sys.modules`` that answer as vLLM
+does on a V100:
 
 - ``vllm.triton_utils``: Triton itself (``triton``, ``tl``, ``tldevice``), as vLLM re-exports it
   when Triton is installed;
@@ -17,8 +18,10 @@ spaces, FLA's Hopper and shared-memory checks) and, in 1Cat-vLLM, per call (its 
 ``BV`` follows the SM count): :func:`as_v100` answers those questions as a V100-SXM2 would
 (capability 7.0, 80 SMs, 96 KB of shared memory per block) while the GPU it runs on computes.
 :func:`force_configs` then leaves each autotuner only the configuration the sm_70 gate found
-to build and fit (``docs/perf/gdn/<family>.json``), and :func:`recording_launches` records
-what each kernel launch ran with.
+to build and fit (``docs/perf/gdn/<family>.json``: the cheapest that fits, so also the one
+of 1Cat-vLLM's SM70 schedules), and :func:`recording_launches` records what each kernel
+launch ran with. The kernels are compiled for the GPU at hand: its sm_70 configuration, not
+its sm_70 code.
 """
 
 from __future__ import annotations

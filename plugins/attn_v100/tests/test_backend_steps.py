@@ -377,3 +377,51 @@ def test_a_step_reads_nothing_back(step: str, kv_dtype: str) -> None:
     assert not ALLOCATIONS.intersection(write + attend)
     assert len(write) <= WRITE_CALLS
     assert len(attend) <= ATTEND_CALLS
+
+
+@pytest.mark.parametrize("kind", ["decode", "prefill"])
+def test_the_tensor_core_launchers_take_vllm_tensors_without_a_view(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CUDA decode and prefill take vLLM's ``[tokens, heads x head_size]`` query and output
+    with the layer's layout (no view per call), and pass their kernel the same arguments as for
+    the ``[tokens, heads, head_size]`` views: the kernel is a recorder, the tensors CPU ones."""
+    from volta_attn_v100.cuda import decode, prefill
+    from volta_attn_v100.launch import cuda_decode_launch, cuda_prefill_launch
+    from volta_attn_v100.ops import tensor_layout
+
+    module = decode if kind == "decode" else prefill
+    sent: list[tuple[Any, ...]] = []
+    kernel = SimpleNamespace(launch=lambda *args, **kwargs: sent.append(args))
+    monkeypatch.setattr(module.BUILDS, "loaded", lambda *args: kernel)
+    heads, kv_heads, head_size, tokens = 8, 2, 128, 5
+    shape = {"kv_dtype": "float16", "head_size": head_size, "num_heads": heads}
+    if kind == "decode":
+        launch: Any = cuda_decode_launch(
+            **shape, num_kv_heads=kv_heads, num_seqs=tokens, max_query_len=1, num_splits=4
+        )
+    else:
+        launch = cuda_prefill_launch(**shape, num_kv_heads=kv_heads, num_seqs=1, num_tokens=tokens)
+    # The query a slice of a fused QKV projection's output, as vLLM passes it.
+    qkv = torch.zeros((tokens, (heads + 2 * kv_heads) * head_size), dtype=torch.float16)
+    query = qkv[:, : heads * head_size]
+    out = torch.zeros((tokens, heads * head_size), dtype=torch.float16)
+    kv = torch.zeros((4, kv_heads, 16, 2 * head_size), dtype=torch.float16)
+    steps = (torch.zeros((1, 4), dtype=torch.int32), torch.ones(tokens, dtype=torch.int32))
+    rest = {"k_scale": kv, "v_scale": kv, "scale_stride": 0, "sinks": kv, "has_sinks": 0}
+    rest |= {"sm_scale": 0.1, "softcap": 0.0, "window": 0, "launch": launch}
+    if kind == "decode":
+        rest["partials"] = (out, out)
+    q3, o3 = query.view(tokens, heads, head_size), out.view(tokens, heads, head_size)
+    layout = tensor_layout(q3, kv, o3)
+    module.launch(q3, kv, *steps, steps[1], o3, **rest)
+    module.launch(query, kv, *steps, steps[1], out, **rest, layout=(*layout.query, *layout.out))
+
+    def plain(args: tuple[Any, ...]) -> list[Any]:
+        return [
+            a.data_ptr() if isinstance(a, torch.Tensor) else getattr(a, "value", a) for a in args
+        ]
+
+    assert plain(sent[0]) == plain(sent[1])
+    if kind == "decode":
+        assert decode.vector_aligned(query, kv, layout.query) == decode.vector_aligned(q3, kv)

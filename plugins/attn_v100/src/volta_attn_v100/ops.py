@@ -498,11 +498,11 @@ def _run(
     choice = planned.choice
     launch = choice.launch
     if isinstance(launch, CudaDecodeLaunch) and _cuda_decode(
-        layer, step, query, kv, out, planned, launch
+        layer, step, query, kv, out, planned, launch, layout
     ):
         return
     if isinstance(launch, CudaPrefillLaunch) and _cuda_prefill(
-        layer, step, query, kv, out, planned, launch
+        layer, step, query, kv, out, planned, launch, layout
     ):
         return
     if choice.fallback is not None:
@@ -515,8 +515,19 @@ def _run(
 
 def _heads(layer: LayerArgs, t: torch.Tensor) -> torch.Tensor:
     """``t`` as ``[tokens, heads, head_size]``, the shape the CUDA launchers read their sizes and
-    strides from (a view of vLLM's ``[tokens, heads x head_size]`` tensor)."""
+    strides from where no layout gives them (a view of vLLM's ``[tokens, heads x head_size]``
+    tensor)."""
     return t if t.dim() == 3 else t.view(-1, layer.num_heads, layer.head_size)
+
+
+def _cuda_layout(
+    layer: LayerArgs, query: torch.Tensor, out: torch.Tensor, layout: TensorLayout | None
+) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int, int, int] | None]:
+    """``query`` and ``out`` as the CUDA launchers take them: as they come with the layout's
+    strides (no view per call), or viewed as ``[tokens, heads, head_size]`` without one."""
+    if layout is not None:
+        return query, out, (*layout.query, *layout.out)
+    return _heads(layer, query), _heads(layer, out), None
 
 
 def _cuda_decode(
@@ -527,19 +538,26 @@ def _cuda_decode(
     out: torch.Tensor,
     planned: _Planned,
     launch: CudaDecodeLaunch,
+    layout: TensorLayout | None = None,
 ) -> bool:
     """Run the decode on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.decode`) as
     ``launch`` says where the tensors are on a CUDA device, the build loads there (asked once a
-    step) and the tensors allow its vector loads; False leaves it to the Triton fallback."""
+    step) and the tensors allow its vector loads; False leaves it to the Triton fallback.
+    ``layout``: the tensors' (:func:`run_attention`'s), else read from views of them."""
     if not query.is_cuda:
         return False
     from volta_attn_v100.cuda import decode
 
-    query, out = _heads(layer, query), _heads(layer, out)
-
+    query, out, strides = _cuda_layout(layer, query, out, layout)
     if planned.cuda_ready is None:
         planned.cuda_ready = decode.ready(query.device, launch.head_size, launch.kv_dtype)
-    if not planned.cuda_ready or not decode.vector_aligned(query, kv):
+    if not planned.cuda_ready:
+        return False
+    if strides is None:
+        aligned = decode.vector_aligned(query, kv)
+    else:
+        aligned = decode.vector_aligned(query, kv, strides[:2])
+    if not aligned:
         return False
     partials = None
     if launch.num_splits > 1:
@@ -550,7 +568,7 @@ def _cuda_decode(
         query, kv, step.block_table, step.seq_lens, step.query_start_loc, out,
         k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride, sinks=layer.sinks,
         has_sinks=layer.has_sinks, sm_scale=layer.sm_scale, softcap=layer.softcap,
-        window=layer.window, launch=launch, partials=partials,
+        window=layer.window, launch=launch, partials=partials, layout=strides,
     )  # fmt: skip
     return True
 
@@ -563,16 +581,17 @@ def _cuda_prefill(
     out: torch.Tensor,
     planned: _Planned,
     launch: CudaPrefillLaunch,
+    layout: TensorLayout | None = None,
 ) -> bool:
     """Run the prefill on the SM70 tensor cores (:mod:`volta_attn_v100.cuda.prefill`) as
     ``launch`` says where the tensors are on a CUDA device, the build loads there (asked once a
-    step) and the cache allows its vector loads; False leaves it to the Triton fallback."""
+    step) and the cache allows its vector loads; False leaves it to the Triton fallback.
+    ``layout``: the tensors' (:func:`run_attention`'s), else read from views of them."""
     if not query.is_cuda:
         return False
     from volta_attn_v100.cuda import prefill
 
-    query, out = _heads(layer, query), _heads(layer, out)
-
+    query, out, strides = _cuda_layout(layer, query, out, layout)
     if planned.cuda_ready is None:
         planned.cuda_ready = prefill.ready(query.device, launch.head_size, launch.kv_dtype)
     if not planned.cuda_ready or not prefill.vector_aligned(kv):
@@ -582,6 +601,6 @@ def _cuda_prefill(
         query, kv, step.block_table, step.seq_lens, step.query_start_loc, out,
         k_scale=scales.k, v_scale=scales.v, scale_stride=scales.stride, sinks=layer.sinks,
         has_sinks=layer.has_sinks, sm_scale=layer.sm_scale, softcap=layer.softcap,
-        window=layer.window, launch=launch,
+        window=layer.window, launch=launch, layout=strides,
     )  # fmt: skip
     return True

@@ -53,17 +53,21 @@ def warm_up(device: torch.device, head_size: int, kv_cache_dtype: str) -> None:
     ready(device, head_size, kv_cache_dtype)
 
 
-def vector_aligned(query: torch.Tensor, kv: torch.Tensor) -> bool:
+def vector_aligned(
+    query: torch.Tensor, kv: torch.Tensor, strides: tuple[int, int] | None = None
+) -> bool:
     """Whether the kernel's loads are aligned: K rows in 16-byte chunks (the cache's base and its
     block, head and slot strides whole multiples of 16 bytes) and Q in 8-byte steps (its base and
-    token and head strides multiples of 4 elements)."""
+    token and head strides multiples of 4 elements). ``strides``: the query's token and head
+    strides when ``query`` is ``[tokens, heads x head_size]``; else ``query``'s own."""
     kv_bytes = kv.element_size()
+    token, head = strides if strides is not None else (query.stride(0), query.stride(1))
     return (
         kv.data_ptr() % 16 == 0
         and all(kv.stride(d) * kv_bytes % 16 == 0 for d in range(3))
         and query.data_ptr() % 8 == 0
-        and query.stride(0) % 4 == 0
-        and query.stride(1) % 4 == 0
+        and token % 4 == 0
+        and head % 4 == 0
     )
 
 
@@ -86,6 +90,7 @@ def launch(
     launch: CudaDecodeLaunch,
     ptx_arch: str | None = None,
     partials: tuple[torch.Tensor, torch.Tensor] | None = None,
+    layout: tuple[int, int, int, int] | None = None,
 ) -> None:
     """Split-KV paged decode of every sequence in the batch into ``out`` as ``launch`` says, for
     inputs :func:`volta_attn_v100.ops.paged_attention` has checked (``kv`` the cache as the
@@ -93,14 +98,22 @@ def launch(
     every sequence with at most ``launch.max_query_len`` query tokens, and a build :func:`ready`
     loaded. ``partials``: the float32 partial accumulators ``[tokens, heads, partitions,
     head_size]`` and running max and sum ``[tokens, heads, partitions, 2]`` to use when the
-    launch has partitions (a step's layers share them); made here when not given.
+    launch has partitions (a step's layers share them); made here when not given. ``layout``:
+    the query's and the output's token and head strides when ``query`` and ``out`` are vLLM's
+    ``[tokens, heads x head_size]`` tensors (``launch`` gives the heads and their size, no view
+    is made); None when they are ``[tokens, heads, head_size]``.
 
     :raises ValueError: ``launch.num_splits`` outside 1..64 or too many sequences for the grid,
         before any launch.
     """
-    num_tokens, num_heads, head_size = query.shape
     num_seqs = seq_lens.shape[0]
     num_kv_heads, page_size = kv.shape[1], kv.shape[2]
+    if layout is None:
+        num_tokens, num_heads, head_size = query.shape
+        layout = (query.stride(0), query.stride(1), out.stride(0), out.stride(1))
+    else:
+        num_tokens, num_heads = query.shape[0], launch.group * num_kv_heads
+        head_size = launch.head_size
     num_splits = launch.num_splits
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
@@ -131,7 +144,6 @@ def launch(
         launch.block_threads,
         query, kv, block_table, seq_lens, query_start_loc, k_scale, v_scale, sinks, out,
         part_acc, part_ml, counters, sm_scale, softcap, window, has_sinks, launch.group,
-        num_heads, launch.row_chunks, num_splits, scale_stride, page_size, query.stride(0),
-        query.stride(1), kv.stride(0), kv.stride(1), kv.stride(2), block_table.stride(0),
-        out.stride(0), out.stride(1),
+        num_heads, launch.row_chunks, num_splits, scale_stride, page_size, layout[0], layout[1],
+        kv.stride(0), kv.stride(1), kv.stride(2), block_table.stride(0), layout[2], layout[3],
     )  # fmt: skip

@@ -80,15 +80,20 @@ def launch(
     softcap: float,
     window: int,
     launch: CudaPrefillLaunch,
+    layout: tuple[int, int, int, int] | None = None,
 ) -> None:
     """Causal paged prefill of every sequence in the batch into ``out`` as ``launch`` says, for
     inputs :func:`volta_attn_v100.ops.paged_attention` has checked (``kv`` the cache as the
     kernels read it, fp16 or e5m2 bytes; the scales float32 vectors, ``scale_stride`` 0 or 1)
-    and a build :func:`ready` loaded.
+    and a build :func:`ready` loaded. ``layout``: the query's and the output's token and head
+    strides when ``query`` and ``out`` are vLLM's ``[tokens, heads x head_size]`` tensors (no
+    view is made); None when they are ``[tokens, heads, head_size]``.
 
     :raises ValueError: the grid would pass CUDA's limits, before any launch.
     """
     page_size = kv.shape[2]
+    if layout is None:
+        layout = (query.stride(0), query.stride(1), out.stride(0), out.stride(1))
     dims = launch.grid
     if dims[0] > MAX_GRID_X or dims[1] > MAX_GRID_Y:
         raise ValueError(f"the tensor-core prefill's grid {dims} passes CUDA's limits")
@@ -100,8 +105,8 @@ def launch(
         launch.block_threads,
         query, kv, block_table, seq_lens, query_start_loc, k_scale, v_scale, sinks, out,
         sm_scale, softcap, window, has_sinks, launch.group, launch.heads_per_prog,
-        launch.head_chunks, seq_lens.shape[0], scale_stride, page_size, query.stride(0),
-        query.stride(1), ctypes.c_int64(kv.stride(0)), ctypes.c_int64(kv.stride(1)),
-        ctypes.c_int64(kv.stride(2)), block_table.stride(0), out.stride(0), out.stride(1),
+        launch.head_chunks, seq_lens.shape[0], scale_stride, page_size, layout[0], layout[1],
+        ctypes.c_int64(kv.stride(0)), ctypes.c_int64(kv.stride(1)),
+        ctypes.c_int64(kv.stride(2)), block_table.stride(0), layout[2], layout[3],
         shared_mem=launch.shared_bytes,
     )  # fmt: skip

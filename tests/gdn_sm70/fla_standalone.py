@@ -121,9 +121,10 @@ class _V100Properties:
 def as_v100() -> Iterator[None]:
     """While open, torch answers the device questions as a V100 does.
 
-    On a GPU, Triton's driver is made first: it keeps ``torch.cuda.get_device_capability``
-    when made (triton/backends/driver.py, ``GPUDriver.__init__``) and compiles for what that
-    answers, which must stay the real GPU (:func:`compile_target` checks it). On a machine
+    On a GPU, Triton's driver compiles for what its ``get_device_capability`` answers
+    (triton/backends/driver.py, ``GPUDriver.__init__`` keeps torch's, which reads the device
+    properties answered here): it is pinned to the real GPU's capability, read before any
+    answer changes (:func:`compile_target` checks it, inside this context). On a machine
     without a GPU (the Triton interpreter), torch also says CUDA is available on device 0, so
     the families' "is this an sm_70 device" checks see one, while Triton's CUDA driver, which
     would believe torch and look for libcuda, stays inactive.
@@ -133,7 +134,10 @@ def as_v100() -> Iterator[None]:
 
     on_gpu = torch.cuda.is_available()
     if on_gpu:
-        triton.runtime.driver.active.get_current_target()
+        # The driver keeps torch's get_device_capability, which reads the (patched) device
+        # properties: it is given the real GPU's answer, read now, instead.
+        real = torch.cuda.get_device_capability()
+        triton.runtime.driver.active.get_device_capability = lambda device=None: real
     is_active = vars(CudaDriver)["is_active"]
     real_props = torch.cuda.get_device_properties
     patches: dict[str, Any] = {

@@ -91,9 +91,9 @@ def work(kind: str, family: str, shape_labels: list[str], smoke: bool, reps: int
     device = _device()
     capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
     loaded, forced = _load(family)
-    target = fla_standalone.compile_target(capability) if capability else "Triton interpreter"
     results = []
     with fla_standalone.as_v100():
+        target = fla_standalone.compile_target(capability) if capability else "Triton interpreter"
         for shape in (s for s in shapes(smoke) if s.label in shape_labels):
             for case in fla_cases.cases(smoke):
                 row: dict[str, Any] = {"shape": shape.label, "op": case.op, "case": case.label}

@@ -22,6 +22,7 @@ from volta_core.doctor.checks import Check, Gpu, GpuProbe, Status
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.records import HOST_API_VERSION, PluginRecord, PluginStatus
 from volta_core.host.types import KVVerdict
+from volta_core.planner.linear_attention import SM70_VERDICT
 
 _spec = importlib.util.spec_from_file_location(
     "volta_test_fatbin_builders", Path(__file__).with_name("test_fatbin.py")
@@ -344,6 +345,20 @@ def test_model_plan_problems_come_from_the_plan(
     assert rows[0].name == "plan gemma-4-dual-head"
     assert any("KV-cache dtype rejected: " in r.detail for r in rows)
     assert rows[0].fix == "the whole plan: vllm-volta plan gemma-4-dual-head"
+
+
+def test_a_gated_deltanet_model_is_told_what_runs_those_layers(
+    capsys: pytest.CaptureFixture[str], manager: VoltaPluginManager
+) -> None:
+    """doctor --model and the plan say who runs the linear-attention layers, and that it needs
+    no plugin on sm_70; a model without them gets no such line."""
+    rows = doctor.check_model(doctor.load_model("qwen3.5-27b-w4a16"), manager)
+    [gdn] = [r for r in rows if "Gated DeltaNet" in r.detail]
+    assert (gdn.status, gdn.detail) == (Status.INFO, f"48 Gated DeltaNet layers: {SM70_VERDICT}")
+    plain = doctor.check_model(doctor.load_model("gemma-4-dual-head"), manager)
+    assert not any("Gated DeltaNet" in r.detail for r in plain)
+    main(["plan", "qwen3.5-27b-w4a16"])  # exits 1 where no plugin serves its W4A16 layers
+    assert f"linear_attention: no paged KV cache ({SM70_VERDICT})" in capsys.readouterr().out
 
 
 # -- the command ----------------------------------------------------------------------------

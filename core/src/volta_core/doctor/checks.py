@@ -595,6 +595,7 @@ def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
     """The first problems of ``vllm-volta plan`` for the model on sm_70, default settings, and
     what the installed vLLM family refuses of it (:func:`family_problems`)."""
     from volta_core.device import parse_device
+    from volta_core.planner.linear_attention import SM70_VERDICT
     from volta_core.planner.plan import PlanOptions, make_plan
     from volta_core.vllm.families import installed_family_name
 
@@ -605,7 +606,9 @@ def check_model(model: ModelTarget, manager: VoltaPluginManager) -> list[Check]:
         Check(name, Status.PROBLEM, problem, fix=fix)
         for problem, fix in family_problems(model.description)
     ]
-    return family_rows + check_plan_problems(name, plan, model.target)
+    linear = sum(layer.layer_type == "linear_attention" for layer in model.description.layers)
+    gdn = [Check(name, Status.INFO, f"{linear} Gated DeltaNet layers: {SM70_VERDICT}")]
+    return family_rows + check_plan_problems(name, plan, model.target) + (gdn if linear else [])
 
 
 def check_plan_problems(name: str, plan: Any, target: str) -> list[Check]:

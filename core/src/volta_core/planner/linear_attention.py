@@ -69,6 +69,17 @@ from typing import Any
 
 from volta_core.host.dispatch import KernelCost, LaunchCost, Unit
 
+#: What the project found of vLLM's FLA Gated DeltaNet kernels on sm_70, which the plan and
+#: ``doctor --model`` state for a model that has such layers: every kernel a Qwen3.5/3.6 layer
+#: launches compiles within 96 KB of shared memory with a configuration its autotuner keeps, in
+#: each family (CI's ``tests/gdn_sm70``), and computes the recurrence at those configurations
+#: within fp16 error of a float64 reference (the README's "Qwen3.5 / 3.6 Gated DeltaNet kernels
+#: on sm_70").
+SM70_VERDICT = (
+    "vLLM's FLA Gated DeltaNet kernels run them; every one builds and fits sm_70 in vLLM 0.19, "
+    "0.32-0.33 and 1Cat-vLLM, no plugin needed"
+)
+
 #: ``chunk_gated_delta_rule_fwd``'s chunk size (chunk.py).
 CHUNK = 64
 

@@ -33,6 +33,7 @@ from volta_core.host.types import (
     QuantResolution,
     canonical_kv_dtype,
 )
+from volta_core.planner.linear_attention import SM70_VERDICT
 from volta_core.planner.model import ModelDescription, ModelLayer
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -510,7 +511,8 @@ def render_text(plan: Plan, sections: Sequence[Sequence[str]] = ()) -> str:
         layer_type, head, heads, kv_heads, window, backend, writer, reasons, paths, error = key
         label = f"  layers {_ranges(indices)}: {layer_type}"
         if not head:
-            lines.append(f"{label}: no paged KV cache (handled by the model's own layer)")
+            own = SM70_VERDICT if layer_type == "linear_attention" else "the model's own layer"
+            lines.append(f"{label}: no paged KV cache ({own})")
             continue
         shape = f"head size {head}, {heads}/{kv_heads} heads" + (
             f", window {window}" if window else ""

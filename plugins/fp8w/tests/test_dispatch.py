@@ -17,6 +17,7 @@ from volta_fp8w.dispatch import (
     MOE_BLOCKS,
     MOE_DECODE,
     MOE_MMA,
+    TritonBuild,
     expert_bytes,
     expert_choice,
     expert_cost,
@@ -258,11 +259,23 @@ def test_builds_are_distinct_and_cover_every_table_launch(capability: tuple[int,
             assert (kernel, tile) in configs, (launch, block_k)
         assert (kernel, fitted(launch, 128, 4095).block_k) in configs
     warps = {launch.num_warps for launch in (table.gemv, table.small, table.gemm, table.dequant)}
+    stages = {launch.num_stages for launch in (table.gemv, table.small, table.gemm, table.dequant)}
     for build in builds:
         assert build.num_warps in warps
+        assert build.num_stages in stages
         assert "SCALE_K" in build.aligned
-        # The GEMV and GEMM tiles read their codes as words (as on aligned rows).
-        assert dict(build.constexprs).get("WORDS", False) == ("dequant" not in build.kernel)
+    # The GEMV and GEMM tiles read their codes as words (as on aligned rows); each tile's
+    # byte-reading form (unaligned rows) is built in its largest variant, split with bias.
+    tiles = [b for b in builds if "dequant" not in b.kernel]
+    bytewise = [b for b in tiles if not dict(b.constexprs)["WORDS"]]
+    assert {_tile(b) for b in bytewise} == {_tile(b) for b in tiles}
+    assert all(dict(b.constexprs)["HAS_BIAS"] for b in bytewise)
+    assert all(dict(b.constexprs).get("SPLIT", True) for b in bytewise)
+
+
+def _tile(build: TritonBuild) -> tuple[str, int, int, int]:
+    c = dict(build.constexprs)
+    return build.kernel, c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]
 
 
 # -- the fused experts ------------------------------------------------------------------------

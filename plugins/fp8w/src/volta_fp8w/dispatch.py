@@ -488,15 +488,22 @@ class TritonBuild:
 
 
 def _build(kernel: str, constexprs: dict[str, int | bool], launch: Launch) -> TritonBuild:
-    return TritonBuild(kernel, tuple(constexprs.items()), launch.num_warps, aligned_args(launch))
+    return TritonBuild(
+        kernel,
+        tuple(constexprs.items()),
+        launch.num_warps,
+        aligned_args(launch),
+        launch.num_stages,
+    )
 
 
 def triton_builds(capability: tuple[int, int]) -> list[TritonBuild]:
     """Every distinct Triton build the launcher can run with the table of ``capability``:
     each launch of the table that serves some token count, at every input tile
     :func:`volta_fp8w.launch.fitted` gives it on some layer; the GEMV split and not, each
-    GEMV and GEMM with and without bias; the dequantize kernel where the table has
-    dequantize-then-cuBLAS."""
+    GEMV and GEMM with and without bias, reading codes as words; the byte-reading form of each
+    (layers whose codes are not 4-byte aligned) in its largest variant, split with bias; the
+    dequantize kernel where the table has dequantize-then-cuBLAS."""
     t = table_for(capability)
     launches = [t.gemv, t.small]
     if t.dequant_from is None or t.dequant_from > t.small_max_m + 1:
@@ -513,11 +520,14 @@ def triton_builds(capability: tuple[int, int]) -> list[TritonBuild]:
                     for split in (True, False)
                     for bias in (False, True)
                 ]
+                bytewise = splitk_constexprs(launch, True, True, words=False)
+                variants.append(_build(SPLITK_KERNEL, bytewise, launch))
             elif launch.path == GEMM:
                 variants = [
                     _build(GEMM_KERNEL, gemm_constexprs(launch, bias), launch)
                     for bias in (False, True)
                 ]
+                variants.append(_build(GEMM_KERNEL, gemm_constexprs(launch, True, False), launch))
             else:
                 variants = [_build(DEQUANT_KERNEL, dequant_constexprs(launch), launch)]
             builds.extend(build for build in variants if build not in builds)

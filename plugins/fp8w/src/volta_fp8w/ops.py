@@ -324,6 +324,7 @@ class LinearPlan:
                 call.per_split,
                 **call.constexprs,
                 num_warps=chosen.num_warps,
+                num_stages=chosen.num_stages,
             )  # fmt: skip
         elif chosen.path == GEMM:
             kernels.fp8w_gemm_kernel[call.grid](
@@ -331,6 +332,7 @@ class LinearPlan:
                 scale_n, scale_k, out2.stride(0), w.block_n, w.block_k,
                 **call.constexprs,
                 num_warps=chosen.num_warps,
+                num_stages=chosen.num_stages,
             )  # fmt: skip
         return out
 
@@ -370,6 +372,7 @@ def _dequantize(w: Fp8Weights, launch: Launch) -> torch.Tensor:
         w.block_n, w.block_k,
         **dequant_constexprs(tile),
         num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
     )  # fmt: skip
     return out
 

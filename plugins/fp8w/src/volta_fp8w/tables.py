@@ -53,6 +53,9 @@ class Launch:
     the last tile), by which :func:`volta_fp8w.cuda.launch_args.mma_splits` balances the
     split count. None on every other path.
 
+    ``num_stages``: the software-pipelining stages a Triton launch passes (Triton's default,
+    3, unless a table says otherwise), so that the compile gate builds what runs.
+
     ``dot_k``: the inputs one ``tl.dot`` of the multi-token split-K tile takes (at most
     ``block_k``; 32 by default: SM70's FMA dot holds each operand's inputs for its outputs in
     registers, and a 128-input dot of 8 tokens by 32 rows spills at sm_70); other paths ignore it.
@@ -67,6 +70,7 @@ class Launch:
     group_m: int = 8
     split_cost: float | None = None
     dot_k: int = 32
+    num_stages: int = 3
 
     def __post_init__(self) -> None:
         if self.path not in (SPLITK, GEMM, DEQUANT_MATMUL, MMA):

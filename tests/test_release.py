@@ -89,14 +89,16 @@ def test_a_malformed_changelog_is_refused_line_by_line() -> None:
             "## [Unreleased]",
             f"## [0.9.0] - 2026-11-27 ({needs})",
             "## Version 0.0.1",
+            f" - 2026-11-19 ({needs})",
         ]
     )
     problems = changelog.problems(dist, text=text)
-    assert len(problems) == 4, problems
+    assert len(problems) == 5, problems
     assert "[Unreleased] belongs above every release" in problems[0]
     assert "not a release heading" in problems[1]
-    assert "0.9.0 (2026-11-27) is not older than" in problems[2]
-    assert ":5: the 0.9.0 entry lists no change" in problems[3]
+    assert ":7: a release heading without '## [VERSION]'" in problems[2]
+    assert "0.9.0 (2026-11-27) is not older than" in problems[3]
+    assert ":5: the 0.9.0 entry lists no change" in problems[4]
 
 
 def test_the_readme_compatibility_table_is_the_distributions_metadata() -> None:

@@ -32,6 +32,8 @@ _RELEASE = re.compile(
 )
 _UNRELEASED = re.compile(r"^## \[Unreleased\]\s*$")
 _CHANGE = re.compile(r"^\s*[-*] \S")
+#: A release heading that lost its ``## [VERSION]`` (an edit that kept only its date and needs).
+_HEADLESS = re.compile(r"^[\s*#-]*\d{4}-\d{2}-\d{2} \([^()]*\)\s*$")
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,11 @@ def releases(text: str, where: str) -> tuple[list[Release], list[str]]:
     current: Release | None = None
     for number, line in enumerate(text.splitlines(), 1):
         if not line.startswith("## "):
-            if current is not None and _CHANGE.match(line):
+            if _HEADLESS.match(line):
+                problems.append(
+                    f"{where}:{number}: a release heading without '## [VERSION]': {line!r}"
+                )
+            elif current is not None and _CHANGE.match(line):
                 current = replace(current, changes=current.changes + 1)
             continue
         if current is not None:

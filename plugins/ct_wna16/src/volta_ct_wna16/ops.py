@@ -57,6 +57,18 @@ def _empty(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return torch.empty(0, dtype=dtype, device=device)
 
 
+def _check_zeros8(pw: PackedWeights) -> None:
+    """The kernels read the zero points' uint8 copy where there is one: it must be theirs."""
+    if pw.zeros8 is not None and (
+        pw.zeros is None or pw.zeros8.dtype != torch.uint8 or pw.zeros8.shape != pw.zeros.shape
+    ):
+        zeros = "none" if pw.zeros is None else f"{tuple(pw.zeros.shape)}"
+        raise ValueError(
+            f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
+            f"{tuple(pw.zeros8.shape)}"
+        )
+
+
 def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
     if x.dtype not in KERNEL_DTYPES:
         raise TypeError(f"ct_wna16 kernels take float16 activations, got {x.dtype}")
@@ -68,14 +80,7 @@ def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> Non
         raise ValueError(
             f"bias must be {x.dtype} of shape ({pw.n},), got {bias.dtype} {tuple(bias.shape)}"
         )
-    if pw.zeros8 is not None and (
-        pw.zeros is None or pw.zeros8.dtype != torch.uint8 or pw.zeros8.shape != pw.zeros.shape
-    ):
-        zeros = "none" if pw.zeros is None else f"{tuple(pw.zeros.shape)}"
-        raise ValueError(
-            f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
-            f"{tuple(pw.zeros8.shape)}"
-        )
+    _check_zeros8(pw)
     if not interpreting() and not x.is_cuda:
         raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
 
@@ -179,14 +184,7 @@ def _check_weights(pw: PackedWeights) -> None:
     """What the kernels need of a layer's weights alone (checked once per layer)."""
     if pw.scales.dtype not in KERNEL_DTYPES:
         raise TypeError(f"ct_wna16 kernels take float16 scales, got {pw.scales.dtype}")
-    if pw.zeros8 is not None and (
-        pw.zeros is None or pw.zeros8.dtype != torch.uint8 or pw.zeros8.shape != pw.zeros.shape
-    ):
-        zeros = "none" if pw.zeros is None else f"{tuple(pw.zeros.shape)}"
-        raise ValueError(
-            f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
-            f"{tuple(pw.zeros8.shape)}"
-        )
+    _check_zeros8(pw)
 
 
 def _check_call(x: torch.Tensor, pw: PackedWeights) -> None:

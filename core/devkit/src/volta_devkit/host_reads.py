@@ -12,13 +12,16 @@ It is a :class:`torch.overrides.TorchFunctionMode`, so it sees the Python-level 
 (every tensor method and ``torch.*`` function), not what a compiled kernel does: run it with
 the kernels replaced by launchers that do nothing (:class:`NoLaunch`), over the host code of
 one step. :func:`torch_calls` records those calls by name, so a test can count the host work
-of a call (its allocations, its tensor operations) without a clock.
+of a call (its allocations, its tensor operations) without a clock; :func:`host_time_us` is
+the clock, for the benchmarks that record the figures.
 
 torch is imported when :func:`no_host_reads` is called, never at import time.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -91,6 +94,18 @@ class NoLaunch:
 
 def _no_launch(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def host_time_us(call: Callable[[], Any], calls: int, repeat: int) -> tuple[float, float]:
+    """The calling thread's CPU time per ``call()`` in microseconds, averaged over ``calls``
+    calls a round: the median and the least of ``repeat`` rounds after a first, warming one."""
+    rounds = []
+    for _ in range(repeat + 1):
+        start = time.thread_time_ns()
+        for _ in range(calls):
+            call()
+        rounds.append((time.thread_time_ns() - start) / calls / 1e3)
+    return statistics.median(rounds[1:]), min(rounds[1:])
 
 
 @contextmanager

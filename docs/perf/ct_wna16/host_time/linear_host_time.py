@@ -19,21 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from volta_devkit.host_reads import NoLaunch, host_time_us
+
 TOKENS = (1, 16, 32)
-
-
-class _NoLaunch:
-    """A Triton kernel whose launch does nothing (``kernel[grid](*args, **constexprs)``)."""
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
 
 
 def _layer(n: int, k: int) -> tuple[torch.nn.Module, Any, torch.Tensor]:
@@ -58,21 +50,10 @@ def _layer(n: int, k: int) -> tuple[torch.nn.Module, Any, torch.Tensor]:
     return layer, pw, torch.randn(n).half()
 
 
-def _time(call: Callable[[], Any], calls: int, repeat: int) -> tuple[float, float]:
-    clock = time.thread_time_ns
-    rounds = []
-    for _ in range(repeat):
-        t0 = clock()
-        for _ in range(calls):
-            call()
-        rounds.append((clock() - t0) / calls / 1e3)
-    return statistics.median(rounds[1:]), min(rounds[1:])
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "1"
     torch.set_num_threads(1)
@@ -82,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
 
     for name in dir(volta_ct_wna16.kernels):
         if name.endswith("_kernel"):
-            setattr(volta_ct_wna16.kernels, name, _NoLaunch())
+            setattr(volta_ct_wna16.kernels, name, NoLaunch())
     layer, pw, bias = _layer(4096, 4096)
     for m in TOKENS:
         x = torch.randn(m, 4096).half()
@@ -95,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             "apply": lambda x=x: apply_packed(layer, x, bias),
         }  # fmt: skip
         line = ", ".join(
-            "{} {:.1f} us (least {:.1f})".format(what, *_time(call, args.calls, args.repeat))
+            "{} {:.1f} us (least {:.1f})".format(what, *host_time_us(call, args.calls, args.repeat))
             for what, call in rows.items()
         )
         print(f"M={m}: {line}", flush=True)

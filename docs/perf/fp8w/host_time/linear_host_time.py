@@ -19,21 +19,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from volta_devkit.host_reads import NoLaunch, host_time_us
+
 TOKENS = (1, 8, 16)
-
-
-class _NoLaunch:
-    """A Triton kernel whose launch does nothing (``kernel[grid](*args, **constexprs)``)."""
-
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        return lambda *args, **kwargs: None
 
 
 def _layer(n: int, k: int) -> tuple[torch.nn.Module, Any, Any]:
@@ -53,21 +45,10 @@ def _layer(n: int, k: int) -> tuple[torch.nn.Module, Any, Any]:
     return layer, method, layer_weights(layer)
 
 
-def _time(call: Callable[[], Any], calls: int, repeat: int) -> tuple[float, float]:
-    clock = time.thread_time_ns
-    rounds = []
-    for _ in range(repeat):
-        t0 = clock()
-        for _ in range(calls):
-            call()
-        rounds.append((clock() - t0) / calls / 1e3)
-    return statistics.median(rounds[1:]), min(rounds[1:])
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "1"
     torch.set_num_threads(1)
@@ -75,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     from volta_fp8w import ops
 
     for name in ("fp8w_splitk_kernel", "fp8w_gemm_kernel", "fp8w_dequant_kernel"):
-        setattr(volta_fp8w.kernels, name, _NoLaunch())
+        setattr(volta_fp8w.kernels, name, NoLaunch())
     layer, method, w = _layer(4096, 4096)
     bias = torch.randn(4096).half()
     for m in TOKENS:
@@ -88,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             "apply": lambda x=x: method.apply(layer, x, bias),
         }
         line = ", ".join(
-            "{} {:.1f} us (least {:.1f})".format(what, *_time(call, args.calls, args.repeat))
+            "{} {:.1f} us (least {:.1f})".format(what, *host_time_us(call, args.calls, args.repeat))
             for what, call in rows.items()
         )
         print(f"M={m}: {line}", flush=True)

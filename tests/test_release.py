@@ -55,6 +55,7 @@ def test_every_version_has_its_changelog_entry() -> None:
 def test_every_package_says_its_distributions_version() -> None:
     """A package's ``__version__`` (what the plugins' records report) is its distribution's:
     a bump of one without the other fails here, not on an owner's machine."""
+    checked = []
     for dist in DISTS:
         for init in sorted((distributions.ROOT / dist.folder).glob("src/*/__init__.py")):
             try:
@@ -62,6 +63,8 @@ def test_every_package_says_its_distributions_version() -> None:
             except distributions.ReleaseError:
                 continue
             assert said == dist.version, f"{init}: __version__ {said}, {dist.name} {dist.version}"
+            checked.append(dist.name)
+    assert len(checked) == len(DISTS) - 1, checked  # all but the meta-distribution (no package)
 
 
 def test_a_version_bump_without_an_entry_fails_until_one_is_added() -> None:

@@ -57,7 +57,6 @@ def test_gdn_decode_step_at_qwen35_27b() -> None:
     assert recurrent.bound() == "HBM"
     assert kernels["_causal_conv1d_update_kernel"].bytes == CONV_UPDATE_BYTES
     assert sum(c.seconds() for c in kernels.values()) == pytest.approx(DECODE_LAYER_S)
-    assert pytest.approx(7.34e-6, rel=1e-3) == DECODE_LAYER_S
     # The packed decode reads the conv output instead of q, k and v: the same cost.
     packed = gdn.decode_kernel(
         "fused_recurrent_gated_delta_rule_packed_decode_kernel", QWEN35_27B, 1
@@ -78,7 +77,6 @@ def test_gdn_prefill_chunk_at_qwen35_27b() -> None:
     solve = kernels["merge_16x16_to_64x64_inverse_kernel"]
     assert solve.flops == T // BT * 48 * (4 * 14 * 2 * 16 * 16 + 16 * 2 * 16**3)
     assert sum(c.seconds() for c in kernels.values()) == pytest.approx(PREFILL_LAYER_S)
-    assert pytest.approx(1.4896e-3, rel=1e-3) == PREFILL_LAYER_S
     # TP 2 halves the heads: every kernel's work halves, but for the conv weights and norm.
     half = gdn.GdnShape(8, 24, 128, 128, 4, act_bytes=2, state_bytes=4)
     halved = sum(c.seconds() for c in gdn.prefill_chunk(half, T))
@@ -140,8 +138,6 @@ def test_plan_prices_gdn_layers_and_the_prefill(
 
     prefill = speed["prefill"]
     assert (prefill["prompt_tokens"], prefill["chunk_tokens"], prefill["chunks"]) == (5000, 2048, 3)
-    assert sum(t["ms"] for t in prefill["terms"]) == pytest.approx(prefill["ms"], rel=1e-3)
-    assert prefill["tokens_per_second"] == pytest.approx(5000 / prefill["ms"] * 1e3, rel=1e-3)
     chunked = _terms(prefill)["linear attention (FLA chunk_gated_delta_rule on FMA)"]
     per_layer = 2 * PREFILL_LAYER_S + sum(c.seconds() for c in gdn.prefill_chunk(QWEN35_27B, 904))
     assert chunked["ms"] == pytest.approx(48 * per_layer * 1e3, rel=1e-3)

@@ -527,7 +527,7 @@ class _Model:
             for need in fit.layers
             if need.state_bytes and types.get(need.index) == "linear_attention"
         ]
-        act = 4 if plan.activation_dtype == "float32" else 2
+        act = plan.activation_bytes
         shape = gdn.GdnShape.of(text, fit.tp, act) if gdn_layers else None
         return cls(
             parts,

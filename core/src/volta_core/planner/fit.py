@@ -297,7 +297,7 @@ class Sizer:
     def fit(self, plan: Plan, max_model_len: int | None = None) -> Fit:
         """The fit of ``plan``'s TP and KV dtype at ``max_model_len`` (default: the option)."""
         tp = plan.options.tensor_parallel_size
-        dtype_bytes = 4 if plan.activation_dtype == "float32" else 2
+        dtype_bytes = plan.activation_bytes
         states = {
             la.index: state_bytes_per_sequence(self.text, la, tp, dtype_bytes)
             for la in self.model.layers

@@ -77,7 +77,7 @@ from volta_core.host.dispatch import KernelCost, LaunchCost, Unit
 #: on sm_70").
 SM70_VERDICT = (
     "vLLM's FLA Gated DeltaNet kernels run them; every one builds and fits sm_70 in vLLM 0.19, "
-    "0.32-0.33 and 1Cat-vLLM, no plugin needed"
+    "0.32-0.33 and 1Cat-vLLM 1.3, no plugin needed"
 )
 
 #: ``chunk_gated_delta_rule_fwd``'s chunk size (chunk.py).
@@ -271,4 +271,7 @@ def prefill_kernel(name: str, s: GdnShape, tokens: int) -> KernelCost:
 
 def prefill_chunk(s: GdnShape, tokens: int) -> list[KernelCost]:
     """The layer's prefill kernels for one ``tokens``-token chunk (vLLM 0.19's path)."""
-    return [prefill_kernel(name, s, tokens) for name in PREFILL_KERNELS]
+    if tokens < 1:
+        raise ValueError(f"a prefill chunk has at least one token, not {tokens}")
+    costs = _prefill_costs(s, tokens)
+    return [costs[name]() for name in PREFILL_KERNELS]

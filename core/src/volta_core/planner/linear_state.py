@@ -34,4 +34,4 @@ def state_bytes_per_sequence(text: Any, layer: ModelLayer, tp: int, dtype_bytes:
         return None
     shape = GdnShape.of(text, tp, dtype_bytes)
     conv = shape.conv_dim * (shape.conv_width - 1) * shape.act_bytes
-    return conv + shape.value_heads * shape.head_v * shape.head_k * shape.state_bytes
+    return conv + shape.state_elements * shape.state_bytes

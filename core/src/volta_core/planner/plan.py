@@ -140,6 +140,11 @@ class Plan:
     """The CUDA NVRTC version found here (``"12.9"``), when a kernel path needs it; None when
     none needs it or none is installed (then ``notes`` says which stages fall back)."""
 
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of one activation (and of the state vLLM keeps in the model dtype)."""
+        return _DTYPE_BYTES[self.activation_dtype]
+
 
 def resolve_activation_dtype(requested: str, config_dtype: str, device: Device) -> tuple[str, str]:
     """The dtype the engine would run, and a note when it differs from the checkpoint's.

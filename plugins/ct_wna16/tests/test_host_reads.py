@@ -121,3 +121,15 @@ def test_a_fused_experts_call_reads_nothing_back(m: int) -> None:
         experts_forward(x, router, ids, weights)
     with no_host_reads(), pytest.raises(HostReadError):
         experts_forward(x, router, ids, weights, check_values=True)
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+def test_a_layer_keeps_the_launches_of_decode_batches_only() -> None:
+    """Up to ``PLANNED_MAX_M`` tokens a layer keeps its launch; a prefill chunk's is worked out
+    per call, so varied chunk sizes do not grow what each layer holds."""
+    from volta_ct_wna16.ops import PLANNED_MAX_M, plan_for
+
+    pw = fresh_checkpoint(256, 384, SCHEME, seed=5).packed("count")
+    for m in (1, PLANNED_MAX_M, PLANNED_MAX_M + 1):
+        wna16_linear(torch.randn(m, 384).half(), pw, None)
+    assert sorted(plan_for(pw)._calls) == [(1, False), (PLANNED_MAX_M, False)]

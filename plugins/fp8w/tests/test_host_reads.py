@@ -110,3 +110,15 @@ def test_a_fused_experts_call_reads_nothing_back(m: int) -> None:
         experts_forward(x, case.weights, weights, ids, check_values=False)
     with no_host_reads(), pytest.raises(HostReadError):
         experts_forward(x, case.weights, weights, ids, check_values=True)
+
+
+@pytest.mark.usefixtures("kernels_stubbed")
+def test_a_layer_keeps_the_launches_of_decode_batches_only() -> None:
+    """Up to ``PLANNED_MAX_M`` tokens a layer keeps its launch; a prefill chunk's is worked out
+    per call, so varied chunk sizes do not grow what each layer holds."""
+    from volta_fp8w import ops
+
+    w = fresh_weights(256, 384, (128, 128), seed=5)
+    for m in (1, ops.PLANNED_MAX_M, ops.PLANNED_MAX_M + 1):
+        ops.fp8_linear(torch.randn(m, 384).half(), w, None)
+    assert sorted(ops.plan_for(w)._calls) == [(1, False), (ops.PLANNED_MAX_M, False)]

@@ -49,6 +49,11 @@ from volta_ct_wna16.tables import (
     MoEFused,
 )
 
+#: The most tokens whose launch a layer keeps (:class:`LinearPlan`): the decode batches vLLM
+#: captures in CUDA graphs (512 at most by default); a larger prefill chunk works its launch out
+#: per call, beside kernels that take far longer, so a layer keeps a bounded number of launches.
+PLANNED_MAX_M = 512
+
 #: Activation dtypes the kernels take (Volta has no bf16 arithmetic; vLLM runs fp16 there).
 KERNEL_DTYPES = (torch.float16,)
 
@@ -67,22 +72,6 @@ def _check_zeros8(pw: PackedWeights) -> None:
             f"zeros8 must be the uint8 copy of the zero points {zeros}, got {pw.zeros8.dtype} "
             f"{tuple(pw.zeros8.shape)}"
         )
-
-
-def _check(x: torch.Tensor, pw: PackedWeights, bias: torch.Tensor | None) -> None:
-    if x.dtype not in KERNEL_DTYPES:
-        raise TypeError(f"ct_wna16 kernels take float16 activations, got {x.dtype}")
-    if x.shape[-1] != pw.k:
-        raise ValueError(f"input has {x.shape[-1]} features; the layer takes {pw.k}")
-    if pw.scales.dtype != x.dtype:
-        raise TypeError(f"scales are {pw.scales.dtype}; activations are {x.dtype}")
-    if bias is not None and (bias.shape != (pw.n,) or bias.dtype != x.dtype):
-        raise ValueError(
-            f"bias must be {x.dtype} of shape ({pw.n},), got {bias.dtype} {tuple(bias.shape)}"
-        )
-    _check_zeros8(pw)
-    if not interpreting() and not x.is_cuda:
-        raise RuntimeError("ct_wna16 kernels run on CUDA (or under TRITON_INTERPRET=1)")
 
 
 def _pair_aligned(x2: torch.Tensor) -> torch.Tensor:
@@ -278,13 +267,15 @@ class LinearPlan:
     def chosen(self, m: int, bias: torch.Tensor | None) -> _Call:
         """The device's launch for ``m`` tokens (:func:`select_launch`), kept unless it is the
         fallback of a build first asked for during CUDA-graph capture (asked again later, that
-        build may load: :meth:`volta_core.kernel_api.CudaBuilds.ready`)."""
+        build may load: :meth:`volta_core.kernel_api.CudaBuilds.ready`) or a count above
+        :data:`PLANNED_MAX_M`."""
         key = (m, bias is not None)
         call = self._calls.get(key)
         if call is None:
             launch = select_launch(m, self.pw, self.device)
             call = self.call(launch, m, bias)
-            if self.device.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+            capturing = self.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+            if m <= PLANNED_MAX_M and not capturing:
                 self._calls[key] = call
         return call
 

@@ -36,6 +36,11 @@ from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.limits import BLOCK_K_QUANTUM
 from volta_fp8w.tables import DEQUANT_MATMUL, GEMM, MMA, SPLITK, Launch, table_for
 
+#: The most tokens whose launch a layer keeps (:class:`LinearPlan`): the decode batches vLLM
+#: captures in CUDA graphs (512 at most by default); a larger prefill chunk works its launch out
+#: per call, beside kernels that take far longer, so a layer keeps a bounded number of launches.
+PLANNED_MAX_M = 512
+
 #: The most elements a kernel addresses in one tensor: offsets are 32-bit ints.
 MAX_ELEMENTS = 2**31 - 1
 
@@ -232,12 +237,13 @@ class LinearPlan:
     def chosen(self, m: int, x: torch.Tensor, bias: torch.Tensor | None) -> _Call:
         """Dispatch's launch for ``m`` tokens on the device (:func:`_select`), kept unless it
         is the fallback of a build first asked for during CUDA-graph capture (asked again
-        later, that build may load)."""
+        later, that build may load) or a count above :data:`PLANNED_MAX_M`."""
         key = (m, bias is not None)
         call = self._calls.get(key)
         if call is None:
             call = self.call(_select(None, m, self.w, x), m, bias)
-            if not x.is_cuda or not torch.cuda.is_current_stream_capturing():
+            capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+            if m <= PLANNED_MAX_M and not capturing:
                 self._calls[key] = call
         return call
 

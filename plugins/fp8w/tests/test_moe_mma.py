@@ -358,6 +358,13 @@ def test_refusals_before_any_launch(loads, monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(ValueError, match="Triton launch"):
         experts_forward(x, weights, torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.int32),
                         path="blocks", launch=launch)  # fmt: skip
+    # Through the experts' entry: refused before the routing's launches.
+    routed: list[object] = []
+    monkeypatch.setattr(experts_module, "_route", lambda *args: routed.append(args))
+    with pytest.raises(ValueError, match="runs on CUDA devices"):
+        experts_forward(x, weights, torch.ones(4, 1), torch.zeros(4, 1, dtype=torch.int32),
+                        path="mma", launch=launch)  # fmt: skip
+    assert routed == []
 
 
 # -- on the GPU ------------------------------------------------------------------------------------

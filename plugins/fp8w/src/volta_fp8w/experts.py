@@ -462,8 +462,10 @@ def _mma(
     """The routed blocks on the tensor cores (:func:`volta_fp8w.cuda.moe_mma.moe_mma_linear`):
     the routing, gate/up with the SiLU product into fp16 rows, down weighted into each token's
     zeroed fp32 row, the cast."""
-    from volta_fp8w.cuda.moe_mma import moe_mma_linear
+    from volta_fp8w.cuda.moe_mma import check_operands, moe_mma_linear
 
+    check_operands(x, weights.w13, launch, gate_up=True)
+    check_operands(x, weights.w2, launch, gate_up=False)
     m, pairs = x.shape[0], ids.numel()
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
     counts, placed, _ = _route(ids, expert_map, experts, launch.block_m)

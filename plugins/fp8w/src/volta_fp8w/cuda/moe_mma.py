@@ -46,6 +46,28 @@ def warm_up(device: torch.device, launches: list[Launch]) -> None:
         ready(device, launch)
 
 
+def check_operands(x: torch.Tensor, w: Fp8Weights, launch: Launch, gate_up: bool) -> None:
+    """What a GEMM of ``launch`` on experts ``w`` needs of them and of its input ``x``, known
+    before the routing runs (:func:`volta_fp8w.experts.experts_forward` asks it of both GEMMs
+    first, so a refusal comes before any launch).
+
+    :raises ValueError: not a routed tensor-core launch, a k-tile that does not divide the
+        scale blocks, not on CUDA, not fp16, odd gate/up rows.
+    """
+    check_moe_mma_launch(launch)
+    if w.block_k % launch.block_k:
+        raise ValueError(
+            f"the k-tile of {launch.block_k} inputs does not divide the experts' scale blocks of "
+            f"{w.block_k}: {launch}"
+        )
+    if not x.is_cuda:
+        raise ValueError(f"the tensor-core GEMM runs on CUDA devices, not on {x.device}")
+    if x.dtype != torch.float16:
+        raise ValueError(f"the tensor-core GEMM takes fp16 activations, not {x.dtype}")
+    if gate_up and w.n % 2:
+        raise ValueError(f"gate/up weights hold gate's rows then up's: {w.n} rows is odd")
+
+
 def moe_mma_linear(
     x: torch.Tensor,
     w: Fp8Weights,
@@ -83,16 +105,7 @@ def moe_mma_linear(
     :raises CudaToolkitUnavailable: no CUDA 12 NVRTC.
     :raises CudaCompileError: NVRTC refused the build.
     """
-    check_moe_mma_launch(launch)
-    if w.block_k % launch.block_k:
-        raise ValueError(
-            f"the k-tile of {launch.block_k} inputs does not divide the experts' scale blocks of "
-            f"{w.block_k}: {launch}"
-        )
-    if not x.is_cuda:
-        raise ValueError(f"the tensor-core GEMM runs on CUDA devices, not on {x.device}")
-    if gate_up and w.n % 2:
-        raise ValueError(f"gate/up weights hold gate's rows then up's: {w.n} rows is odd")
+    check_operands(x, w, launch, gate_up)
     n = w.n // 2 if gate_up else w.n
     blocks = pairs.numel() // launch.block_m
     experts = w.weight.shape[0] if w.weight.dim() == 3 else 0

@@ -411,3 +411,26 @@ def test_the_layers_scale_tensors_reach_the_kernel_uncopied(host, launches, shap
     ((*_, k, v, _num_tokens, _num_slots),) = (a[:8] for a in launches.args)
     assert (k.data_ptr(), v.data_ptr()) == (k_scale.data_ptr(), v_scale.data_ptr())
     assert k.is_contiguous()
+
+
+def test_a_layers_write_is_kept_only_while_its_scale_tensors_are_the_kernels(host, launches):
+    """The write kept on the cache follows the layer's scale tensors: a new tensor makes a new
+    write that reads it; scales the kernel cannot read in place (float64 here, copied to
+    float32) are made again at every step, so a changed value always reaches the kernel."""
+    args = {**good_write(), "v_scale": torch.tensor([1.5, 0.75])}
+    cache = args["kv_cache"]
+    write = writer(host, "fp8_e5m2")
+    write(**args, check_values=False)
+    kept = getattr(cache, cache_ops._LAYER)
+    write(**args, check_values=False)
+    assert getattr(cache, cache_ops._LAYER) is kept
+    new_k = args["k_scale"].clone()
+    write(**{**args, "k_scale": new_k}, check_values=False)
+    assert getattr(cache, cache_ops._LAYER) is not kept
+    assert launches.args[-1][4].data_ptr() == new_k.data_ptr()
+    copied = {**args, "kv_cache": torch.zeros_like(cache), "k_scale": new_k.double()}
+    write(**copied, check_values=False)
+    assert not hasattr(copied["kv_cache"], cache_ops._LAYER)
+    copied["k_scale"].mul_(2)
+    write(**copied, check_values=False)
+    assert torch.equal(launches.args[-1][4], 2 * new_k)

@@ -9,8 +9,8 @@ and prices, every shipped build through the sm_70 gate (exact HMMA count, no spi
 memory, registers for the blocks an SM is meant to hold) and the launcher's refusals and
 fallback. The ``gpu`` tests run both layers' full shapes at 64-4096 tokens on every int4/int8
 scheme, uneven routing, an expert map, router weights on the input and a CUDA graph replay,
-against the float64 step on the dequantized experts (the device's own cubin: the GPU machine's
-NVRTC builds no compute_70 PTX).
+against the float64 step on the dequantized experts, as the device's own cubin and (``ptx70``) as
+the compute_70 PTX a V100 loads, JIT-compiled by the driver (needs a CUDA 12 NVRTC).
 """
 
 from __future__ import annotations
@@ -378,6 +378,23 @@ def test_gpu_layer_shapes_every_scheme(name: str, scheme: WeightScheme) -> None:
         w, ids = random_routing(m, experts, top_k, seed=m)
         out = run_mma(weights, x, w, ids)
         assert_close(out, reference(weights, x, w, ids), f"{name} {scheme.label} m={m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ptx_arch", ["compute_70"], ids=["ptx70"])
+def test_gpu_compute_70_ptx_every_tile(ptx_arch: str) -> None:
+    """The V100's build, the compute_70 PTX JIT-compiled by the driver, on Qwen3-30B-A3B's layer:
+    every tile of :data:`SM70_MOE_MMA`, int4 and int8, symmetric and not."""
+    experts, top_k, hidden, inter = LAYERS["Qwen3-30B-A3B"]
+    for scheme in (SCHEMES[0], SCHEMES[7], SCHEMES[3]):
+        weights = random_experts(scheme, experts, hidden, inter, seed=13)
+        m = 1024
+        x = torch.randn(m, hidden, device="cuda").half()
+        w, ids = random_routing(m, experts, top_k, seed=m, skew=True)
+        ref = reference(weights, x, w, ids)
+        for launch in (row for _, row in SM70_MOE_MMA):
+            out = experts_forward(x, w, ids, weights, launch=launch, ptx_arch=ptx_arch)
+            assert_close(out, ref, f"ptx70 {scheme.label} tile {launch.block_m}")
 
 
 @pytest.mark.gpu

@@ -140,6 +140,7 @@ def experts_forward(
     launch: Launch | None = None,
     decode: MoEDecode | MoEFused | None = None,
     check_values: bool = False,
+    ptx_arch: str | None = None,
 ) -> torch.Tensor:
     """``sum_k w_k * expert_{id_k}(x)`` per token, accumulated in fp32, returned in ``x.dtype``.
 
@@ -152,7 +153,9 @@ def experts_forward(
     tokens six launches (routing in two, gate/up, the SiLU product, down into each token's
     fp32 row, the cast) and up to three memsets. Neither synchronizes with the host, so a step
     can be captured in a CUDA graph. ``launch`` (the routed blocks' tile) or ``decode`` (the
-    decode kernels') override the device's choice: the benchmark's sweep. On CPU each expert
+    decode kernels') override the device's choice: the benchmark's sweep; ``ptx_arch``
+    (``"compute_70"``, with a tensor-core ``launch``) runs the V100's PTX build, JIT-compiled by
+    the driver (the GPU tests' proof of what a V100 loads). On CPU each expert
     runs its tokens through the reference linear op (one synchronization for the counts).
 
     Shapes, dtypes and the experts' schemes are checked before any launch; ``check_values``
@@ -179,7 +182,9 @@ def experts_forward(
                 expert_map,
                 weight_on_input,
             )
-        return _fused(x, topk_weights, topk_ids, weights, expert_map, weight_on_input, launch)
+        return _fused(
+            x, topk_weights, topk_ids, weights, expert_map, weight_on_input, launch, ptx_arch
+        )
     ids = topk_ids.long()
     if expert_map is not None:
         ids = expert_map[ids].long()
@@ -253,6 +258,7 @@ def _fused(
     expert_map: torch.Tensor | None,
     weight_on_input: bool,
     launch: Launch | None,
+    ptx_arch: str | None = None,
 ) -> torch.Tensor:
     """Route (two launches), gate/up for every routed pair, ``SiLU(gate) * up`` (one launch),
     then down times the router weight, each pair's row added into its token's fp32 row."""
@@ -269,11 +275,12 @@ def _fused(
         row_div = 1
     else:
         rows, row_div = x, top_k
-    h = ops.moe_linear(rows, weights.w13, blocks, launch, row_div)
+    h = ops.moe_linear(rows, weights.w13, blocks, launch, row_div, ptx_arch=ptx_arch)
     act = ops.silu_mul(h, x.dtype)
     # Tokens whose pairs are all another rank's stay zero.
+    on_output = None if weight_on_input else router
     y = ops.moe_linear(
-        act, weights.w2, blocks, launch, 1, None if weight_on_input else router, sum_slots=top_k
+        act, weights.w2, blocks, launch, 1, on_output, sum_slots=top_k, ptx_arch=ptx_arch
     )
     return y.to(x.dtype)
 

@@ -423,6 +423,7 @@ def moe_linear(
     row_div: int = 1,
     router_weights: torch.Tensor | None = None,
     sum_slots: int = 0,
+    ptx_arch: str | None = None,
 ) -> torch.Tensor:
     """``[pairs, n]`` rows, row ``p`` = ``x[p // row_div] @ dequant(W_e).T`` for every routed
     pair ``p`` of ``blocks``, ``e`` its expert (times ``router_weights[p]``, fp32, when given).
@@ -434,7 +435,8 @@ def moe_linear(
     ``[pairs // sum_slots, n]``, row ``t`` the sum over pairs ``t * sum_slots`` on (1: fp32
     rows per pair). One launch, sized by ``blocks`` and the batch alone (the split count reads
     no routing), so a CUDA graph can capture it: the Triton kernel, or with a tensor-core
-    ``launch`` the CUDA one (:func:`volta_ct_wna16.cuda.moe_mma.moe_mma_linear`, never split).
+    ``launch`` the CUDA one (:func:`volta_ct_wna16.cuda.moe_mma.moe_mma_linear`, never split;
+    ``ptx_arch`` builds it as that architecture's PTX, which the driver JIT-compiles).
     """
     from volta_ct_wna16 import kernels
 
@@ -465,7 +467,9 @@ def moe_linear(
     if launch.path == MMA:
         from volta_ct_wna16.cuda.moe_mma import moe_mma_linear
 
-        moe_mma_linear(x, pw, blocks, launch, out, row_div, max(sum_slots, 1), router_weights)
+        moe_mma_linear(
+            x, pw, blocks, launch, out, row_div, max(sum_slots, 1), router_weights, ptx_arch
+        )
         return out
     if slot_dots(launch, pw.bits):
         x = _pair_aligned(x)

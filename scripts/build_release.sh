@@ -22,11 +22,15 @@ py="$venv/bin/python"
 SECONDS=0
 
 # The build backend every pyproject.toml names (PEP 639 license-files from 1.27), the PEP 517
-# front end, and twine with the Markdown renderer its long-description check needs.
-if ! "$py" -c "import build, cmarkgfm, hatchling, twine" 2>/dev/null; then
+# front end, and twine with the Markdown renderer its long-description check needs, pinned so a
+# release is built and checked by the same tools every time (raise them here, deliberately).
+tools=("hatchling==1.33.0" "build==1.6.1" "twine==7.0.0" "readme-renderer[md]==46.0")
+stamp="$venv/.volta-release-tools"
+if [ "$(cat "$stamp" 2>/dev/null)" != "${tools[*]}" ]; then
   python3 -m venv "$venv"
   "$py" -m pip install -q --upgrade pip
-  "$py" -m pip install -q "hatchling>=1.27" "build>=1.2" "twine>=6.1" "readme-renderer[md]>=43"
+  "$py" -m pip install -q "${tools[@]}"
+  echo "${tools[*]}" > "$stamp"
 fi
 setup_s=$SECONDS
 

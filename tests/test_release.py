@@ -93,6 +93,20 @@ def test_the_newest_entry_must_say_what_the_checkout_needs() -> None:
     assert "declares (host API 1.3, vllm-volta-core >=0.9)" in problem
 
 
+def test_every_older_entry_must_say_what_it_needed() -> None:
+    (dist,) = (d for d in DISTS if d.name == "vllm-volta-fp8kv")
+    text = "\n".join(
+        [
+            f"## [{dist.version}] - 2026-12-01 ({dist.needs()})",
+            "- a change",
+            "## [0.0.1] - 2026-11-01",
+            "- the first release",
+        ]
+    )
+    (problem,) = changelog.problems(dist, text=text)
+    assert ":3: the 0.0.1 entry does not say what it needs" in problem
+
+
 def test_a_malformed_changelog_is_refused_line_by_line() -> None:
     (dist,) = (d for d in DISTS if d.name == "vllm-volta-reasoning")
     needs = dist.needs()

@@ -111,6 +111,12 @@ def problems(dist: Distribution, root: Path = ROOT, text: str | None = None) -> 
         for r in found
         if r.changes == 0
     ]
+    issues += [
+        f"{where}:{r.line}: the {r.version} entry does not say what it needs"
+        " ('(host API X.Y, vllm-volta-core SPEC)' after its date)"
+        for r in found[1:]
+        if not r.needs
+    ]
     return issues
 
 

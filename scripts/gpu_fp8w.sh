@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The FP8 weight plugin (fp8w) alone on the GPU machine, from the repository root:
 #   OUT=/some/dir [PART=tests|bench|all|moe] [QUICK=1] [MMA=1] [PTX70=1] \
-#     [VLLM_FP8_UTILS=path/fp8_utils.py] [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] \
-#     [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
+#     [VLLM_FP8_UTILS=path/fp8_utils.py] [VLLM_FUSED_MOE=path/fused_moe.py] \
+#     [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
 # tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py,
 # test_moe_mma.py exist) on WORKERS processes, with compute-sanitizer memcheck and racecheck
 # beside them on the kernel tests' small launches (-k "sanitizer or every_code_is_exact";
@@ -21,7 +21,12 @@
 # and racecheck beside them on test_moe_mma.py's small launches, then
 # plugins/fp8w/benchmarks/fp8w_moe_bench.py (Qwen3-30B-A3B's and Qwen3.5-35B-A3B's MoE layers
 # at 2048 tokens: the tensor-core GEMM's ms beside the Triton routed blocks', with dispatch's
-# SM70 estimates; PTX70=1 adds the compute_70 build) under BENCH_LIMIT seconds (default 200
+# SM70 estimates; PTX70=1 adds the compute_70 build; with VLLM_FUSED_MOE and VLLM_FP8_UTILS,
+# the venv's vllm/model_executor/layers/fused_moe/fused_moe.py and .../quantization/utils/
+# fp8_utils.py, carried (the GPU machine has no vLLM; carry fused_moe/configs/ too for the
+# tuned column, vllm/_version.py for the version), also vLLM's Triton fused-MoE kernel on
+# block-FP8 experts with e4m3 activations, default and tuned configs, with its error; either
+# unset, the benchmark skips those columns with a note) under BENCH_LIMIT seconds (default 240
 # here); its table printed last. Logs, JSON and markdown land under $OUT/fp8w/ (moe_*).
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
 # SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
@@ -104,9 +109,12 @@ if [ "$part" = moe ]; then
     echo "$f: $(grep -E 'passed|failed|no tests ran|deselected|ERROR SUMMARY|RACECHECK SUMMARY' "$out/$f.log" | tail -2 | tr '\n' ' ')"
   done
   grep -hE "FAILED|^ERROR" "$out/moe_tests.log" | head -20
-  ptx=(); [ "${PTX70:-0}" = 1 ] && ptx=(--ptx70)
-  TRITON_CACHE_DIR=$triton_cache/tc_f timeout "${BENCH_LIMIT:-200}" \
-    python3 plugins/fp8w/benchmarks/fp8w_moe_bench.py --out "$out" "${ptx[@]}" > "$out/moe_bench.log" 2>&1
+  margs=(--out "$out")
+  [ "${PTX70:-0}" = 1 ] && margs+=(--ptx70)
+  [ -n "${VLLM_FUSED_MOE:-}" ] && margs+=(--vllm-fused-moe "$VLLM_FUSED_MOE")
+  [ -n "${VLLM_FP8_UTILS:-}" ] && margs+=(--vllm-fp8-utils "$VLLM_FP8_UTILS")
+  TRITON_CACHE_DIR=$triton_cache/tc_f timeout "${BENCH_LIMIT:-240}" \
+    python3 plugins/fp8w/benchmarks/fp8w_moe_bench.py "${margs[@]}" > "$out/moe_bench.log" 2>&1
   rc=$?
   echo "moe bench exit $rc"
   [ $rc -eq 0 ] || { status=1; tail -15 "$out/moe_bench.log"; }

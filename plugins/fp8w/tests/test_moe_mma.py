@@ -17,8 +17,10 @@ which needs a CUDA 12 NVRTC).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -656,3 +658,303 @@ def test_the_benchmark_prints_dispatchs_estimates_and_marks_wrong_paths() -> Non
     text = bench.table([row], ("triton", "mma", "mma_ptx70"))
     assert "| Qwen3-30B-A3B | 2048 | 2.000 | 4.000 WRONG | 0.50x | err | - |" in text
     assert f"| {row['v100_mma_ms']:.3f} | {row['v100_fma_ms']:.3f} |" in text
+
+
+# -- the benchmark's vLLM column on CPU: its kernels from vLLM's files, under the interpreter ---
+
+
+def vllm_files() -> tuple[Path, Path] | None:
+    """The venv's vLLM ``fused_moe.py`` and ``fp8_utils.py``, found without importing vLLM
+    (None without vLLM)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    layers = Path(next(iter(spec.submodule_search_locations))) / "model_executor" / "layers"
+    files = (
+        layers / "fused_moe" / "fused_moe.py",
+        layers / "quantization" / "utils" / "fp8_utils.py",
+    )
+    return files if all(f.is_file() for f in files) else None
+
+
+needs_vllm_files = pytest.mark.skipif(vllm_files() is None, reason="vLLM is not installed")
+
+
+def _bench_layer(
+    experts: int, hidden: int, inter: int, m: int, top_k: int, seed: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A small layer on CPU as the benchmark's ``random_layer`` makes one (codes, 128 x 128
+    block scales), fp16 tokens and a renormalized top-k router."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def codes(n: int, k: int) -> torch.Tensor:
+        c = torch.randint(0, 256, (experts, n, k), generator=gen, dtype=torch.uint8)
+        c[(c & 0x7F) == 0x7F] -= 1
+        return c
+
+    def scales(n: int, k: int) -> torch.Tensor:
+        spread = 2.0 ** (torch.rand(experts, n // 128, k // 128, generator=gen) * 2 - 1)
+        return spread / (42.0 * math.sqrt(k))
+
+    tensors = {
+        "c13": codes(2 * inter, hidden),
+        "s13": scales(2 * inter, hidden),
+        "c2": codes(hidden, inter),
+        "s2": scales(hidden, inter),
+    }
+    x = torch.randn(m, hidden, generator=gen).half()
+    w, ids = torch.randn(m, experts, generator=gen).softmax(-1).topk(top_k, dim=-1)
+    return tensors, x, (w / w.sum(-1, keepdim=True)).contiguous(), ids.to(torch.int32)
+
+
+def test_the_benchmark_routes_as_moe_align_block_size() -> None:
+    """vLLM's docstring example of ``moe_align_block_size`` (block 4), every pair once in a
+    block of its expert, and the one-pair blocks at ``4 * pairs <= experts``."""
+    import fp8w_moe_bench as bench
+
+    ids = torch.tensor([[2, 3, 4], [1, 2, 4], [1, 3, 4], [1, 2, 3]], dtype=torch.int32)
+    sorted_ids, expert_ids, post = bench.vllm_routing(ids, 5, 4)
+    assert sorted_ids is not None
+    assert sorted_ids.numel() == 12 + 5 * 3
+    assert sorted_ids[:16].tolist() == [3, 6, 9, 12, 0, 4, 10, 12, 1, 7, 11, 12, 2, 5, 8, 12]
+    assert (sorted_ids[16:] == 12).all()
+    assert expert_ids.tolist() == [1, 2, 3, 4, -1, -1, -1]
+    assert post.tolist() == [16]
+    ids = torch.randint(0, 64, (300, 8), generator=torch.Generator().manual_seed(1))
+    sorted_ids, expert_ids, post = bench.vllm_routing(ids.to(torch.int32), 64, 16)
+    assert sorted_ids is not None
+    used = sorted_ids[: int(post)]
+    real = used[used < ids.numel()].long()
+    assert sorted(real.tolist()) == list(range(ids.numel()))
+    block_of = torch.arange(int(post)) // 16
+    assert torch.equal(
+        ids.reshape(-1)[real], expert_ids[block_of[used < ids.numel()]].long()
+    )  # each pair in a block of its own expert
+    few = bench.vllm_routing(torch.tensor([[3]], dtype=torch.int32), 8, 16)
+    assert few[0] is None
+    assert few[1].tolist() == [3]
+    assert few[2].tolist() == [16]
+    # Fewer pairs than experts (but not the one-pair blocks): at most pairs * block_m slots.
+    capped = bench.vllm_routing(torch.tensor([[1, 2]], dtype=torch.int32), 7, 16)[0]
+    assert capped is not None
+    assert capped.numel() == 32
+
+
+def test_the_benchmark_takes_vllms_tuned_configuration_beside_its_file(tmp_path: Path) -> None:
+    import fp8w_moe_bench as bench
+
+    fused_moe = tmp_path / "fused_moe.py"
+    (tmp_path / "configs").mkdir()
+    name = "E=128,N=768,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json"
+    table = {"triton_version": "3.6", "16": {"BLOCK_SIZE_M": 16}, "2048": {"BLOCK_SIZE_M": 64}}
+    (tmp_path / "configs" / name).write_text(json.dumps(table))
+    assert bench.vllm_tuned_config(fused_moe, 128, 768, 1500, "NVIDIA H200 NVL") == (
+        {"BLOCK_SIZE_M": 64},
+        name,
+    )
+    assert bench.vllm_tuned_config(fused_moe, 128, 768, 20, "NVIDIA H200")[0] == {
+        "BLOCK_SIZE_M": 16
+    }
+    assert bench.vllm_tuned_config(fused_moe, 128, 768, 20, "NVIDIA H100 80GB HBM3") is None
+    assert bench.vllm_tuned_config(fused_moe, 256, 512, 20, "NVIDIA H200") is None
+    files = vllm_files()
+    if files is not None:  # vLLM ships both layers' H200 tables
+        for layer, (experts, _, _, inter) in bench.LAYERS.items():
+            tuned = bench.vllm_tuned_config(files[0], experts, inter, 2048, "NVIDIA H200")
+            assert tuned is not None, layer
+            assert tuned[0]["BLOCK_SIZE_M"] == 64
+
+
+@needs_vllm_files
+def test_the_benchmarks_default_configuration_is_vllms() -> None:
+    """``vllm_default_config`` against the venv's vLLM ``get_default_config`` (in a process of
+    its own: importing vLLM there leaves this one's Triton alone)."""
+    import subprocess
+    import sys
+
+    import fp8w_moe_bench as bench
+
+    ms = (1, 4, 5, 8, 9, 16, 17, 64, 65, 2048)
+    code = (
+        "import json, sys\n"
+        "from vllm.model_executor.layers.fused_moe.fused_moe import get_default_config\n"
+        f"print(json.dumps([get_default_config(m, 128, 768, 2048, 8, 'fp8_w8a8', [128, 128])"
+        f" for m in {ms!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    if done.returncode != 0:
+        pytest.skip(f"vLLM does not import here: {done.stderr.strip()[-300:]}")
+    theirs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [bench.vllm_default_config(m) for m in ms] == theirs
+
+
+@needs_vllm_files
+def test_the_benchmark_takes_vllms_kernels_from_its_files(tmp_path: Path) -> None:
+    """The three ``@triton.jit`` functions taken by ``ast`` into a module importing only triton,
+    which imports; the files' digests and version recorded; a file without them, or one not
+    given, or a GPU without e4m3 skips the column with a note."""
+    import fp8w_moe_bench as bench
+
+    files = vllm_files()
+    assert files is not None
+    vllm, notes = bench.vllm_peer(*files, tmp_path, (9, 0))
+    assert vllm is not None
+    assert notes == []
+    assert vllm.version == bench.VLLM_VERSION  # the venv's wheel is the one written against
+    for fn in ("fused_moe_kernel", "write_zeros_to_output", "_per_token_group_quant_fp8"):
+        assert hasattr(vllm.kernels, fn)
+    text = vllm.module_path.read_text()
+    assert vllm.module_path.parent == tmp_path
+    assert text.count("@triton.jit\n") == 3
+    assert "vllm" not in "".join(
+        ln for ln in text.splitlines() if ln.startswith(("import", "from"))
+    )
+    assert set(vllm.record()["sha256"]) == {"fused_moe.py", "fp8_utils.py"}
+    assert bench.vllm_peer(files[0], None, tmp_path, (9, 0)) == (
+        None,
+        ["vllm: skipped, no --vllm-fp8-utils given"],
+    )
+    assert bench.vllm_peer(*files, tmp_path, (7, 0))[1] == [
+        "vllm: skipped, this GPU has no e4m3 (below SM89)"
+    ]
+    empty = tmp_path / "fused_moe.py"
+    empty.write_text("def fused_moe_kernel():\n    pass\n")
+    none, notes = bench.vllm_peer(empty, files[1], tmp_path, (9, 0))
+    assert none is None
+    assert "not loaded: LookupError" in notes[0]
+
+
+@needs_vllm_files
+def test_the_benchmarks_vllm_quantization_in_the_interpreter(monkeypatch, tmp_path: Path) -> None:
+    """vLLM's ``_per_token_group_quant_fp8`` under Triton's interpreter against torch on its own
+    scales (``amax * (1 / 448)``, exact): every code equal but where the interpreter's own
+    float-to-e4m3 cast errs (triton-lang/triton#8322, #11897: the carry of a mantissa rounding
+    up to the next power of two dropped, ties rounded away from zero, subnormals rounded twice),
+    which a GPU's conversion does not."""
+    import fp8w_moe_bench as bench
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    files = vllm_files()
+    assert files is not None
+    vllm = bench.load_vllm_kernels(*files, tmp_path)
+    x = torch.randn(64, 512, generator=torch.Generator().manual_seed(3)).half()
+    x[0, :128] = 0  # a zero group: eps's scale
+    q, s = bench.vllm_quant(vllm, x, bench.poisoning_empty)
+    groups = x.float().view(64, 4, 128)
+    amax = groups.abs().amax(-1).clamp_min(bench.VLLM_QUANT_EPS)
+    assert torch.equal(s, amax * (1.0 / bench.E4M3_MAX))
+    y = (groups / s[..., None]).view(64, 512)
+    ours = y.clamp(-bench.E4M3_MAX, bench.E4M3_MAX).to(torch.float8_e4m3fn).float()
+    got = q.float()
+    off = got != ours
+    assert int(off.sum()) < 0.05 * off.numel()
+    o, g, v = ours[off], got[off], y[off]
+    carry = (g * 2 == o) & (o.abs().log2() == o.abs().log2().round())
+    tie = (g - v).abs() == (o - v).abs()
+    subnormal = v.abs() < 2.0**-6
+    assert bool((carry | tie | subnormal).all())
+
+
+@needs_vllm_files
+@pytest.mark.parametrize(
+    ("m", "top_k", "capability"),
+    [(8, 2, (9, 0)), (8, 2, (8, 9)), (1, 1, (9, 0)), (70, 2, (9, 0))],
+    ids=["swap_ab", "plain", "one_pair_blocks", "block_m64"],
+)
+def test_the_benchmarks_vllm_launches_in_the_interpreter(
+    monkeypatch, tmp_path: Path, m: int, top_k: int, capability: tuple[int, int]
+) -> None:
+    """vLLM's ``fused_moe_kernel`` launched by the benchmark under the interpreter on a small
+    layer (4 experts, hidden 256, intermediate 128), the tokens quantized by torch (the
+    interpreter's e4m3 cast errs, see above): each GEMM into poisoned buffers against float64 on
+    its own e4m3 operands (fp16 outputs), and the whole step against the benchmark's float64
+    reference within :data:`VLLM_TOLERANCE`; the default configuration's tiles (16 x 64 with
+    SWAP_AB on SM90 at 8 tokens, 64 x 128 at 70), and the one-pair blocks of 1 token."""
+    import fp8w_bench
+    import fp8w_moe_bench as bench
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    files = vllm_files()
+    assert files is not None
+    vllm = bench.load_vllm_kernels(*files, tmp_path)
+    tensors, x, w, ids = _bench_layer(4, 256, 128, m, top_k, seed=m)
+    layer = bench.vllm_layout(tensors)
+    config = bench.vllm_default_config(m)
+    swap = bench.vllm_swap_ab(config, capability)
+    assert swap == (capability == (9, 0) and m <= 64)
+    blocks = bench.vllm_routing(ids, 4, config["BLOCK_SIZE_M"])
+    assert (blocks[0] is None) == (m * top_k * 4 <= 4)
+    quant = fp8w_bench.quant_groups
+
+    def dense(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+        return codes.view(torch.float8_e4m3fn).double() * scales.double().repeat_interleave(
+            128, 0
+        ).repeat_interleave(128, 1)
+
+    flat = ids.reshape(-1).long()
+    tokens = torch.arange(m).repeat_interleave(top_k)
+    xq, xs = quant(x)
+    gate_up = bench.poisoning_empty((m, top_k, 256), torch.float16, "cpu")
+    bench.vllm_gemm(
+        vllm, xq, xs, layer["w13"], layer["w13_scale"], gate_up, w, blocks, top_k, False,
+        config, swap,
+    )  # fmt: skip
+    xd = fp8w_bench.dequant_groups(xq, xs).double()
+    want = torch.stack(
+        [
+            xd[t] @ dense(tensors["c13"][e], tensors["s13"][e]).T
+            for t, e in zip(tokens.tolist(), flat.tolist(), strict=True)
+        ]
+    )
+    assert_rel_close(gate_up.view(-1, 256), want, 2e-3, "gate/up")
+    aq, a_s = quant(torch.randn(m * top_k, 128, generator=torch.Generator().manual_seed(5)).half())
+    down = bench.poisoning_empty((m, top_k, 256), torch.float16, "cpu")
+    bench.vllm_gemm(
+        vllm, aq, a_s, layer["w2"], layer["w2_scale"], down, w, blocks, 1, True, config, swap
+    )
+    ad = fp8w_bench.dequant_groups(aq, a_s).double()
+    want = torch.stack(
+        [
+            w.reshape(-1)[p].double() * (ad[p] @ dense(tensors["c2"][e], tensors["s2"][e]).T)
+            for p, e in enumerate(flat.tolist())
+        ]
+    )
+    assert_rel_close(down.view(-1, 256), want, 2e-3, "down")
+    out = bench.vllm_step(vllm, layer, x, w, blocks, config, swap, bench.poisoning_empty, quant)
+    ref = bench.reference(tensors, x, w, ids)
+    assert bench.rel_error(out, ref) <= bench.VLLM_TOLERANCE
+
+
+def test_the_benchmarks_table_shows_vllms_error_against_its_own_tolerance() -> None:
+    import fp8w_moe_bench as bench
+
+    row = {
+        "layer": "Qwen3-30B-A3B",
+        "m": 2048,
+        **bench.sm70_estimates("Qwen3-30B-A3B", 2048),
+        "triton_ms": 2.0,
+        "triton_err": 1e-3,
+        "route_ms": 0.01,
+        "vllm_ms": 1.0,
+        "vllm_err": 0.05,  # past ours' tolerance, within e4m3 activations'
+        "vllm_config": {"BLOCK_SIZE_M": 64},
+        "vllm_tuned_ms": 0.5,
+        "vllm_tuned_err": 0.2,
+        "vllm_tuned_config": {"BLOCK_SIZE_M": 64},
+    }
+    paths = ("triton", *bench.vllm_paths([row]))
+    assert paths == ("triton", "vllm", "vllm_tuned")
+    lines = bench.table([row], paths).splitlines()
+    assert lines[0].startswith(
+        "| layer | M | triton ms | vllm ms | vllm x | vllm err | vllm_tuned ms | vllm_tuned x "
+        "| vllm_tuned err | route ms |"
+    )
+    assert "| 2.000 | 1.000 | 2.00x | 0.050 | 0.500 WRONG | 4.00x | 0.200 | 0.010 |" in lines[2]
+    assert bench.vllm_paths([{"layer": "x"}]) == ()
+    failed = {k: v for k, v in row.items() if k not in ("vllm_ms", "vllm_err")}
+    failed["vllm_error"] = "OutOfResources: shared memory"
+    assert "| 2.000 | err | - | err |" in bench.table([failed], ("triton", "vllm"))

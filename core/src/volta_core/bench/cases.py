@@ -1,13 +1,19 @@
 """What ``vllm-volta bench`` times for a model: every stage a plugin serves, at its shapes.
 
 From a plan made for the device present, each distinct attention layer a plugin's backend
-runs is timed at a few decode points (sequences x context) and prefill chunks, each linear
-module and fused experts a plugin's quant method claims at a few token counts, and each
-attention layer's KV-cache write through the format owner's writer. For each the serving
-plugin gives, for the same :class:`~volta_core.kernel_api.Workload`, what the work costs
-(``volta_kernel_cost``) and how to call its kernel (``volta_bench_case``: a function named by
-import path, imported only when the call is timed). The KV-cache
-write no plugin prices: the host gives its cost, its bytes once each way (its roofline).
+runs, and each distinct module shape a plugin's quant method claims (linear layers, fused
+experts), is timed in every stage of the kernel paths the plan prints for it: a stage named
+by a range of counts (``"1-7 tokens"``, ``"decode, 3-8 query tokens"``,
+:func:`volta_core.kernel_api.token_stage`'s names) at its first count, and in a full run at
+its last too (an open-ended one's at :attr:`Points.open_end`), so that no stage is left to
+fixed points that happen to miss it; the decode stages at a few sequences x context points,
+the prefill stage at a few chunks. Each attention layer's KV-cache write is timed through the
+format owner's writer. For each the serving plugin gives, for the same
+:class:`~volta_core.kernel_api.Workload`, what the work costs (``volta_kernel_cost``) and how
+to call its kernel (``volta_bench_case``: a function named by import path, imported only when
+the call is timed). The KV-cache write no plugin prices: the host gives its cost, its bytes
+once each way (its roofline). A stage no call reaches is listed with the reason
+(:func:`unmeasured_paths`).
 
 Listing needs no GPU: nothing here runs a kernel or imports torch at import.
 """
@@ -15,6 +21,7 @@ Listing needs no GPU: nothing here runs a kernel or imports torch at import.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -25,7 +32,13 @@ from volta_core.host.bench_case import BenchCall, BenchCase
 from volta_core.host.dispatch import KernelCost, LaunchCost, StageCost, Unit, Workload
 from volta_core.host.kv_cache_ops import kv_cache_writer
 from volta_core.host.manager import VoltaPluginManager
-from volta_core.host.types import AttentionLayer, LayerKind, QuantLayer, canonical_kv_dtype
+from volta_core.host.types import (
+    AttentionLayer,
+    KernelPath,
+    LayerKind,
+    QuantLayer,
+    canonical_kv_dtype,
+)
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
 
 
@@ -41,25 +54,46 @@ class Family(str, Enum):
 
 @dataclass(frozen=True)
 class Points:
-    """The workloads timed: decode ``(sequences, context)``, prefill ``(chunk, context)``,
-    linear and MoE token counts, KV-cache write token counts."""
+    """What each stage is timed with besides its counts: decode ``(sequences, context)``,
+    prefill ``(chunk, context)``, the KV-cache write's token counts; ``stage_ends``: each stage
+    timed at its last count too, an open-ended stage's at ``open_end`` (a prefill chunk)."""
 
     decode: tuple[tuple[int, int], ...]
     prefill: tuple[tuple[int, int], ...]
-    tokens: tuple[int, ...]
     kv_write_tokens: tuple[int, ...]
+    stage_ends: bool
+    open_end: int = 2048
 
 
-#: ``--quick``: a decode at one and at 16 sequences, one prefill chunk, the three linear
-#: stages of the W4A16 kernels (GEMV, tensor-core GEMM, dequantize then cuBLAS).
-QUICK = Points(((1, 4096), (16, 4096)), ((2048, 2048),), (1, 16, 512), (16, 2048))
-#: The full run: long and batched decodes, a chunk after a cached prefix, more token counts.
+#: ``--quick``: each stage at its first count; decodes at one and at 16 sequences, one
+#: prefill chunk.
+QUICK = Points(((1, 4096), (16, 4096)), ((2048, 2048),), (16, 2048), stage_ends=False)
+#: The full run: each stage at both ends; long and batched decodes, a chunk after a cached
+#: prefix.
 FULL = Points(
     ((1, 1024), (1, 16384), (16, 4096), (64, 2048)),
     ((2048, 2048), (2048, 8192)),
-    (1, 4, 16, 64, 256, 1024),
     (1, 16, 2048),
+    stage_ends=True,
 )
+
+#: A stage named by a range of counts, as :func:`volta_core.kernel_api.token_stage` names
+#: them (of tokens, or of query tokens): ``1 token``, ``2-4 tokens``, ``257+ tokens``.
+_RANGE = re.compile(r"(?P<first>\d+)(?:(?P<open>\+)|-(?P<last>\d+))? (?:query )?tokens?$")
+
+
+def stage_counts(stage: str, points: Points) -> tuple[int, ...]:
+    """The counts ``stage`` is timed at: its first (where its kernels take over) and, with
+    ``points.stage_ends``, its last (an open-ended stage's :attr:`Points.open_end` where that
+    is past its first). Empty where the name gives no range of counts."""
+    match = _RANGE.search(stage)
+    if match is None:
+        return ()
+    first = int(match["first"])
+    if not points.stage_ends:
+        return (first,)
+    last = int(match["last"]) if match["last"] else points.open_end if match["open"] else first
+    return tuple(sorted({first, max(first, last)}))
 
 
 @dataclass(frozen=True)
@@ -239,24 +273,38 @@ def _kv_writes(
     return planned
 
 
+def _attention_works(lp: LayerPlan, points: Points) -> list[tuple[Family, Workload]]:
+    """The workloads of each of the layer's stages: a ``prefill`` stage at the prefill points,
+    a ``decode`` stage at the decode points with each of its query-token counts (one where
+    its name gives none), the cache tokens a sliding window holds at most."""
+    assert lp.spec is not None
+    works: list[tuple[Family, Workload]] = []
+    for path in lp.kernel_paths:
+        if path.stage.startswith("prefill"):
+            works += [
+                (Family.ATTENTION_PREFILL, Workload(1, chunk, _held(lp.spec, ctx)))
+                for chunk, ctx in points.prefill
+            ]
+        elif path.stage.startswith("decode"):
+            works += [
+                (Family.ATTENTION_DECODE, Workload(seqs, q_len, _held(lp.spec, ctx)))
+                for q_len in stage_counts(path.stage, points) or (1,)
+                for seqs, ctx in points.decode
+            ]
+    return list(dict.fromkeys(works))
+
+
 def plan_cases(
     manager: VoltaPluginManager, plan: Plan, model: str, points: Points
 ) -> list[Planned]:
-    """Every call to time for ``plan`` (made for the device present) at ``points``."""
+    """Every call to time for ``plan`` (made for the device present) with ``points``."""
     planned: list[Planned] = []
     for lp in _attention_layers(plan):
         assert lp.spec is not None
         assert lp.plugin is not None
         assert lp.backend is not None
         module = attention_module(lp.spec)
-        works = [
-            (Family.ATTENTION_DECODE, Workload(seqs, 1, _held(lp.spec, ctx)))
-            for seqs, ctx in points.decode
-        ] + [
-            (Family.ATTENTION_PREFILL, Workload(1, chunk, _held(lp.spec, ctx)))
-            for chunk, ctx in points.prefill
-        ]
-        for family, work in works:
+        for family, work in _attention_works(lp, points):
             planned.append(
                 _ask(manager, plan, model, family, module, lp.plugin, lp.spec, lp.backend, work)
             )
@@ -266,7 +314,8 @@ def plan_cases(
         assert q.method is not None
         assert q.module is not None
         family = Family.MOE if q.module.kind is LayerKind.FUSED_MOE else Family.LINEAR
-        for count in points.tokens:
+        counts = sorted({c for path in q.kernel_paths for c in stage_counts(path.stage, points)})
+        for count in counts:
             work = Workload(count)
             args = (manager, plan, model, family, q.prefix, q.plugin, q.module, q.method, work)
             planned.append(_ask(*args))
@@ -289,23 +338,36 @@ def _quant_modules(plan: Plan) -> list[QuantPlan]:
     return modules
 
 
-def unmeasured_paths(plan: Plan, planned: Sequence[Planned]) -> list[dict[str, str]]:
-    """Each kernel the plan prints for a plugin-served layer that no timed call ran, so the
-    report lists every kernel of the plan: measured, or named here with its stage."""
+def _why_not(stage: str, attention: bool, points: Points) -> str:
+    """Why no call was planned in a stage of the plan's kernel paths."""
+    if attention and not stage.startswith(("decode", "prefill")):
+        return "its name says neither decode nor prefill: no workload is chosen for it"
+    if not attention and not stage_counts(stage, points):
+        return "its name gives no range of token counts to choose one from"
+    return "the plugin's cost puts the workloads chosen for it in another stage"
+
+
+def unmeasured_paths(
+    plan: Plan, planned: Sequence[Planned], model: str, points: Points
+) -> list[dict[str, str]]:
+    """Each stage the plan prints for a plugin-served layer that no call was planned in (by
+    its cost's stage), named with its kernel and why, so that the report accounts for every
+    stage of the plan: timed, or listed here (or, planned but not timed, by the report)."""
     ran = {(p.module, p.estimate.stage) for p in planned if p.estimate is not None}
-    rows = []
+    paths: list[tuple[bool, str, KernelPath]] = []
     for lp in _attention_layers(plan):
         assert lp.spec is not None
-        module = attention_module(lp.spec)
-        rows += [
-            {"module": module, "stage": path.stage, "kernel": path.kernel}
-            for path in lp.kernel_paths
-            if (module, path.stage) not in ran
-        ]
+        paths += [(True, attention_module(lp.spec), path) for path in lp.kernel_paths]
     for q in _quant_modules(plan):
-        rows += [
-            {"module": q.prefix, "stage": path.stage, "kernel": path.kernel}
-            for path in q.kernel_paths
-            if (q.prefix, path.stage) not in ran
-        ]
-    return rows
+        paths += [(False, q.prefix, path) for path in q.kernel_paths]
+    return [
+        {
+            "model": model,
+            "module": module,
+            "stage": path.stage,
+            "kernel": path.kernel,
+            "reason": _why_not(path.stage, attention, points),
+        }
+        for attention, module, path in paths
+        if (module, path.stage) not in ran
+    ]

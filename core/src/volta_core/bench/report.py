@@ -149,6 +149,30 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def untimed_stages(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
+    """Each stage the report has calls in but no timing of (none ran: no bench case, a
+    failure, the time budget spent), with its calls' notes as the reason."""
+    stages: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        stages.setdefault((row["model"], row["module"], row["stage"] or "-"), []).append(row)
+    untimed = []
+    for (model, module, stage), mine in stages.items():
+        if any(r["timing"] is not None for r in mine):
+            continue
+        notes = dict.fromkeys(note for r in mine for note in r["notes"])
+        kernel = mine[0]["kernel"] or mine[0]["estimate_kernel"] or "-"
+        untimed.append(
+            {
+                "model": model,
+                "module": module,
+                "stage": stage,
+                "kernel": kernel,
+                "reason": "; ".join(notes) or "no call of it was timed",
+            }
+        )
+    return untimed
+
+
 def assemble(
     *,
     models: Sequence[str],
@@ -161,8 +185,11 @@ def assemble(
     seconds: float,
     calibrated: bool,
 ) -> dict[str, Any]:
-    """The whole report, as ``--json`` prints it. ``calibrated``: whether the calibration
-    table already holds this device (its ``calibration`` entry is one, ready to add)."""
+    """The whole report, as ``--json`` prints it. ``unmeasured``: the plan's stages no call
+    was planned in (:func:`volta_core.bench.cases.unmeasured_paths`); the report's
+    ``not_measured`` adds the stages whose calls all went untimed (:func:`untimed_stages`).
+    ``calibrated``: whether the calibration table already holds this device (its
+    ``calibration`` entry is one, ready to add)."""
     rates = ceilings.rates(str(device.get("name", "this device")))
     nvrtc = software.get("nvrtc") is not None
     rows = [kernel_row(m, rates, nvrtc) for m in measured]
@@ -188,7 +215,7 @@ def assemble(
         },
         "calibrated": calibrated,
         "kernels": rows,
-        "not_measured": list(unmeasured),
+        "not_measured": [*unmeasured, *untimed_stages(rows)],
         "verdicts": verdicts(rows),
         "seconds": round(seconds, 1),
     }
@@ -199,15 +226,32 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _work(work: dict[str, int]) -> str:
+    """A call's work in a few characters: ``16 tok``, ``16 x ctx 4096`` (a decode of one
+    query token a sequence), ``16 x 3 tok, ctx 4096``, ``2048 tok, ctx 2048`` (one chunk)."""
     if "tokens" in work:
         return f"{work['tokens']} tok"
-    if work["query_len"] == 1:
-        return f"{work['sequences']} x ctx {work['context']}"
-    return f"{work['query_len']} tok, ctx {work['context']}"
+    seqs, q_len, ctx = work["sequences"], work["query_len"], work["context"]
+    if q_len == 1:
+        return f"{seqs} x ctx {ctx}"
+    return f"{q_len} tok, ctx {ctx}" if seqs == 1 else f"{seqs} x {q_len} tok, ctx {ctx}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], right: int) -> list[str]:
+    """Columns as wide as their widest cell (nothing cut: modules differ in their last part);
+    the last ``right`` columns, the figures, aligned right."""
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    lines = []
+    for cells in (header, *rows):
+        left = len(cells) - right
+        pairs = enumerate(zip(cells, widths, strict=True))
+        text = [c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in pairs]
+        lines.append(" ".join(text).rstrip())
+    return lines
 
 
 def render_text(report: dict[str, Any]) -> str:
-    """The summary to paste: device, versions, ceilings, each call, the verdicts."""
+    """The summary to paste: device, versions, ceilings, each call, what was not measured and
+    why, the verdicts."""
     d, s, c = report["device"], report["software"], report["ceilings"]
     plugins = ", ".join(f"{name} {label}" for name, label in s["plugins"].items()) or "none"
     lines = [
@@ -223,20 +267,33 @@ def render_text(report: dict[str, Any]) -> str:
         f"plugins: {plugins}",
         f"ceilings: copy {c['copy_gbps']} GB/s, read {c['read_gbps']} GB/s, fp16 cuBLAS "
         f"{c['fp16_cublas_tflops']} TFLOP/s, fp32 FMA {c['fp32_fma_tflops']} TFLOP/s",
-        f"{'family':<18} {'module':<34} {'work':<18} {'kernel':<34} {'ms':>9} "
-        f"{'est ms':>9} {'ratio':>6} {'V100 ms':>9}",
     ]
+    header = ("family", "module", "work", "stage", "kernel", "ms", "est ms", "ratio", "V100 ms")
+    rows = []
     for r in report["kernels"]:
         median = r["timing"]["median_ms"] if r["timing"] else None
-        kernel = r["kernel"] or r["estimate_kernel"] or "-"
-        lines.append(
-            f"{r['family']:<18} {r['module'][:34]:<34} {_work(r['work']):<18} {kernel[:34]:<34} "
-            f"{_fmt(median, '.4f'):>9} {_fmt(r['estimate_ms'], '.4f'):>9} "
-            f"{_fmt(r['ratio'], '.2f'):>6} {_fmt(r['plan_v100_estimate_ms'], '.4f'):>9}"
+        rows.append(
+            (
+                r["family"],
+                r["module"],
+                _work(r["work"]),
+                r["stage"] or "-",
+                r["kernel"] or r["estimate_kernel"] or "-",
+                _fmt(median, ".4f"),
+                _fmt(r["estimate_ms"], ".4f"),
+                _fmt(r["ratio"], ".2f"),
+                _fmt(r["plan_v100_estimate_ms"], ".4f"),
+            )
         )
-        lines += [f"    note: {note}" for note in r["notes"]]
-    for row in report["not_measured"]:
-        lines.append(f"not measured: {row['module']}: {row['stage']}: {row['kernel']}")
+    table = _table(header, rows, right=4)
+    lines.append(table[0])
+    for row, line in zip(report["kernels"], table[1:], strict=True):
+        lines.append(line)
+        lines += [f"    note: {note}" for note in row["notes"]]
+    lines += [
+        f"not measured: {r['module']}: {r['stage']}: {r['kernel']} ({r['reason']})"
+        for r in report["not_measured"]
+    ]
     lines.append(
         "calibration: this device is in the table"
         if report["calibrated"]

@@ -4,7 +4,13 @@ Safe on a serving box: it refuses to start where GPU 0 has less free memory than
 needs (:data:`FREE_BYTES_NEEDED`), allocates only through torch (never another process's
 memory), skips a call whose input sets would not fit in what is free (the report says so),
 and a call that fails is one note in the report, not the end of the run. ``--quick`` times
-fewer points with fewer graph replays.
+fewer points with fewer graph replays, and starts no call once its time budget
+(:data:`QUICK_SETTINGS`' ``budget_s``) is spent: those calls are reported as not measured, with
+that reason.
+
+Nothing in the report names the user's folders: a model given as a directory or a config file
+is named by its config's ``_name_or_path`` or its folder's name (:func:`public_name`), and the
+home directory in an error's text is written ``~``.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import importlib
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any, TextIO
 
 from volta_core.bench.cases import FULL, QUICK, Planned, plan_cases, unmeasured_paths
@@ -53,15 +60,20 @@ INPUT_SHARE = 0.5
 
 @dataclass(frozen=True)
 class Settings:
-    """How long each figure is timed: graph replays, and the ceilings' sizes."""
+    """How long each figure is timed: graph replays, the ceilings' sizes, and the seconds
+    from the start after which no call is started (None: every call runs)."""
 
     replays: int
     copy_bytes: int
     matmul_n: int
+    budget_s: float | None
 
 
-QUICK_SETTINGS = Settings(replays=5, copy_bytes=1 << 29, matmul_n=4096)
-FULL_SETTINGS = Settings(replays=15, copy_bytes=1 << 30, matmul_n=8192)
+#: ``--quick``: no call starts after 50 s, so that with the call then running and the report
+#: the run ends within about a minute (a first run that compiles the kernels reports the
+#: calls it had no time for as not measured; run it again, or ``vllm-volta warmup`` first).
+QUICK_SETTINGS = Settings(replays=5, copy_bytes=1 << 29, matmul_n=4096, budget_s=50.0)
+FULL_SETTINGS = Settings(replays=15, copy_bytes=1 << 30, matmul_n=8192, budget_s=None)
 
 
 def require_gpu() -> Any:
@@ -135,7 +147,25 @@ def time_planned(
 
 
 def _line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
+    """An error's text on one line, at most 200 characters, the home directory as ``~``."""
+    return " ".join(str(exc).replace(str(Path.home()), "~").split())[:200]
+
+
+def public_name(target: str, name: str, raw: Mapping[str, Any]) -> str:
+    """What the report calls the model ``target`` that :func:`read_config` read as ``name``
+    and ``raw``: a bundled example by its name (``name`` is then ``example TARGET``); a
+    directory or a config file (``name`` is its path) by the last part of its config's
+    ``_name_or_path``, else by the directory's name (a ``config.json``'s folder's, another
+    file's own stem): never by a path, which would name the user's folders."""
+    if name != target:
+        return target
+    named = raw.get("_name_or_path")
+    if isinstance(named, str) and PurePosixPath(named.rstrip("/")).name:
+        return PurePosixPath(named.rstrip("/")).name
+    path = Path(target).resolve()
+    if path.is_dir():
+        return path.name
+    return path.parent.name if path.name == "config.json" else path.stem
 
 
 def _progress(stream: TextIO, done: int, total: int, label: str) -> None:
@@ -175,20 +205,25 @@ def run_bench(
     kv_cache_dtype: str,
     manager: VoltaPluginManager,
     progress: TextIO = sys.stderr,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Any]:
     """Measure the ceilings and every call the plans of ``models`` (at activation ``dtype``
-    and ``kv_cache_dtype``) name on GPU 0."""
-    begin = time.monotonic()
+    and ``kv_cache_dtype``) name on GPU 0, starting none past the settings' budget by
+    ``clock``'s seconds."""
+    begin = clock()
     torch = require_gpu()
     settings = QUICK_SETTINGS if quick else FULL_SETTINGS
     points = QUICK if quick else FULL
-    names = list(models) or list(DEFAULT_MODELS if quick else DEFAULT_MODELS_FULL)
+    targets = list(models) or list(DEFAULT_MODELS if quick else DEFAULT_MODELS_FULL)
     device = Device(tuple(torch.cuda.get_device_capability(0)))
     family = installed_family_name()
+    names: list[str] = []
     planned: list[Planned] = []
     unmeasured: list[dict[str, str]] = []
-    for target in names:
+    for target in targets:
         name, raw = read_config(target)
+        shown = public_name(target, name, raw)
+        names.append(shown)
         plan = make_plan(
             describe_model(name, raw),
             PlanOptions(
@@ -196,9 +231,9 @@ def run_bench(
             ),
             manager,
         )
-        mine = plan_cases(manager, plan, name, points)
+        mine = plan_cases(manager, plan, shown, points)
         planned += mine
-        unmeasured += [{"model": name, **row} for row in unmeasured_paths(plan, mine)]
+        unmeasured += unmeasured_paths(plan, mine, shown, points)
     total = len(planned) + 4
     _progress(progress, 0, total, "copy bandwidth")
     copy, _ = measure_copy_bandwidth(settings.copy_bytes)
@@ -214,7 +249,11 @@ def run_bench(
     measured = []
     for i, p in enumerate(planned):
         _progress(progress, 4 + i, total, f"{p.family.value}: {p.module} {p.shape}")
-        measured.append(time_planned(p, budget, settings.replays, l2))
+        if settings.budget_s is not None and clock() - begin > settings.budget_s:
+            spent = f"not run: --quick starts no call after {settings.budget_s:.0f} s"
+            measured.append(Measured(p, error=spent))
+        else:
+            measured.append(time_planned(p, budget, settings.replays, l2))
     _progress(progress, total, total, "done")
     device_facts = describe_device()
     return assemble(
@@ -225,6 +264,6 @@ def run_bench(
         ceilings=Ceilings(copy, read, fp16, fp32),
         measured=measured,
         unmeasured=unmeasured,
-        seconds=time.monotonic() - begin,
+        seconds=clock() - begin,
         calibrated=device_facts["name"] in calibrations(),
     )

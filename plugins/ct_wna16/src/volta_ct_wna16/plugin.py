@@ -47,6 +47,10 @@ MOE_FACTORY = "volta_ct_wna16.moe:make_moe_method"
 AWQ_GPTQ_FACTORY = "volta_ct_wna16.awq_gptq_linear:make_linear_method"
 AWQ_GPTQ_MOE_FACTORY = "volta_ct_wna16.awq_gptq_moe:make_moe_method"
 
+#: The functions making ``vllm-volta bench``'s calls (:mod:`volta_ct_wna16.bench_cases`).
+LINEAR_CALL = "volta_ct_wna16.bench_cases:linear_call"
+EXPERTS_CALL = "volta_ct_wna16.bench_cases:experts_call"
+
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
 
@@ -184,13 +188,15 @@ def volta_bench_case(
     quant: QuantConfig | None,
     work: Workload,
 ) -> BenchCase | None:
-    """For a claimed linear layer whose inputs are not gathered (no GPTQ act-order), the stage
-    and kernel of :func:`volta_kernel_cost`'s answer for the same work, made by
-    :func:`volta_ct_wna16.bench_cases.linear_call`; None for fused experts."""
+    """For a claimed linear layer or fused experts whose inputs are not gathered (no GPTQ
+    act-order), the stage and kernel of :func:`volta_kernel_cost`'s answer for the same work,
+    made by :func:`volta_ct_wna16.bench_cases.linear_call` or
+    :func:`~volta_ct_wna16.bench_cases.experts_call`; None otherwise."""
     scheme = _served_scheme(layer, served_by, quant)
     if scheme is None or scheme.act_order or not isinstance(layer, QuantLayer):
         return None
     cost = volta_kernel_cost(layer, served_by, device, quant, work)
-    if layer.kind is not LayerKind.LINEAR or cost is None:
+    if cost is None:
         return None
-    return BenchCase(cost.stage, cost.cost.kernel, "volta_ct_wna16.bench_cases:linear_call")
+    impl = EXPERTS_CALL if layer.kind is LayerKind.FUSED_MOE else LINEAR_CALL
+    return BenchCase(cost.stage, cost.cost.kernel, impl)

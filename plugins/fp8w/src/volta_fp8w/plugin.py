@@ -25,11 +25,11 @@ from volta_core import (
     QuantMethodSpec,
     hookimpl,
 )
-from volta_core.kernel_api import StageCost, Workload
+from volta_core.kernel_api import BenchCase, StageCost, Workload
 from volta_fp8w.limits import supports_device
 from volta_fp8w.scheme import COMPRESSED_TENSORS, FP8, Fp8Scheme, Unsupported, quant_layer_scheme
 
-VOLTA_HOST_API = "1.2"
+VOLTA_HOST_API = "1.3"
 
 #: The quant method's name in plans and claims.
 METHOD = "fp8w"
@@ -39,6 +39,10 @@ FACTORY = "volta_fp8w.linear:make_linear_method"
 
 #: The factory for claimed fused MoE experts.
 MOE_FACTORY = "volta_fp8w.moe:make_moe_method"
+
+#: The functions making ``vllm-volta bench``'s calls (:mod:`volta_fp8w.bench_cases`).
+LINEAR_CALL = "volta_fp8w.bench_cases:linear_call"
+EXPERTS_CALL = "volta_fp8w.bench_cases:experts_call"
 
 #: Claim priority: above a generic plugin, below one written for a specific model.
 PRIORITY = 10
@@ -151,3 +155,22 @@ def volta_kernel_cost(
     if scheme is None or not isinstance(layer, QuantLayer):
         return None
     return stage_cost(layer, scheme, device.capability, work)
+
+
+@hookimpl
+def volta_bench_case(
+    layer: AttentionLayer | QuantLayer,
+    served_by: str,
+    device: Device,
+    quant: QuantConfig | None,
+    work: Workload,
+) -> BenchCase | None:
+    """For a claimed linear layer or fused experts, the stage and kernel of
+    :func:`volta_kernel_cost`'s answer for the same work, made by
+    :func:`volta_fp8w.bench_cases.linear_call` or :func:`~volta_fp8w.bench_cases.experts_call`;
+    None where the cost is (a layer this plugin does not serve, or of unknown shape)."""
+    cost = volta_kernel_cost(layer, served_by, device, quant, work)
+    if cost is None or not isinstance(layer, QuantLayer):
+        return None
+    impl = EXPERTS_CALL if layer.kind is LayerKind.FUSED_MOE else LINEAR_CALL
+    return BenchCase(cost.stage, cost.cost.kernel, impl)

@@ -61,11 +61,12 @@ from volta_core.host.types import (
     ReasoningContext,
     ReasoningParserSpec,
     ReasoningSplit,
+    TensorSplit,
     VerdictStatus,
     canonical_kv_dtype,
 )
 
-__version__ = "0.9.1"
+__version__ = "0.10.0"
 
 __all__ = [
     "ACTIVATION_DTYPES",
@@ -104,6 +105,7 @@ __all__ = [
     "ReasoningParserSpec",
     "ReasoningSplit",
     "ReasoningTextLost",
+    "TensorSplit",
     "UsageError",
     "VerdictStatus",
     "VoltaError",

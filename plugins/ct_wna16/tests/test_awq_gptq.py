@@ -18,13 +18,24 @@ pytest.importorskip("vllm", reason="vLLM's quant utilities make the layers: need
 import _vllm_layers as vl
 from ct_wna16_awq_gptq import Layer, make_layer, quantization_config
 
-from volta_core import Device, LayerKind, QuantConfig, QuantLayer
-from volta_ct_wna16 import plugin
+from volta_core import (
+    Device,
+    LayerKind,
+    QuantClaim,
+    QuantConfig,
+    QuantDecline,
+    QuantLayer,
+    TensorSplit,
+)
+from volta_ct_wna16 import ops, plugin
 from volta_ct_wna16.awq_gptq_linear import AWQGPTQLinearMethod
+from volta_ct_wna16.dispatch import table_launch
 from volta_ct_wna16.layout import WeightFormatError, dequantize
+from volta_ct_wna16.linear import apply_packed, install_packed
 from volta_ct_wna16.repack import gptq_weights
 from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
-from volta_devkit.testing import rel_error
+from volta_ct_wna16.tables import SM70
+from volta_devkit.testing import assert_rel_close, rel_error
 
 AWQ, GPTQ, GPTQ_V2 = Packing.AWQ, Packing.GPTQ, Packing.GPTQ_V2
 
@@ -142,6 +153,83 @@ def test_claims_and_declines_on_each_device() -> None:
     ampere = plugin.volta_quant_method(QuantConfig("awq", _raw("awq")), layer, Device((8, 0)))
     assert ampere is not None
     assert "vLLM's own kernels" in ampere.reason
+
+
+def _claim(raw: dict[str, object], layer: QuantLayer) -> object:
+    return plugin.volta_quant_method(QuantConfig(str(raw["quant_method"]), raw), layer, SM70_DEVICE)
+
+
+SM70_DEVICE = Device((7, 0))
+
+
+def _linear(prefix: str, k: int, n: int, tp: int, split: TensorSplit) -> QuantLayer:
+    return QuantLayer(LayerKind.LINEAR, prefix, k, n, tensor_parallel_size=tp, split=split)
+
+
+#: A compressed-tensors W4A16 g128 config (the other format the plugin reads).
+CT_G128 = {
+    "quant_method": "compressed-tensors",
+    "format": "pack-quantized",
+    "config_groups": {
+        "group_0": {
+            "targets": ["Linear"],
+            "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128},
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("raw", [_raw("awq"), _raw("gptq"), CT_G128], ids=["awq", "gptq", "ct"])
+def test_a_rank_whose_inputs_are_not_whole_groups_is_declined(raw: dict[str, object]) -> None:
+    """Qwen3-30B-A3B's experts (intermediate size 768) and a row-parallel layer of 768 inputs,
+    in groups of 128: whole groups on each rank at 1 and 2 ranks (768, 384), not at 4 and 8
+    (192, 96): declined with the loaders' own reason (``split_groups_reason``), which the plan
+    shows. The same inputs split by output rows, or replicated, are whole on every rank."""
+    for tp in (1, 2, 4, 8):
+        experts = QuantLayer(
+            LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768, 128, 8, tp
+        )
+        row = _linear(LINEAR, 768, 2048, tp, TensorSplit.INPUT)
+        for layer, what in ((experts, "intermediate"), (row, "input")):
+            answer = _claim(raw, layer)
+            if tp <= 2:
+                assert isinstance(answer, QuantClaim), (tp, layer, answer)
+                continue
+            assert isinstance(answer, QuantDecline), (tp, layer, answer)
+            assert (
+                f"{what} size per TP rank {768 // tp} is not a multiple of the group size 128 "
+                f"(768 over {tp} ranks)"
+            ) in answer.reason
+        for split in (TensorSplit.OUTPUT, TensorSplit.NONE):
+            assert isinstance(_claim(raw, _linear(LINEAR, 768, 2048, tp, split)), QuantClaim)
+
+
+def test_act_order_is_declined_where_ranks_divide_its_inputs() -> None:
+    """GPTQ act-order: a row-parallel layer above one rank is declined, and the linear method
+    refuses it when built with the same reason (one rule: ``act_order_split_reason``); a
+    column-parallel one, whose ranks hold every input, is claimed."""
+    raw = _raw("gptq", desc_act=True)
+    for tp in (1, 2):
+        column = _claim(
+            raw, _linear("model.layers.0.mlp.up_proj", 4096, 12288, tp, TensorSplit.OUTPUT)
+        )
+        assert isinstance(column, QuantClaim)
+    assert isinstance(_claim(raw, _linear(LINEAR, 12288, 4096, 1, TensorSplit.INPUT)), QuantClaim)
+    declined = _claim(raw, _linear(LINEAR, 12288, 4096, 2, TensorSplit.INPUT))
+    assert isinstance(declined, QuantDecline)
+    assert "act-order (desc_act) inputs divided across tensor-parallel ranks" in declined.reason
+    method = AWQGPTQLinearMethod(WeightScheme(4, True, 128, GPTQ, act_order=True), LINEAR)
+    with pytest.raises(WeightFormatError) as refused:
+        method.create_weights(
+            torch.nn.Module(),
+            input_size_per_partition=256,
+            output_partition_sizes=[64],
+            input_size=512,
+            output_size=64,
+            params_dtype=torch.float16,
+            weight_loader=None,
+        )
+    assert str(refused.value) == f"layer {LINEAR}: {declined.reason}"
 
 
 @pytest.fixture(autouse=True)
@@ -265,7 +353,14 @@ EXPERT_SHAPES = {
     "up_proj": (INTER, HIDDEN),
     "down_proj": (HIDDEN, INTER),
 }
-MOE_SCHEMES = [WeightScheme(4, False, 32, AWQ), WeightScheme(4, True, 64, GPTQ)]
+#: Group-wise and channel-wise experts of both packings (channel-wise scales load through vLLM's
+#: "channel" strategy: down's one row kept whole on each rank).
+MOE_SCHEMES = [
+    WeightScheme(4, False, 32, AWQ),
+    WeightScheme(4, True, 64, GPTQ),
+    WeightScheme(4, False, None, AWQ),
+    WeightScheme(8, False, None, GPTQ),
+]
 
 
 @pytest.mark.usefixtures("vllm_single_rank")
@@ -345,3 +440,48 @@ def test_gptqmodel_checkpoints_repack_to_gptqmodels_own_dequantization(name: str
         g_idx = tensors.get(f"{prefix}.g_idx")
         layer = Layer({**parts, "g_idx": g_idx}, scheme, reference)
         assert torch.equal(_unpermuted(layer), reference), prefix
+
+
+#: Both packings, both widths, both symmetries, group and channel-wise, and act-order (4- and
+#: 8-bit), for the kernels' float64 check.
+KERNEL_SCHEMES = [
+    WeightScheme(4, False, 128, AWQ),
+    WeightScheme(4, False, None, AWQ),
+    WeightScheme(4, True, 32, GPTQ),
+    WeightScheme(8, False, 64, GPTQ),
+    WeightScheme(4, False, 64, GPTQ_V2),
+    WeightScheme(4, True, 128, GPTQ, act_order=True),
+    WeightScheme(8, False, 32, GPTQ, act_order=True),
+]
+#: Token counts reaching every SM70 stage of the table (the interpreter's device is sm_70):
+#: the 1-token GEMV, the 2-4-token FMA tile, the dot tile, the GEMM, dequantize + matmul.
+KERNEL_MS = (1, 3, 7, 20, 33, 300)
+KERNEL_N = 72  # a multiple of AWQ's 8 columns a word, of no tile
+
+
+@pytest.mark.parametrize("scheme", KERNEL_SCHEMES, ids=_id)
+def test_kernels_on_repacked_weights_match_float64(
+    scheme: WeightScheme, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Triton kernels (interpreter), through the layer's own call (act-order's gather
+    included), on AWQ and GPTQ weights repacked from vLLM's quantizer's output, against
+    ``x @ w_ref.T`` in float64, ``w_ref`` being the dequantized weight that quantizer computes;
+    K is three groups (200 inputs channel-wise), no tile's multiple."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    # The kernels, not the CPU path's dequantize-and-F.linear, compute every output here.
+    monkeypatch.setattr(ops, "reference_linear", None)
+    k = 3 * scheme.group_size if scheme.group_size else 200
+    layer = make_layer(KERNEL_N, k, scheme, seed=k + scheme.num_bits)
+    repacked = layer.repacked()
+    module = torch.nn.Module()
+    install_packed(module, repacked.weights, repacked.perm)
+    stages = {table_launch(m, KERNEL_N, k, scheme.num_bits, (7, 0)) for m in KERNEL_MS}
+    every = (SM70.gemv, SM70.small, SM70.decode, SM70.gemm, SM70.dequant)
+    assert stages == {launch.scaled_for_bits(scheme.num_bits) for launch in every}
+    gen = torch.Generator().manual_seed(11)
+    bias = torch.randn(KERNEL_N, generator=gen).half()
+    for m in KERNEL_MS:
+        x = torch.randn(m, k, generator=gen).half()
+        ref = x.double() @ layer.reference.double().t() + bias.double()
+        out = apply_packed(module, x, bias)
+        assert_rel_close(out, ref, 2e-3, f"m={m}")

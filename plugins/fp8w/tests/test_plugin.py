@@ -6,7 +6,7 @@ import pytest
 
 from volta_core.device import Device
 from volta_core.host.manager import VoltaPluginManager
-from volta_core.host.types import LayerKind, QuantClaim, QuantConfig, QuantLayer
+from volta_core.host.types import LayerKind, QuantClaim, QuantConfig, QuantLayer, TensorSplit
 from volta_fp8w import plugin
 from volta_fp8w.plugin import FACTORY, METHOD, MOE_FACTORY
 from volta_fp8w.scheme import Fp8Scheme, quant_layer_scheme
@@ -208,3 +208,40 @@ def test_compressed_tensors_experts_read_expert_zeros_projections(manager) -> No
     mixed = dict(raw, ignore=["lm_head", "model.layers.0.mlp.experts.0.down_proj"])
     [reason] = declines(manager, mixed, experts())
     assert "quantized differently" in reason
+
+
+@pytest.mark.parametrize("raw", [QWEN_FP8, ct_fp8("block")], ids=["fp8", "compressed-tensors"])
+def test_a_rank_that_would_cut_a_scale_block_is_declined(manager, raw) -> None:
+    """Qwen3-30B-A3B's experts (intermediate size 768) and a row-parallel layer of 768 inputs,
+    with 128x128 blocks: whole blocks on each rank at 1 and 2 ranks, not at 4 (192): declined
+    with the loaders' own reasons (``expert_blocks_reason``, ``block_shards_reason``)."""
+    for tp in (1, 2, 4):
+        moe = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768, 128, 8, tp)
+        row = QuantLayer(
+            LayerKind.LINEAR,
+            "model.layers.0.mlp.down_proj",
+            768,
+            2048,
+            tensor_parallel_size=tp,
+            split=TensorSplit.INPUT,
+        )
+        if tp <= 2:
+            assert claim(manager, raw, moe) is not None
+            assert claim(manager, raw, row) is not None
+            continue
+        assert claim(manager, raw, moe) is None
+        [reason] = declines(manager, raw, moe)
+        assert reason.startswith("intermediate size per TP rank 192 (of 768, 4 ranks)")
+        assert claim(manager, raw, row) is None
+        [reason] = declines(manager, raw, row)
+        assert reason.startswith("192 inputs per tensor-parallel rank is not a multiple")
+        # The same layer split by output rows keeps whole input blocks on each rank.
+        column = QuantLayer(
+            LayerKind.LINEAR, "model.layers.0.mlp.down_proj", 768, 2048, tensor_parallel_size=tp
+        )
+        assert claim(manager, raw, column) is not None
+
+
+def test_channel_scales_are_claimed_at_any_split(manager) -> None:
+    moe = QuantLayer(LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768, 128, 8, 4)
+    assert claim(manager, ct_fp8("channel"), moe) is not None

@@ -3,7 +3,8 @@
 A linear or expert layer no plugin claims is built by the family's own quantization method,
 which refuses a GPU below its minimum (vLLM checks ``get_min_capability()`` at start-up, and
 its Marlin kernels refuse below 7.5 when the layer is built). The plan reports such a layer as
-a problem with its fix: the plugin that serves the format, or the family that runs it.
+a problem with its fix: the plugin that serves the format, or the family that runs it; where an
+installed plugin declined the layer, its reason and what runs the layer instead.
 
 Read from the families' sources (``vllm/model_executor/layers/quantization/``):
 
@@ -20,7 +21,7 @@ Read from the families' sources (``vllm/model_executor/layers/quantization/``):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 _AWQ = ("awq", "awq_marlin", "auto_awq")
 _GPTQ = ("gptq", "gptq_marlin", "auto_gptq")
@@ -69,13 +70,20 @@ def _sm(capability: tuple[int, int]) -> str:
 
 
 def engine_refusal(
-    method: str, capability: tuple[int, int], family: str | None = None
+    method: str,
+    capability: tuple[int, int],
+    family: str | None = None,
+    declines: Sequence[str] = (),
 ) -> tuple[str, str] | None:
     """``(problem, fix)`` when the engine would refuse a layer of ``method`` that no plugin
     claims, on a device of ``capability``; None when it runs it (or the method is unknown here).
 
     ``family``: the installed vLLM family's name; None (no vLLM installed) asks every family and
     reports a refusal where one of them refuses, naming the ones that run it.
+
+    ``declines``: what the installed plugins said when they declined the layer (``plugin:
+    method: reason``). Installing the plugin then fixes nothing: the problem gives the reasons,
+    and the fix is what the reasons name or a family whose own kernels run the format here.
     """
     families = [family] if family is not None else list(ENGINE_MIN_CAPABILITY)
     minimums = {
@@ -88,10 +96,25 @@ def engine_refusal(
         return None
     running = [name for name, minimum in minimums.items() if capability >= minimum]
     needs = " / ".join(sorted({_sm(minimums[name]) for name in refusing}))
-    problem = (
+    runs = (
         f"{' and '.join(refusing)} run{'s' if len(refusing) == 1 else ''} {method!r} layers "
-        f"from compute capability {needs}, and no Volta plugin claims them on {_sm(capability)}"
+        f"from compute capability {needs}"
     )
+    if declines:
+        elsewhere = running or [
+            name
+            for name, table in ENGINE_MIN_CAPABILITY.items()
+            if name not in refusing and method in table and capability >= table[method]
+        ]
+        problem = (
+            f"{runs}, and the installed Volta plugins decline them on {_sm(capability)} "
+            f"({'; '.join(declines)})"
+        )
+        fix = "change what the decline names, so that the plugin serves them"
+        if elsewhere:
+            fix += f", or serve with {' or '.join(elsewhere)}, whose own kernels run them"
+        return problem, fix
+    problem = f"{runs}, and no Volta plugin claims them on {_sm(capability)}"
     fixes = []
     if method in PLUGIN_FOR_METHOD:
         fixes.append(f"pip install {PLUGIN_FOR_METHOD[method]}")

@@ -89,7 +89,10 @@ def volta_quant_method(
     Called for every quantizable module while vLLM builds the model, and by the plan.
 
     :param config: the checkpoint's quantization section, as the checkpoint states it.
-    :param layer: the module's kind, dotted prefix and full (unsharded) shape.
+    :param layer: the module's kind, dotted prefix, full (unsharded) shape, and the
+        tensor-parallel size and dimension vLLM divides it by (``tensor_parallel_size``,
+        ``split``: host API 1.4), so a claim can decline a layer whose per-rank shard its
+        loader would refuse.
     :param device: the device the engine runs on.
     :return: a :class:`~volta_core.QuantClaim` to take the layer (among several claims the
         highest ``priority`` wins; equal priorities are an error naming both plugins); a

@@ -27,7 +27,7 @@ TEST_ENTRY_POINT_GROUP = "vllm_volta.test_plugins"
 
 #: The hook API this host speaks, ``MAJOR.MINOR``. A plugin written for the same major and a
 #: minor no newer than this one is compatible: minors only add optional hooks.
-HOST_API_VERSION = "1.3"
+HOST_API_VERSION = "1.4"
 
 #: The module attribute in which a plugin states the host API version it was written for.
 HOST_API_ATTRIBUTE = "VOLTA_HOST_API"

@@ -179,13 +179,34 @@ class QuantConfig:
         return scheme if isinstance(scheme, Mapping) else None
 
 
+class TensorSplit(str, enum.Enum):
+    """Which dimension of a linear layer's weight tensor parallelism divides across the ranks,
+    as vLLM's parallel layers divide it (``vllm/model_executor/layers/linear.py``)."""
+
+    OUTPUT = "output"
+    """``ColumnParallelLinear`` and its merged and QKV forms (q/k/v, gate/up), and the output
+    head: each rank holds a slice of the output rows."""
+    INPUT = "input"
+    """``RowParallelLinear`` (o_proj, down_proj, out_proj): each rank holds a slice of the
+    inputs, and the ranks' partial outputs are summed."""
+    NONE = "none"
+    """``ReplicatedLinear`` (an MoE router): every rank holds the whole weight."""
+
+
 @dataclass(frozen=True)
 class QuantLayer:
-    """One quantizable module: its kind, its dotted prefix, and its full (unsharded) shape.
+    """One quantizable module: its kind, its dotted prefix, its full (unsharded) shape, and how
+    tensor parallelism splits it.
 
     Fused experts (``LayerKind.FUSED_MOE``): ``input_size`` is the hidden size, ``output_size``
     one expert's intermediate size, ``experts`` the routed experts and ``top_k`` how many each
-    token takes (0 where not known).
+    token takes (0 where not known). vLLM divides the intermediate size across the ranks (each
+    rank's gate/up rows and down inputs), so ``split`` is ``OUTPUT`` for them.
+
+    ``tensor_parallel_size`` is the ranks the layer is divided over (1: whole on each GPU) and
+    ``split`` the dimension divided. A plugin whose loader needs a whole number of scale groups
+    or blocks per rank reads both, so the claim declines what its loader would refuse (host
+    API 1.4; a plugin written for an older API sees the defaults).
     """
 
     kind: LayerKind
@@ -194,9 +215,26 @@ class QuantLayer:
     output_size: int = 0
     experts: int = 0
     top_k: int = 0
+    tensor_parallel_size: int = 1
+    split: TensorSplit = TensorSplit.OUTPUT
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LayerKind(self.kind))
+        object.__setattr__(self, "split", TensorSplit(self.split))
+        if self.tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size {self.tensor_parallel_size} is below 1")
+
+    @property
+    def splits_input(self) -> bool:
+        """Whether each rank holds only part of the inputs (a row-parallel layer above one
+        rank)."""
+        return self.tensor_parallel_size > 1 and self.split is TensorSplit.INPUT
+
+    @property
+    def splits_output(self) -> bool:
+        """Whether each rank holds only part of the outputs (a column-parallel layer, or fused
+        experts' intermediate size, above one rank)."""
+        return self.tensor_parallel_size > 1 and self.split is TensorSplit.OUTPUT
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,13 @@ from typing import Any
 
 from volta_core.errors import UsageError
 from volta_core.host.checkpoint import quant_config
-from volta_core.host.types import AttentionFeature, LayerKind, QuantConfig, QuantLayer
+from volta_core.host.types import (
+    AttentionFeature,
+    LayerKind,
+    QuantConfig,
+    QuantLayer,
+    TensorSplit,
+)
 from volta_core.planner import model_files
 from volta_core.planner.config_check import LAYER_FIELDS, check_config
 
@@ -303,8 +309,19 @@ def _layer_attention(text: Any, index: int, layer_type: str) -> SimpleNamespace:
     return SimpleNamespace(**fields)
 
 
+def _row_parallel(prefix: str, input_size: int, output_size: int) -> QuantLayer:
+    """A linear module vLLM builds as ``RowParallelLinear`` (its inputs divided across the
+    tensor-parallel ranks): the attention output, the MLP's down projection, the linear
+    attention's output (vLLM's ``models/qwen2.py`` MLP, ``qwen3.py`` attention,
+    ``qwen3_next.py`` linear attention)."""
+    return QuantLayer(LayerKind.LINEAR, prefix, input_size, output_size, split=TensorSplit.INPUT)
+
+
 def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[QuantLayer, ...]:
-    """One representative module per linear-layer kind (from the first layer of each type)."""
+    """One representative module per linear-layer kind (from the first layer of each type),
+    split as vLLM splits it across tensor-parallel ranks (the plan sets the size): the router
+    replicated (``ReplicatedLinear`` in vLLM's ``models/qwen3_moe.py``), the projections into
+    attention and the MLP by output rows, those out of them by inputs."""
     hidden = int(text.hidden_size)
     gated = 2 if str(getattr(text, "model_type", "")) in GATED_QUERY_MODEL_TYPES else 1
     modules: list[QuantLayer] = []
@@ -320,7 +337,7 @@ def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[Qua
                 modules.append(
                     QuantLayer(LayerKind.LINEAR, f"{prefix}.self_attn.{proj}_proj", inp, out)
                 )
-            modules.append(QuantLayer(LayerKind.LINEAR, f"{prefix}.self_attn.o_proj", q, hidden))
+            modules.append(_row_parallel(f"{prefix}.self_attn.o_proj", q, hidden))
             modules.append(QuantLayer(LayerKind.ATTENTION, f"{prefix}.self_attn.attn"))
         elif layer.layer_type == "linear_attention":
             key = int(text.linear_num_key_heads) * int(text.linear_key_head_dim)
@@ -337,12 +354,16 @@ def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[Qua
                     2 * int(text.linear_num_value_heads),
                 )
             )
-            modules.append(QuantLayer(LayerKind.LINEAR, f"{la}.out_proj", value, hidden))
+            modules.append(_row_parallel(f"{la}.out_proj", value, hidden))
     first = f"{base}.layers.0.mlp"
     experts = getattr(text, "num_experts", None)
     if experts:
         moe = int(getattr(text, "moe_intermediate_size", None) or text.intermediate_size)
-        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate", hidden, int(experts)))
+        modules.append(
+            QuantLayer(
+                LayerKind.LINEAR, f"{first}.gate", hidden, int(experts), split=TensorSplit.NONE
+            )
+        )
         top_k = int(getattr(text, "num_experts_per_tok", 0) or 0)
         modules.append(
             QuantLayer(LayerKind.FUSED_MOE, f"{first}.experts", hidden, moe, int(experts), top_k)
@@ -351,6 +372,6 @@ def _linear_modules(text: Any, base: str, layers: list[ModelLayer]) -> tuple[Qua
         inter = int(text.intermediate_size)
         modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.gate_proj", hidden, inter))
         modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.up_proj", hidden, inter))
-        modules.append(QuantLayer(LayerKind.LINEAR, f"{first}.down_proj", inter, hidden))
+        modules.append(_row_parallel(f"{first}.down_proj", inter, hidden))
     modules.append(QuantLayer(LayerKind.LINEAR, "lm_head", hidden, int(text.vocab_size)))
     return tuple(modules)

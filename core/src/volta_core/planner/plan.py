@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from volta_core.cuda_toolkit import nvrtc_found
@@ -247,6 +247,9 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
     plan.problems += [f"layers {_ranges(indices)}: {error}" for error, indices in failures.items()]
     if model.quant is not None:
         for module in model.linear_modules:
+            # Each claim sees the tensor-parallel size vLLM builds the layer with, as at run time
+            # (volta_core.vllm.quantization passes vLLM's).
+            module = replace(module, tensor_parallel_size=tp)
             if unquantized_reason(model.quant, module.prefix) is not None:
                 # The engine keeps it unquantized whatever a plugin would answer.
                 plan.quant.append(_quant_entry(QuantResolution(module, None, None), model))
@@ -269,22 +272,29 @@ def make_plan(model: ModelDescription, options: PlanOptions, manager: VoltaPlugi
 
 
 def _engine_refusals(plan: Plan, method: str) -> list[str]:
-    """The quantized modules no plugin claims whose format the engine refuses on the device."""
-    unserved = [
-        row.prefix
-        for row in plan.quant
-        if row.plugin is None
-        and row.kind in (LayerKind.LINEAR.value, LayerKind.FUSED_MOE.value)
-        and row.decision.startswith(ENGINE_LOOKUP)
-    ]
+    """The quantized modules no plugin claims whose format the engine refuses on the device:
+    one problem per set of plugin declines (none: no installed plugin recognised them, so the
+    fix is the plugin that serves the format; some: a plugin read them and said why not, which
+    the problem repeats instead of asking to install it)."""
+    unserved: dict[tuple[str, ...], list[str]] = {}
+    for row in plan.quant:
+        if (
+            row.plugin is None
+            and row.kind in (LayerKind.LINEAR.value, LayerKind.FUSED_MOE.value)
+            and row.decision.startswith(ENGINE_LOOKUP)
+        ):
+            unserved.setdefault(row.declines, []).append(row.prefix)
     options = plan.options
-    refusal = engine_refusal(method, options.device.capability, options.engine_family)
-    if not unserved or refusal is None:
-        return []
-    problem, fix = refusal
-    more = len(unserved) - 3
-    shown = ", ".join(unserved[:3]) + (f" and {more} more" if more > 0 else "")
-    return [f"{shown}: {problem} (fix: {fix})"]
+    problems = []
+    for declines, prefixes in unserved.items():
+        refusal = engine_refusal(method, options.device.capability, options.engine_family, declines)
+        if refusal is None:
+            continue
+        problem, fix = refusal
+        more = len(prefixes) - 3
+        shown = ", ".join(prefixes[:3]) + (f" and {more} more" if more > 0 else "")
+        problems.append(f"{shown}: {problem} (fix: {fix})")
+    return problems
 
 
 def _unknown_quant_method(model: ModelDescription, manager: VoltaPluginManager) -> list[str]:

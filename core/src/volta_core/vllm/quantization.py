@@ -19,7 +19,7 @@ from volta_core.device import Device
 from volta_core.errors import UsageError
 from volta_core.host.discovery import get_plugin_manager
 from volta_core.host.manager import VoltaPluginManager
-from volta_core.host.types import LayerKind, QuantConfig, QuantLayer
+from volta_core.host.types import LayerKind, QuantConfig, QuantLayer, TensorSplit
 from volta_core.vllm import attention, devices, kv_cache, report
 from volta_core.vllm.engine_config import explicit_backend, layer_kv_dtype
 from volta_core.vllm.families import family
@@ -82,12 +82,58 @@ def _layer_kind(layer: Any) -> LayerKind | None:
     return None
 
 
+def _tensor_parallel_size(layer: Any) -> int:
+    """The ranks ``layer`` is divided over: its own ``tp_size`` where vLLM has set it (a layer
+    built with ``disable_tp`` has 1), else vLLM's tensor-parallel world size (vLLM 0.32 sets
+    ``LinearBase.tp_size`` only after it asks for the quant method), 1 outside a distributed
+    run (``vllm/distributed/parallel_state.py``)."""
+    own = getattr(layer, "tp_size", None)
+    if isinstance(own, int) and own > 0:
+        return own
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return 1
+    return int(parallel_state.get_tensor_model_parallel_world_size())
+
+
+def _linear_split(layer: Any) -> TensorSplit:
+    """How vLLM's parallel linear class of ``layer`` divides it (``layers/linear.py``)."""
+    from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+
+    if isinstance(layer, RowParallelLinear):
+        return TensorSplit.INPUT
+    if isinstance(layer, ColumnParallelLinear):
+        return TensorSplit.OUTPUT
+    return TensorSplit.NONE
+
+
 def _quant_layer(kind: LayerKind, layer: Any, prefix: str) -> QuantLayer:
+    """The layer as the host's claims see it: full shape and tensor-parallel split. Routed
+    experts are read from their ``moe_config`` (``FusedMoEConfig``, set before the quant method
+    is asked): hidden size, the intermediate size per rank times the ranks, the experts and
+    ``top_k``; the ranks are the experts' own (1 under expert parallelism)."""
+    if kind is LayerKind.FUSED_MOE:
+        moe = getattr(layer, "moe_config", None)
+        ranks = int(getattr(moe, "tp_size", 1) or 1)
+        per_rank = int(getattr(moe, "intermediate_size_per_partition", 0) or 0)
+        return QuantLayer(
+            kind,
+            prefix,
+            input_size=int(getattr(moe, "hidden_dim", 0) or 0),
+            output_size=max(per_rank, 0) * ranks,
+            experts=int(getattr(moe, "num_experts", 0) or 0),
+            top_k=int(getattr(moe, "experts_per_token", 0) or 0),
+            tensor_parallel_size=ranks,
+            split=TensorSplit.OUTPUT,
+        )
     return QuantLayer(
         kind,
         prefix,
         input_size=int(getattr(layer, "input_size", 0) or 0),
         output_size=int(getattr(layer, "output_size", 0) or 0),
+        tensor_parallel_size=_tensor_parallel_size(layer),
+        split=_linear_split(layer),
     )
 
 

@@ -42,6 +42,7 @@ from volta_ct_wna16.layout import SCALE_DTYPES, WeightFormatError
 from volta_ct_wna16.linear import apply_packed, check_linear_layer, install_packed
 from volta_ct_wna16.repack import awq_weights, gptq_weights
 from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
+from volta_ct_wna16.weight_scheme import act_order_split_reason
 
 #: What each packing registers (and releases after the repack).
 TENSORS = {
@@ -155,6 +156,9 @@ class AWQGPTQLinearMethod(LinearMethodBase):
         pack = scheme.pack_factor
         n, k = sum(output_partition_sizes), input_size_per_partition
         check_linear_layer(name, scheme, params_dtype, input_size, k)
+        act_order_split = act_order_split_reason(scheme, input_split=k != input_size)
+        if act_order_split is not None:
+            raise WeightFormatError(f"layer {name}: {act_order_split}")
         if n % pack:
             raise WeightFormatError(
                 f"layer {name}: output size per TP rank {n} is not a multiple of {pack}, the "

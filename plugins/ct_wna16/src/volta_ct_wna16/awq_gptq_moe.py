@@ -1,11 +1,12 @@
 """The vLLM side for the fused MoE experts of AWQ and GPTQ checkpoints (imports vLLM).
 
 The tensors are registered as vLLM's own AWQ and GPTQ MoE methods register them (input
-dimension first, ``is_transposed``, group-wise scales), so the routed-experts layer's
-``weight_loader`` places and shards every expert's gate, up and down for tensor parallelism:
+dimension first, ``is_transposed``, group-wise scales, or channel-wise ones with one group), so
+the routed-experts layer's ``weight_loader`` places and shards every expert's gate, up and down
+for tensor parallelism:
 
 - AWQ: ``w13_qweight`` ``[E, H, 2I / pack]``, ``w2_qweight`` ``[E, I, H / pack]``, ``qzeros``
-  ``[E, groups, out / pack]``, ``scales`` ``[E, groups, out]``.
+  ``[E, groups, out / pack]``, ``scales`` ``[E, groups, out]`` (``groups`` 1 channel-wise).
 - GPTQ: ``w13_qweight`` ``[E, H / pack, 2I]``, ``w2_qweight`` ``[E, I / pack, H]``, the same
   zero points and scales, and ``g_idx`` per expert (checked to be the plain group order: these
   experts are not act-order, which the claim declines).
@@ -44,11 +45,6 @@ def make_moe_method(
     scheme = claimed_scheme(volta_config, layer, engine_config)
     if scheme is None:
         return None
-    if scheme.group_size is None:
-        raise WeightFormatError(
-            f"layer {layer.prefix}: channel-wise {scheme.packing.value} experts; vLLM's MoE "
-            "loader shards group-wise scales only"
-        )
     return AWQGPTQMoEMethod(scheme, layer.prefix, volta_config.raw)
 
 
@@ -72,7 +68,7 @@ class AWQGPTQMoEMethod(WNA16MoEMethod):
         self.moe = layer.moe_config
         name, scheme = self.prefix, self.scheme
         check_layer(name, scheme, layer, None, hidden_size, params_dtype, extra_weight_attrs)
-        pack, group = scheme.pack_factor, scheme.group_for(hidden_size)
+        pack, group = scheme.pack_factor, scheme.group_size
         e, h, i = num_experts, hidden_size, intermediate_size_per_partition
         require_whole_groups(name, group, {"hidden size": h, "intermediate size per TP rank": i})
         for what, size in {"hidden size": h, "intermediate size per TP rank": i}.items():
@@ -81,7 +77,7 @@ class AWQGPTQMoEMethod(WNA16MoEMethod):
                     f"layer {name}: {what} {size} is not a multiple of {pack}, the values per "
                     f"word of {scheme.label}"
                 )
-        g13, g2 = h // group, i // group
+        g13, g2 = (h // group, i // group) if group else (1, 1)
         if self.is_awq:
             qweights = {"w13": (e, h, 2 * i // pack), "w2": (e, i, h // pack)}
         else:
@@ -95,11 +91,15 @@ class AWQGPTQMoEMethod(WNA16MoEMethod):
             "w2_qzeros": ((e, g2, h // pack), torch.int32),
         }
         inner = extra_weight_attrs["weight_loader"]
+        # vLLM's loader shards group scales along the input of down (row-parallel) and keeps a
+        # channel's one row of scales whole there ("channel": the strategy vLLM's own GPTQ MoE
+        # method sets for group_size -1, quantization/auto_gptq.py); gate/up's split by output.
+        strategy = "group" if group else "channel"
         for param_name, (shape, dtype) in shapes.items():
             param = torch.nn.Parameter(torch.zeros(shape, dtype=dtype), requires_grad=False)
             layer.register_parameter(param_name, param)
             param.weight_loader = _checked(inner, name, param_name, dtype)  # type: ignore[attr-defined]
-            param.quant_method = "group"  # type: ignore[attr-defined]
+            param.quant_method = strategy  # type: ignore[attr-defined]
             param.is_transposed = True  # type: ignore[attr-defined]
         if not self.is_awq:
             for stem, rows in (("w13", h), ("w2", i)):
@@ -206,14 +206,15 @@ def _plain_order(
     *,
     layer_name: str,
     rows: int,
-    group: int,
+    group: int | None,
     stem: str,
 ) -> Any:
     """An expert's ``g_idx``: read and checked to be the plain group order, then dropped (these
-    experts are not act-order; their rows need no permutation)."""
+    experts are not act-order; their rows need no permutation). Channel-wise (``group`` None):
+    every row in group 0, as GPTQ's packers write it (one group spanning the input)."""
     del param, weight_name
     full = loaded_weight.shape[-1]
-    plain = torch.arange(full, dtype=torch.int64, device=loaded_weight.device) // group
+    plain = torch.arange(full, dtype=torch.int64, device=loaded_weight.device) // (group or full)
     if not torch.equal(loaded_weight.to(torch.int64).reshape(-1, full)[0], plain):
         raise WeightFormatError(
             f"layer {layer_name} expert {expert_id} ({shard_id}): {stem}_g_idx is not the plain "

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.weight_scheme import split_groups_reason
 
 
 class WeightFormatError(ValueError):
@@ -87,15 +88,11 @@ def _fail(layer: str, message: str) -> WeightFormatError:
 
 
 def require_whole_groups(layer: str, group_size: int | None, sizes: dict[str, int]) -> None:
-    """Raise if a quantization group would straddle a size (``what -> size``) of ``layer``.
-
-    The kernels read one scale row per group of inputs, so every input length a layer is built
-    with (whole and per tensor-parallel rank) must be a multiple of the group size; channel-wise
-    schemes (``group_size`` None) have one group and always pass.
-    """
-    for what, size in sizes.items():
-        if group_size and size % group_size:
-            raise _fail(layer, f"{what} {size} is not a multiple of the group size {group_size}")
+    """Raise if a quantization group would straddle a size (``what -> size``) of ``layer``: the
+    rule the claim declines by too (:func:`volta_ct_wna16.weight_scheme.split_groups_reason`)."""
+    reason = split_groups_reason(group_size, sizes)
+    if reason is not None:
+        raise _fail(layer, reason)
 
 
 def unpack_int32(packed: torch.Tensor, bits: int, length: int, dim: int) -> torch.Tensor:

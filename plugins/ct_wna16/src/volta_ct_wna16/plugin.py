@@ -32,7 +32,7 @@ from volta_ct_wna16.awq_gptq import AWQ_METHODS, GPTQ_METHODS
 from volta_ct_wna16.limits import supports_device
 from volta_ct_wna16.scheme import Packing, Unsupported, WeightScheme, quant_layer_scheme
 
-VOLTA_HOST_API = "1.3"
+VOLTA_HOST_API = "1.4"
 
 #: The quant method's name in plans and claims.
 METHOD = "ct-wna16"

@@ -24,7 +24,13 @@ from volta_core import (
 )
 from volta_ct_wna16.awq_gptq import is_awq_or_gptq, method_scheme
 from volta_ct_wna16.limits import SUPPORTED_BITS, SUPPORTED_GROUP_SIZES
-from volta_ct_wna16.weight_scheme import Packing, Unsupported, WeightScheme
+from volta_ct_wna16.weight_scheme import (
+    Packing,
+    Unsupported,
+    WeightScheme,
+    act_order_split_reason,
+    split_groups_reason,
+)
 
 #: The checkpoint names of one expert's gate, up and down projections (vLLM's defaults).
 EXPERT_PROJECTIONS = ("gate_proj", "up_proj", "down_proj")
@@ -130,17 +136,66 @@ def quant_layer_scheme(
     (:func:`volta_ct_wna16.linear.make_linear_method`, :func:`volta_ct_wna16.moe.make_moe_method`)
     share. Fused experts read expert 0's projections (:func:`expert_scheme`, ``ignore``
     replacing the checkpoint's list where given); a linear layer its own module, ``fused``
-    naming the model's fused modules. None: the layer stays unquantized, or is neither kind.
+    naming the model's fused modules. A scheme whose tensor-parallel shard the loaders would
+    refuse is :class:`Unsupported` with the reason (:func:`loader_refusal`). None: the layer
+    stays unquantized, or is neither kind.
     """
     if layer.kind not in (LayerKind.FUSED_MOE, LayerKind.LINEAR):
         return None
+    scheme: WeightScheme | Unsupported | None
     if is_awq_or_gptq(raw):
-        return method_scheme(raw, layer.prefix, layer.kind is LayerKind.FUSED_MOE, fused)
+        scheme = method_scheme(raw, layer.prefix, layer.kind is LayerKind.FUSED_MOE, fused)
+    elif layer.kind is LayerKind.FUSED_MOE:
+        scheme = expert_scheme(raw, layer.prefix, ignore=ignore)
+    else:
+        scheme = layer_scheme(raw, layer.prefix, is_linear=True, fused=fused)
+    if isinstance(scheme, WeightScheme):
+        reason = loader_refusal(scheme, layer)
+        if reason is not None:
+            return Unsupported(reason)
+    return scheme
+
+
+def loader_refusal(scheme: WeightScheme, layer: QuantLayer) -> str | None:
+    """Why the loaders would refuse ``layer``'s shape, whole or on one tensor-parallel rank, or
+    None: the loaders' own rules, asked of the layer's full shape divided as vLLM divides it.
+
+    - Every input length must be whole groups (:func:`split_groups_reason`, which the loaders
+      ask through :func:`volta_ct_wna16.layout.require_whole_groups`): a linear layer's input,
+      fused experts' hidden size, and what the ranks divide, a row-parallel layer's inputs and
+      fused experts' intermediate size (their down projection's inputs). E.g. Qwen3-30B-A3B's
+      intermediate size 768 over 4 ranks is 192 a rank, not whole groups of 128.
+    - Act-order inputs cannot be divided at all (:func:`act_order_split_reason`).
+
+    A size the ranks do not divide is vLLM's own refusal (``divide`` in
+    ``vllm/distributed/utils.py``), not asked here; a size of 0 is not known.
+    """
+    ranks = layer.tensor_parallel_size
+    divided: tuple[str, int] | None = None
     if layer.kind is LayerKind.FUSED_MOE:
-        return expert_scheme(raw, layer.prefix, ignore=ignore)
-    if layer.kind is LayerKind.LINEAR:
-        return layer_scheme(raw, layer.prefix, is_linear=True, fused=fused)
-    return None
+        whole = {"hidden size": layer.input_size}
+        if layer.splits_output:
+            divided = ("intermediate size per TP rank", layer.output_size)
+    else:
+        whole = {"input size": layer.input_size}
+        if layer.splits_input:
+            act_order = act_order_split_reason(scheme, input_split=True)
+            if act_order is not None:
+                return act_order
+            divided = ("input size per TP rank", layer.input_size)
+    reason = split_groups_reason(scheme.group_size, {w: n for w, n in whole.items() if n})
+    if reason is not None or divided is None:
+        return reason
+    what, size = divided
+    if not size or size % ranks:
+        return None
+    reason = split_groups_reason(scheme.group_size, {what: size // ranks})
+    if reason is None:
+        return None
+    return (
+        f"{reason} ({size} over {ranks} ranks); use a tensor-parallel size that leaves whole "
+        "groups on each rank"
+    )
 
 
 __all__ = [
@@ -151,6 +206,7 @@ __all__ = [
     "WeightScheme",
     "expert_scheme",
     "layer_scheme",
+    "loader_refusal",
     "quant_layer_scheme",
     "weight_scheme",
 ]

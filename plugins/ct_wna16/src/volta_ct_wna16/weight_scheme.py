@@ -4,6 +4,7 @@ stores it (torch-free: the claim reads it while nothing else is imported)."""
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -61,3 +62,38 @@ class Unsupported:
     """A layer the checkpoint quantizes in a way this plugin does not run, and why."""
 
     reason: str
+
+
+def split_groups_reason(group_size: int | None, sizes: Mapping[str, int]) -> str | None:
+    """Why a layer's inputs cannot be cut into whole quantization groups, or None.
+
+    ``sizes`` names each input length the layer is built with (``what -> size``): the whole
+    input and each tensor-parallel rank's. The kernels read one scale row per group of inputs,
+    and vLLM's loaders give each rank the scale rows of its own inputs (``GroupQuantScaleParameter``
+    sharded along the input), so a group straddling a rank's boundary has no scale row there.
+    Channel-wise schemes (``group_size`` None) have one group and always pass. The claim
+    (:func:`volta_ct_wna16.scheme.quant_layer_scheme`) and the loaders
+    (:func:`volta_ct_wna16.layout.require_whole_groups`) both ask this.
+    """
+    for what, size in sizes.items():
+        if group_size and size % group_size:
+            return f"{what} {size} is not a multiple of the group size {group_size}"
+    return None
+
+
+def act_order_split_reason(scheme: WeightScheme, input_split: bool) -> str | None:
+    """Why an act-order (GPTQ ``desc_act``) layer cannot run with its inputs divided across
+    tensor-parallel ranks, or None.
+
+    ``g_idx`` spreads each group's rows over the whole input (GPTQ quantizes in the order of
+    decreasing Hessian diagonal), so a rank's slice of the rows holds parts of many groups and
+    sorting them (:mod:`volta_ct_wna16.repack`) cannot make whole groups. The claim declines such
+    a layer and the linear method refuses it when built, with this reason.
+    """
+    if scheme.act_order and input_split:
+        return (
+            "act-order (desc_act) inputs divided across tensor-parallel ranks: g_idx spreads "
+            "each group over the whole input, so a rank's rows are not whole groups; serve it "
+            "at tensor parallel size 1"
+        )
+    return None

@@ -45,7 +45,13 @@ from volta_fp8w.layout import (
     check_block,
     tensor_weights,
 )
-from volta_fp8w.scheme import FP8, Fp8Scheme, Unsupported, quant_layer_scheme
+from volta_fp8w.scheme import (
+    FP8,
+    Fp8Scheme,
+    Unsupported,
+    block_shards_reason,
+    quant_layer_scheme,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -117,9 +123,11 @@ class Fp8LinearMethod(LinearMethodBase):
         n, k = sum(output_partition_sizes), input_size_per_partition
         if scheme.block is not None:
             check_block(name, scheme.block)
-            _check_block_shards(
-                name, scheme.block, input_size, k, output_size, output_partition_sizes
+            reason = block_shards_reason(
+                scheme.block, input_size, k, output_size, output_partition_sizes
             )
+            if reason is not None:
+                raise WeightFormatError(f"layer {name}: {reason}")
             # vLLM's merged and QKV loaders place a block scale's shards by the layer's
             # ``weight_block_size`` (``adjust_block_scale_shard``), as its own FP8 method sets it.
             layer.weight_block_size = list(scheme.block)
@@ -208,34 +216,6 @@ def kernels_run_here() -> bool:
     from vllm.platforms import current_platform
 
     return current_platform.is_cuda()
-
-
-def _check_block_shards(
-    name: str,
-    block: tuple[int, int],
-    input_size: int,
-    k: int,
-    output_size: int,
-    shards: Sequence[int],
-) -> None:
-    """Tensor parallelism and merged layers cut the weight at block boundaries (vLLM's
-    ``validate_fp8_block_shape``): a row-parallel rank's inputs, every output shard of a
-    column-parallel rank (its block scales are sliced by whole blocks: a rank whose rows start
-    inside a block would read its neighbour's scales), and every output shard but a merged
-    layer's last, are whole blocks."""
-    block_n, block_k = block
-    if k != input_size and k % block_k:
-        raise WeightFormatError(
-            f"layer {name}: {k} inputs per tensor-parallel rank is not a multiple of the weight "
-            f"block's {block_k}; use a tensor-parallel size that divides the blocks"
-        )
-    split = sum(shards) != output_size  # column-parallel: each rank holds a slice of the rows
-    for size in shards if split else shards[:-1]:
-        if size % block_n:
-            raise WeightFormatError(
-                f"layer {name}: an output shard of {size} rows is not a multiple of the weight "
-                f"block's {block_n}"
-            )
 
 
 def _shard_key(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> object:

@@ -53,6 +53,7 @@ from volta_fp8w.scheme import (
     FP8,
     Fp8Scheme,
     Unsupported,
+    expert_blocks_reason,
     layer_scheme,
     quant_layer_scheme,
 )
@@ -160,13 +161,9 @@ class Fp8MoEMethod(FusedMoEMethodBase):
             assert scheme.block is not None
             check_block(name, scheme.block)
             block_n, block_k = scheme.block
-            if sizes.tp > 1 and (i % block_n or i % block_k):
-                raise WeightFormatError(
-                    f"layer {name}: intermediate size per TP rank {i} (of {i * sizes.tp}, "
-                    f"{sizes.tp} ranks) is not a multiple of the weight block {block_n}x"
-                    f"{block_k}: a rank's gate/up rows and down columns would split a block; "
-                    "use a tensor-parallel size that keeps whole blocks per rank"
-                )
+            reason = expert_blocks_reason(scheme.block, i, sizes.tp)
+            if reason is not None:
+                raise WeightFormatError(f"layer {name}: {reason}")
             shapes = {
                 "w13": (e, 2 * -(-i // block_n), -(-h // block_k)),
                 "w2": (e, -(-h // block_n), -(-i // block_k)),

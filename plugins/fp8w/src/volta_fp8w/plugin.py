@@ -29,7 +29,7 @@ from volta_core.kernel_api import BenchCase, StageCost, Workload
 from volta_fp8w.limits import supports_device
 from volta_fp8w.scheme import COMPRESSED_TENSORS, FP8, Fp8Scheme, Unsupported, quant_layer_scheme
 
-VOLTA_HOST_API = "1.3"
+VOLTA_HOST_API = "1.4"
 
 #: The quant method's name in plans and claims.
 METHOD = "fp8w"

@@ -233,6 +233,80 @@ def expert_scheme(
     return schemes[0]
 
 
+def block_shards_reason(
+    block: tuple[int, int],
+    input_size: int,
+    inputs_per_rank: int,
+    output_size: int,
+    output_shards: Sequence[int],
+) -> str | None:
+    """Why a linear layer's tensor-parallel rank or merged shards would cut a scale block, or
+    None (vLLM's ``validate_fp8_block_shape`` in ``quantization/utils/fp8_utils.py`` states
+    the same rule for its own method).
+
+    Block scales are sliced by whole blocks, so a row-parallel rank's inputs
+    (``inputs_per_rank`` below ``input_size``), every output shard of a column-parallel rank
+    (``output_shards`` summing below ``output_size``: a rank whose rows start inside a block
+    would read its neighbour's scales), and every output shard but a merged layer's last, are
+    whole blocks. The linear method refuses a layer with this reason when built, and the claim
+    declines by it (:func:`loader_refusal`).
+    """
+    block_n, block_k = block
+    if inputs_per_rank != input_size and inputs_per_rank % block_k:
+        return (
+            f"{inputs_per_rank} inputs per tensor-parallel rank is not a multiple of the weight "
+            f"block's {block_k}; use a tensor-parallel size that divides the blocks"
+        )
+    split = sum(output_shards) != output_size  # column-parallel: each rank holds some rows
+    for size in output_shards if split else output_shards[:-1]:
+        if size % block_n:
+            return (
+                f"an output shard of {size} rows is not a multiple of the weight block's {block_n}"
+            )
+    return None
+
+
+def expert_blocks_reason(block: tuple[int, int], inter_per_rank: int, ranks: int) -> str | None:
+    """Why fused experts' intermediate size, divided over ``ranks``, would cut a scale block
+    (a rank's gate/up rows and down inputs are its slice of the intermediate size), or None.
+    The experts' method refuses such a layer when built, and the claim declines by it."""
+    block_n, block_k = block
+    if ranks > 1 and (inter_per_rank % block_n or inter_per_rank % block_k):
+        return (
+            f"intermediate size per TP rank {inter_per_rank} (of {inter_per_rank * ranks}, "
+            f"{ranks} ranks) is not a multiple of the weight block {block_n}x{block_k}: a "
+            "rank's gate/up rows and down columns would split a block; use a tensor-parallel "
+            "size that keeps whole blocks per rank"
+        )
+    return None
+
+
+def loader_refusal(scheme: Fp8Scheme, layer: QuantLayer) -> str | None:
+    """Why the loaders would refuse one tensor-parallel rank's shard of ``layer``, or None: the
+    loaders' rules (:func:`block_shards_reason`, :func:`expert_blocks_reason`) asked of the
+    layer's full shape divided as vLLM divides it: a row-parallel layer's inputs, fused
+    experts' intermediate size.
+
+    A column-parallel layer's rows are left to the loader: a QKV layer's rows per rank follow
+    vLLM's KV-head replication, which a :class:`~volta_core.QuantLayer` does not carry, and
+    gate/up's rows per rank are down's inputs per rank, checked here. Block scales only; a size
+    the ranks do not divide is vLLM's own refusal (``divide``), not asked here.
+    """
+    ranks = layer.tensor_parallel_size
+    if scheme.block is None:
+        return None
+    if layer.kind is LayerKind.FUSED_MOE and layer.splits_output:
+        size = layer.output_size
+        if size and not size % ranks:
+            return expert_blocks_reason(scheme.block, size // ranks, ranks)
+    elif layer.kind is LayerKind.LINEAR and layer.splits_input:
+        size = layer.input_size
+        if size and not size % ranks:
+            shards = (layer.output_size,)
+            return block_shards_reason(scheme.block, size, size // ranks, layer.output_size, shards)
+    return None
+
+
 def quant_layer_scheme(
     raw: Mapping[str, Any],
     layer: QuantLayer,
@@ -240,10 +314,19 @@ def quant_layer_scheme(
     ignore: Iterable[str] | None = None,
 ) -> Fp8Scheme | Unsupported | None:
     """The scheme of a layer the plugin may serve, from the checkpoint's config ``raw``: the one
-    reading the claim, the plan's hooks and the layer factories share. None: the layer stays
-    unquantized, is another plugin's format, or is neither a linear layer nor fused experts."""
+    reading the claim, the plan's hooks and the layer factories share; :class:`Unsupported`
+    with the reason where the loaders would refuse the layer's tensor-parallel shard
+    (:func:`loader_refusal`). None: the layer stays unquantized, is another plugin's format,
+    or is neither a linear layer nor fused experts."""
+    scheme: Fp8Scheme | Unsupported | None
     if layer.kind is LayerKind.FUSED_MOE:
-        return expert_scheme(raw, layer.prefix, ignore=ignore)
-    if layer.kind is LayerKind.LINEAR:
-        return layer_scheme(raw, layer.prefix, fused)
-    return None
+        scheme = expert_scheme(raw, layer.prefix, ignore=ignore)
+    elif layer.kind is LayerKind.LINEAR:
+        scheme = layer_scheme(raw, layer.prefix, fused)
+    else:
+        return None
+    if isinstance(scheme, Fp8Scheme):
+        reason = loader_refusal(scheme, layer)
+        if reason is not None:
+            return Unsupported(reason)
+    return scheme

@@ -50,7 +50,7 @@ def by_name(checks: list[Check], name: str) -> Check:
 # -- GPUs -----------------------------------------------------------------------------------
 
 
-def fake_pynvml(gpus: list[tuple[str, tuple[int, int], int]], start_error: str = "") -> Any:
+def fake_pynvml(gpus: list[tuple[str | bytes, tuple[int, int], int]], start_error: str = "") -> Any:
     """A ``pynvml`` module answering as NVML would for ``gpus`` (name, capability, bytes)."""
     module = types.ModuleType("pynvml")
 
@@ -87,7 +87,7 @@ def test_nvml_without_a_driver_is_reported_not_raised(monkeypatch: pytest.Monkey
 
 
 def test_gpus_below_7_0_are_problems(monkeypatch: pytest.MonkeyPatch) -> None:
-    gpus = [
+    gpus: list[tuple[str | bytes, tuple[int, int], int]] = [
         ("Tesla V100-SXM2-32GB", (7, 0), 32 * 2**30),
         ("Tesla P100-PCIE-16GB", (6, 0), 16 * 2**30),
         (b"NVIDIA A100-SXM4-80GB", (8, 0), 80 * 2**30),
@@ -410,7 +410,7 @@ def test_json_shape_and_exit_1_on_a_problem(
 def test_text_report_and_exit_0_when_all_is_well(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def healthy(manager_fn: Any, model: Any = None, gpu_probe: Any = None) -> doctor.Report:
+    def healthy(manager_fn: Any, model: Any = None, **settings: Any) -> doctor.Report:
         return doctor.Report(
             [Check("gpu 0", Status.OK, "Tesla V100"), Check("x", Status.INFO, "y")]
         )
@@ -436,12 +436,32 @@ def test_report_renders_fixes_under_problems() -> None:
     ]
 
 
+def test_the_plans_settings_reach_the_checks(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--tensor-parallel-size`` and ``--gpu-memory-utilization`` are what the topology rows
+    judge (test_doctor_topology.py: how); without them, every visible GPU at 0.9."""
+    seen: list[dict[str, Any]] = []
+
+    def record(manager_fn: Any, model: Any = None, **settings: Any) -> doctor.Report:
+        seen.append(settings)
+        return doctor.Report()
+
+    monkeypatch.setattr(doctor, "run_checks", record)
+    assert run_cli(capsys, "doctor", "-tp", "4", "--gpu-memory-utilization", "0.85")[0] == 0
+    assert run_cli(capsys, "doctor")[0] == 0
+    (given, default) = [(s["tensor_parallel_size"], s["fit"].gpu_memory_utilization) for s in seen]
+    assert (given, default) == ((4, 0.85), (None, 0.9))
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["doctor", "--model", "/nonexistent/model"], "no such file or directory"),
         (["doctor", "--model", "no-such-example"], "is not a path nor a bundled example"),
         (["doctor", "--frobnicate"], "unrecognized arguments"),
+        (["doctor", "-tp", "0"], "--tensor-parallel-size must be at least 1"),
+        (["doctor", "--gpu-memory-utilization", "1.5"], "is not in (0, 1]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

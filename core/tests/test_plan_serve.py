@@ -267,28 +267,31 @@ def test_speed_per_stream_at_one_and_at_max_num_seqs(capsys: pytest.CaptureFixtu
 
 
 @pytest.mark.needs("vllm-volta-fp8w")
-def test_streams_past_the_kv_cache_are_said_to_wait(capsys: pytest.CaptureFixture[str]) -> None:
-    _, plan = plan_json(
-        capsys, "qwen3.6-27b-fp8", "--gpus", "2", "--max-model-len", "131072", "--max-num-seqs", "8"
-    )
+def test_streams_past_the_kv_cache_wait_and_the_figures_are_for_those_that_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """At 128K context the KV cache of 2 x V100-32GB holds fewer sequences than --max-num-seqs
+    8: the aggregate is for the sequences that decode together, not for 8."""
+    args = ["qwen3.6-27b-fp8", "--gpus", "2", "--max-model-len", "131072"]
+    _, plan = plan_json(capsys, *args, "--max-num-seqs", "8")
     streams = plan["streams"]
-    assert streams["kv_sequences_at_context"] < 8
-    assert (
-        main(
-            [
-                "plan",
-                "qwen3.6-27b-fp8",
-                "--gpus",
-                "2",
-                "--max-model-len",
-                "131072",
-                "--max-num-seqs",
-                "8",
-            ]
-        )
-        == 0
+    held = streams["kv_sequences_at_context"]
+    assert 1 < held < 8
+    assert streams["served_streams"] == held
+    assert [s["streams"] for s in streams["streams"]] == [1, held]
+    # The same figures as planning with --max-num-seqs at what the cache holds.
+    _, fitting = plan_json(capsys, *args, "--max-num-seqs", str(held))
+    assert fitting["streams"]["streams"][-1]["tokens_per_second"] == pytest.approx(
+        streams["streams"][-1]["tokens_per_second"], rel=0.02
     )
-    assert "the rest wait" in capsys.readouterr().out
+    assert main(["plan", *args, "--max-num-seqs", "8"]) == 0
+    text = capsys.readouterr().out
+    assert f"{held} streams:" in text
+    assert "8 streams:" not in text
+    assert (
+        f"of --max-num-seqs 8 streams {held} decode together and the rest wait, so the figures "
+        f"are for {held}, not 8"
+    ) in text
 
 
 def test_dialects_follow_the_adapters_families() -> None:

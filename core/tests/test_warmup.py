@@ -188,3 +188,52 @@ def test_cuda_builds_an_nvrtc_cannot_make_are_one_line_with_the_reason(
     assert "failed (1): p:gemv: RuntimeError: ptxas error: too many resources" in text.splitlines()
     assert "cuda: 0 built, 0 already cached, 0 failed, 3 not built  (/c)" in text
     assert report.counts()["triton"]["failed"] == 1
+
+
+def test_a_cache_lookup_that_raises_is_compiled_and_reported_once_per_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Triton lookup reads Triton's private functions: when it raises (here as a Triton
+    without ``get_cache_key`` would), each build is compiled as not known cached, and the report
+    counts the failed lookups under their error, once per error. No NVRTC for a CUDA build is
+    not a lookup error: that build is "not built" with the reason."""
+    import contextlib
+    from collections.abc import Iterator
+
+    from volta_core import CudaKernelConfig
+    from volta_core.kernel_api import CudaToolkitUnavailable
+    from volta_core.warmup import BUILT, CACHED, NOT_BUILT, Build, WarmupReport, warm
+
+    gone = AttributeError("module 'triton.runtime.cache' has no attribute 'get_cache_key'")
+
+    class BrokenLookup:
+        def cached(self, cfg: KernelConfig) -> bool:
+            raise gone
+
+        def warm(self, cfg: KernelConfig) -> bool:
+            return cfg.name == "found"  # the compiler itself found this one in the cache
+
+    @contextlib.contextmanager
+    def target(capability: int) -> Iterator[BrokenLookup]:
+        yield BrokenLookup()
+
+    def no_nvrtc(cfg: CudaKernelConfig, capability: int) -> bool:
+        raise CudaToolkitUnavailable("no CUDA 12 NVRTC")
+
+    monkeypatch.setattr("volta_core.warmup.triton_target", target)
+    monkeypatch.setattr("volta_core.warmup.cuda_cached", no_nvrtc)
+    monkeypatch.setattr("volta_core.warmup.warm_cuda", no_nvrtc)
+    builds = [Build("p", KernelConfig(name, "m:k", {})) for name in ("found", "new", "new2")]
+    builds.append(Build("p", CudaKernelConfig("mma", "src", "k", 128)))
+    outcomes = warm(builds, (7, 0), jobs=1, progress=False)
+    assert [o.status for o in outcomes] == [CACHED, BUILT, BUILT, NOT_BUILT]
+    error = f"AttributeError: {gone}"
+    assert [o.lookup_error for o in outcomes] == [error, error, error, ""]
+    report = WarmupReport("m", "sm_70", ["p"], "/t", "/c", outcomes=outcomes)
+    assert report.lookup_errors() == {error: 3}
+    assert report.as_dict()["lookup_errors"] == {error: 3}
+    lookup_lines = [line for line in report.render().splitlines() if "lookup" in line]
+    assert lookup_lines == [
+        f"cache lookup failed (3): {error}: compiled as not known cached (the compiler finds "
+        "what is cached, so the results stand; only the time is lost)"
+    ]

@@ -65,6 +65,20 @@ def _parser() -> argparse.ArgumentParser:
         "doctor", help="check this machine (GPUs, torch, vLLM, Triton, plugins) for serving on SM70"
     )
     doctor.add_argument("--model", default=None, help="also plan this model on sm70")
+    doctor.add_argument(
+        "--tensor-parallel-size",
+        "-tp",
+        type=int,
+        default=None,
+        help="the plan's: the interconnect is judged for the GPUs it runs on (default: every "
+        "visible GPU)",
+    )
+    doctor.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="the plan's: each GPU needs this share of its memory free (default 0.9)",
+    )
     doctor.add_argument("--json", action="store_true", help="print JSON")
     _add_bench_parser(sub)
     _add_warmup_parser(sub)
@@ -325,9 +339,14 @@ def _cmd_examples(_args: argparse.Namespace) -> int:
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
     from volta_core.doctor.checks import load_model, run_checks
+    from volta_core.planner.fit import FitOptions
 
+    tp = args.tensor_parallel_size
+    if tp is not None and tp < 1:
+        raise UsageError(f"--tensor-parallel-size must be at least 1, not {tp}")
+    fit = FitOptions(gpu_memory_utilization=args.gpu_memory_utilization)
     model = load_model(args.model) if args.model is not None else None
-    report = run_checks(get_plugin_manager, model)
+    report = run_checks(get_plugin_manager, model, tensor_parallel_size=tp, fit=fit)
     print(json.dumps(report.as_dict(), indent=2) if args.json else report.render())
     return EXIT_PROBLEMS if report.problems else EXIT_OK
 

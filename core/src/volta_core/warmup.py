@@ -9,7 +9,11 @@ so a cache for ``sm_70`` can be built on any Linux machine with the serving stac
 Every Triton build with ``divisible_by_16`` arguments is compiled twice, as the JIT builds it
 for model-sized and for other sizes (:func:`~volta_core.kernel_api._warm.triton_variants`).
 Each build is looked up in the caches first, without compiling; only the missing ones are
-compiled, in a pool of processes when they are many.
+compiled, in a pool of processes when they are many. The Triton lookup uses Triton's private
+functions (:meth:`~volta_core.kernel_api._warm.TritonTarget.cached`), which a Triton release can
+change: a lookup that raises leaves its build "not known cached", so it goes to the compiler
+(which finds a cached build itself), and the report counts such lookups per error, since the
+only other symptom is a second run that takes minutes instead of seconds.
 
 The hooks declare builds per plugin and device, not per layer shape, so a plugin's builds for
 other shapes (head sizes, MoE experts) are compiled too: a superset of what the model launches.
@@ -28,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from volta_core.cuda_toolkit import CudaToolkitUnavailable
@@ -74,12 +78,14 @@ class Build:
 @dataclass(frozen=True)
 class Outcome:
     """What warmup did with one build: ``status`` is built, cached, failed or not built
-    (``detail`` says why for the last two)."""
+    (``detail`` says why for the last two); ``lookup_error``: why looking it up in the cache
+    failed, when it did (the build was then compiled as not known cached)."""
 
     build: Build
     status: str
     seconds: float
     detail: str = ""
+    lookup_error: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,7 @@ class Outcome:
             "status": self.status,
             "seconds": round(self.seconds, 3),
             "detail": self.detail,
+            "lookup_error": self.lookup_error or None,
         }
 
 
@@ -118,6 +125,10 @@ class WarmupReport:
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if o.status == FAILED]
 
+    def lookup_errors(self) -> dict[str, int]:
+        """How many cache lookups failed with each error (in the order first met)."""
+        return dict(Counter(o.lookup_error for o in self.outcomes if o.lookup_error))
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -125,6 +136,7 @@ class WarmupReport:
             "plugins": self.plugins,
             "caches": {TRITON: self.triton_cache, CUDA: self.cuda_cache},
             "counts": self.counts(),
+            "lookup_errors": self.lookup_errors(),
             "seconds": round(self.seconds, 3),
             "notes": self.notes,
             "problems": self.problems,
@@ -151,6 +163,11 @@ class WarmupReport:
         for why, labels in failed.items():
             more = f" and {len(labels) - 3} more" if len(labels) > 3 else ""
             lines.append(f"failed ({len(labels)}): {', '.join(labels[:3])}{more}: {why}")
+        lines += [
+            f"cache lookup failed ({n}): {why}: compiled as not known cached (the compiler "
+            "finds what is cached, so the results stand; only the time is lost)"
+            for why, n in self.lookup_errors().items()
+        ]
         lines.append(f"time: {self.seconds:.1f} s")
         lines += [f"note: {note}" for note in self.notes]
         lines += [f"problem: {problem}" for problem in self.problems]
@@ -225,7 +242,8 @@ def warm(
     on stderr (``progress``: None shows it on a terminal only): first each build is looked up
     here (milliseconds each), then the missing ones are compiled in ``jobs`` processes (one:
     in this one; None: :func:`default_jobs`). Outcomes come in the order of ``builds``; a
-    build that fails is an outcome, never a raise."""
+    build that fails is an outcome, never a raise, and so is a lookup that fails (the build's
+    ``lookup_error``: it is compiled)."""
     from tqdm import tqdm
 
     cap = 10 * capability[0] + capability[1]
@@ -237,11 +255,17 @@ def warm(
         disable=None if progress is None else not progress,
     )
     outcomes: dict[int, Outcome] = {}
+    lookup_errors: dict[int, str] = {}
     with bar, triton_target(cap) as target:
         missing = []
         for i, build in enumerate(builds):
             start = time.perf_counter()
-            if _is_cached(build, cap, target):
+            try:
+                cached = _is_cached(build, cap, target)
+            except Exception as exc:  # reported per error; the compile decides
+                lookup_errors[i] = f"{type(exc).__name__}: {_first_line(exc)}"
+                cached = False
+            if cached:
                 outcomes[i] = Outcome(build, CACHED, time.perf_counter() - start)
                 bar.update()
             else:
@@ -255,18 +279,24 @@ def warm(
             todo = [builds[i] for i in missing]
             done = _warm_in_pool(todo, cap, jobs, bar.update)
             outcomes.update(zip(missing, done, strict=True))
+    for i, error in lookup_errors.items():
+        outcomes[i] = replace(outcomes[i], lookup_error=error)
     return [outcomes[i] for i in range(len(builds))]
 
 
 def _is_cached(build: Build, cap: int, target: TritonTarget) -> bool:
-    """Whether the caches hold ``build``; False also when looking fails (compiling it then
-    reports why)."""
-    try:
-        if isinstance(build.config, CudaKernelConfig):
+    """Whether the caches hold ``build``; False where no NVRTC is here to key a CUDA build
+    (compiling it then says why: not built).
+
+    :raises Exception: whatever the lookup raised otherwise (a Triton whose private functions
+        changed, an unreadable cache).
+    """
+    if isinstance(build.config, CudaKernelConfig):
+        try:
             return cuda_cached(build.config, cap)
-        return target.cached(build.config)
-    except Exception:
-        return False
+        except CudaToolkitUnavailable:
+            return False
+    return target.cached(build.config)
 
 
 def _warm_in_pool(

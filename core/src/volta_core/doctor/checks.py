@@ -39,13 +39,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from volta_core.cuda_toolkit import INSTALL_HINT, nvrtc_found
 from volta_core.doctor import fatbin
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.records import HOST_API_VERSION, PluginStatus
 from volta_core.planner.model import ModelDescription
+
+if TYPE_CHECKING:
+    from volta_core.planner.fit import FitOptions
 
 #: Most plan problems listed for ``--model`` (``vllm-volta plan`` shows them all).
 MAX_PLAN_PROBLEMS = 5
@@ -655,10 +658,14 @@ def run_checks(
     model: ModelTarget | None = None,
     gpu_probe: Callable[[], GpuProbe] = probe_gpus,
     topology_probe: Callable[[], Any] | None = None,
+    *,
+    tensor_parallel_size: int | None = None,
+    fit: FitOptions | None = None,
 ) -> Report:
     """Every check, in the order a reader follows: hardware (the GPUs, then how they connect:
     :mod:`volta_core.doctor.topology`, whose probe ``topology_probe`` replaces), torch, vLLM,
-    Triton, plugins."""
+    Triton, plugins. ``tensor_parallel_size`` (None: every visible GPU) and ``fit``'s
+    ``--gpu-memory-utilization`` are the plan's settings the topology rows judge."""
     from volta_core.doctor import topology
 
     report = Report()
@@ -670,7 +677,9 @@ def run_checks(
 
     def connected() -> list[Check]:
         found = (topology_probe or topology.probe_topology)()
-        return topology.check_topology(found, topology.torch_cuda())
+        return topology.check_topology(
+            found, topology.torch_cuda(), fit=fit, tensor_parallel_size=tensor_parallel_size
+        )
 
     report.checks += _guarded("gpus", gpus)
     report.checks += _guarded("topology", connected)

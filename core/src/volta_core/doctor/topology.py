@@ -4,19 +4,32 @@ CUDA that the installed torch was built with.
 
 The rules, and where they come from:
 
-- Interconnect. A pair of V100s without NVLink talks over PCIe. vLLM's custom all-reduce and NCCL's
-  peer-to-peer path hang there at start or in the first all-reduce (1CatAI/1Cat-vLLM#42, #652:
-  2 x V100 PCIe, TP 2, fixed by ``NCCL_P2P_DISABLE=1`` and ``--disable-custom-all-reduce``), so
-  tensor parallelism over such a pair needs both. NVML's answers: the NVLink links that are up
+- Interconnect, judged for the GPUs tensor parallelism runs on: the first
+  ``--tensor-parallel-size`` of those ``CUDA_VISIBLE_DEVICES`` names (vLLM gives rank ``i`` the
+  ``i``-th visible GPU), or every visible GPU when no size is given. A pair of V100s without
+  NVLink talks over PCIe. vLLM's custom all-reduce and NCCL's peer-to-peer path hang there at
+  start or in the first all-reduce (1CatAI/1Cat-vLLM#42, #652: 2 x V100 PCIe, TP 2, fixed by
+  ``NCCL_P2P_DISABLE=1`` and ``--disable-custom-all-reduce``; P2P over PCIe is what hangs, so
+  NVML's P2P answer does not clear a PCIe pair), so tensor parallelism over such a pair needs
+  both; tensor parallel 1 sends nothing between GPUs. GPUs that NVLink connects pairwise need
+  neither. More than two GPUs that NVLink connects in a ring but not pairwise (the 8 x V100 SXM2
+  hybrid cube mesh of a DGX-1: each GPU linked to 4 of the 7 others) are fine too: NCCL runs its
+  rings over NVLink, and vLLM turns its custom all-reduce off by itself for more than two GPUs
+  not all NVLink-connected (``vllm/distributed/device_communicators/custom_all_reduce.py``),
+  while ``NCCL_P2P_DISABLE=1`` would move the all-reduce to host memory. Where the TP group has
+  PCIe-only pairs, the fix also names groups of that size that NVLink connects pairwise (0-3 and
+  4-7 for TP 4 on a DGX-1). NVML's answers: the NVLink links that are up
   (``nvmlDeviceGetNvLinkState``) and the GPU at each one's other end
   (``nvmlDeviceGetNvLinkRemotePciInfo``); peer-to-peer reads (``nvmlDeviceGetP2PStatus``); the
-  nearest common PCIe ancestor (``nvmlDeviceGetTopologyCommonAncestor``).
+  nearest common PCIe ancestor (``nvmlDeviceGetTopologyCommonAncestor``). NVML numbers GPUs in
+  PCI bus order, as CUDA does for GPUs of one kind (or with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``).
 - One kind of GPU. Tensor-parallel ranks on GPUs of different compute capability run different
   kernels at different speeds, and vLLM sizes every rank's KV cache by the smallest GPU.
 - Memory. vLLM refuses to start when a GPU's free memory is below ``--gpu-memory-utilization``
   times its total (``vllm/v1/worker/utils.py``, "Free memory on device ... is less than desired
-  GPU memory utilization"); the plan's default utilization (``FitOptions``) is the one checked,
-  and the processes holding the rest are named.
+  GPU memory utilization"); the utilization given to ``doctor`` (default the plan's, 0.9) is the
+  one checked, on the GPUs tensor parallelism runs on, and the processes holding the rest are
+  named.
 - Driver. The driver must be at least the minimum of the CUDA release torch was built with; with
   an older driver of the same major release the CUDA minor-version compatibility runs it, but
   PTX built by the newer toolkit (the plugins' NVRTC kernels) cannot be loaded
@@ -34,7 +47,7 @@ import itertools
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -232,40 +245,147 @@ def probe_topology(nvml: Any = None) -> TopologyProbe:
 # -- the checks -----------------------------------------------------------------------------
 
 
-def check_interconnect(topology: Topology, env: Mapping[str, str]) -> Check:
-    """NVLink between every pair, or the PCIe pairs with the settings tensor parallelism needs."""
+@dataclass(frozen=True)
+class TpGroup:
+    """The GPUs a server would use: those visible to CUDA, and the first ``size`` of them that
+    tensor parallelism runs on."""
+
+    visible: tuple[int, ...]
+    size: int
+    given: bool
+    """Whether ``--tensor-parallel-size`` was given (else every visible GPU)."""
+    note: str = ""
+    """Why ``CUDA_VISIBLE_DEVICES`` was not read, where it was set but not read."""
+
+    @property
+    def gpus(self) -> tuple[int, ...]:
+        return self.visible[: self.size]
+
+    def describe(self) -> str:
+        """``tensor parallel 4 on GPU 0, 1, 2, 3`` (and where the size came from)."""
+        text = f"tensor parallel {self.size} on GPU {', '.join(map(str, self.gpus))}"
+        if not self.given:
+            text += " (every visible GPU; --tensor-parallel-size N checks a plan's)"
+        return text
+
+
+def tp_group(
+    topology: Topology, env: Mapping[str, str], tensor_parallel_size: int | None
+) -> TpGroup:
+    """The visible GPUs (``CUDA_VISIBLE_DEVICES`` when it lists NVML indices, else all) and the
+    tensor-parallel size (every visible GPU when None)."""
+    every = tuple(gpu.index for gpu in topology.gpus)
+    named = env.get("CUDA_VISIBLE_DEVICES")
+    visible, note = every, ""
+    if named is not None:
+        parts = [part.strip() for part in named.split(",")]
+        if all(part.isdigit() and int(part) in every for part in parts):
+            visible = tuple(int(part) for part in parts)
+        else:
+            note = (
+                f"CUDA_VISIBLE_DEVICES={named} is not a list of GPU indices NVML numbers: "
+                "judged over every GPU"
+            )
+    given = tensor_parallel_size is not None
+    size = tensor_parallel_size if tensor_parallel_size is not None else len(visible)
+    return TpGroup(visible, size, given, note)
+
+
+def check_interconnect(topology: Topology, env: Mapping[str, str], group: TpGroup) -> Check:
+    """The links between the GPUs tensor parallelism runs on: NVLink between every pair, or a
+    ring of NVLink through them, or PCIe pairs with the settings tensor parallelism needs there
+    (and the NVLink-connected groups of that size that need none)."""
     notes = tuple(
         f"GPU {p.a} - GPU {p.b}: "
         + (f"NVLink x{p.nvlinks}" if p.nvlinks else f"PCIe only, through {p.ancestor}")
         + f", P2P read {p.p2p}"
         for p in topology.pairs
-    )
-    pcie = [p for p in topology.pairs if not p.nvlinks]
-    if not pcie:
-        return Check("interconnect", Status.OK, "NVLink between every pair of GPUs", notes=notes)
-    what = "every pair" if len(pcie) == len(topology.pairs) else f"{len(pcie)} pair(s)"
-    detail = f"PCIe only between {what} of GPUs (no NVLink)"
-    linked = [p for p in topology.pairs if p.nvlinks]
-    fix = PCIE_TP_FIX
-    if linked:
-        islands = _nvlink_islands(topology)
-        fix += f"; or keep tensor parallelism inside NVLink-connected GPUs ({islands})"
-    if env.get("NCCL_P2P_DISABLE") == "1":
+    ) + ((group.note,) if group.note else ())
+    if group.size > len(group.visible):
+        return Check(
+            "interconnect",
+            Status.PROBLEM,
+            f"--tensor-parallel-size {group.size} needs {group.size} GPUs; "
+            f"{len(group.visible)} visible",
+            fix=f"serve with --tensor-parallel-size {len(group.visible)} or less",
+            notes=notes,
+        )
+    linked = {(p.a, p.b) for p in topology.pairs if p.nvlinks}
+
+    def nvlinked(a: int, b: int) -> bool:
+        return (min(a, b), max(a, b)) in linked
+
+    pairs = list(itertools.combinations(group.gpus, 2))
+    pcie = [pair for pair in pairs if not nvlinked(*pair)]
+    head = group.describe()
+    if group.size == 1:
+        if any(not nvlinked(*pair) for pair in itertools.combinations(group.visible, 2)):
+            head += (
+                ": no traffic between GPUs; tensor parallelism over these GPUs' PCIe-only "
+                "pairs would need NCCL_P2P_DISABLE=1 and --disable-custom-all-reduce"
+            )
+            return Check("interconnect", Status.INFO, head, notes=notes)
+        return Check("interconnect", Status.OK, head + ": no traffic between GPUs", notes=notes)
+    p2p_off = env.get("NCCL_P2P_DISABLE") == "1"
+    if not pcie or _nvlink_ring(group.gpus, nvlinked):
+        if pcie:
+            head += (
+                f": PCIe only between {len(pcie)} of {len(pairs)} pairs, but NVLink runs a "
+                "ring through all: NCCL's rings use NVLink, and vLLM turns its custom "
+                "all-reduce off by itself (more than two GPUs not all NVLink-connected)"
+            )
+        else:
+            head += ": NVLink between every pair"
+        if p2p_off:
+            head += (
+                "; NCCL_P2P_DISABLE=1 is set: unset it, it moves NCCL's all-reduce off NVLink "
+                "to host memory"
+            )
+        return Check(
+            "interconnect", Status.INFO if pcie or p2p_off else Status.OK, head, notes=notes
+        )
+    what = "every pair" if len(pcie) == len(pairs) else f"{len(pcie)} of {len(pairs)} pairs"
+    detail = f"{head}: PCIe only between {what} (no NVLink)"
+    if p2p_off:
         detail += "; NCCL_P2P_DISABLE=1 is set: pass --disable-custom-all-reduce as well"
         return Check("interconnect", Status.INFO, detail, notes=notes)
+    fix = PCIE_TP_FIX
+    every = tuple(gpu.index for gpu in topology.gpus)
+    cliques = _nvlink_cliques(every, group.size, nvlinked)
+    if cliques:
+        fix += (
+            f"; or run tensor parallel {group.size} on GPUs that NVLink connects pairwise: "
+            + " or ".join("CUDA_VISIBLE_DEVICES=" + ",".join(map(str, c)) for c in cliques)
+        )
     return Check("interconnect", Status.PROBLEM, detail, fix=fix, notes=notes)
 
 
-def _nvlink_islands(topology: Topology) -> str:
-    """The groups of GPUs that NVLink connects, as ``CUDA_VISIBLE_DEVICES`` values."""
-    group = {gpu.index: {gpu.index} for gpu in topology.gpus}
-    for pair in topology.pairs:
-        if pair.nvlinks:
-            merged = group[pair.a] | group[pair.b]
-            for index in merged:
-                group[index] = merged
-    islands = sorted({tuple(sorted(g)) for g in group.values() if len(g) > 1})
-    return ", ".join("CUDA_VISIBLE_DEVICES=" + ",".join(map(str, g)) for g in islands)
+def _nvlink_ring(gpus: tuple[int, ...], nvlinked: Callable[[int, int], bool]) -> bool:
+    """Whether NVLink links a ring through every one of ``gpus`` (more than two), each GPU to
+    the next and the last to the first: a depth-first search along the links, so a GPU
+    without links ends it at once."""
+    if len(gpus) < 3:
+        return False
+    first = gpus[0]
+
+    def extend(last: int, left: frozenset[int]) -> bool:
+        if not left:
+            return nvlinked(last, first)
+        return any(extend(gpu, left - {gpu}) for gpu in left if nvlinked(last, gpu))
+
+    return extend(first, frozenset(gpus[1:]))
+
+
+def _nvlink_cliques(
+    gpus: tuple[int, ...], size: int, nvlinked: Callable[[int, int], bool]
+) -> list[tuple[int, ...]]:
+    """Disjoint groups of ``size`` of ``gpus`` that NVLink connects pairwise, lowest first."""
+    found: list[tuple[int, ...]] = []
+    for group in itertools.combinations(gpus, size):
+        taken = any(set(group) & set(other) for other in found)
+        if not taken and all(nvlinked(a, b) for a, b in itertools.combinations(group, 2)):
+            found.append(group)
+    return found
 
 
 def check_kinds(topology: Topology) -> Check:
@@ -396,18 +516,23 @@ def check_topology(
     cuda: str | None,
     env: Mapping[str, str] | None = None,
     fit: FitOptions | None = None,
+    tensor_parallel_size: int | None = None,
 ) -> list[Check]:
-    """The multi-GPU rows: interconnect and GPU kinds (two GPUs or more), each GPU's memory,
-    and the driver; one info row without NVML."""
+    """The multi-GPU rows: interconnect (two GPUs or more, or tensor parallelism asked for) and
+    GPU kinds (two GPUs or more), the memory of each GPU tensor parallelism runs on at ``fit``'s
+    ``--gpu-memory-utilization``, and the driver; one info row without NVML."""
     if probe.topology is None:
         return [Check("topology", Status.INFO, f"multi-GPU checks skipped: {probe.reason}")]
     topology = probe.topology
     env = os.environ if env is None else env
     fit = fit or FitOptions()
+    group = tp_group(topology, env, tensor_parallel_size)
     rows = []
+    if len(topology.gpus) > 1 or group.size > 1:
+        rows.append(check_interconnect(topology, env, group))
     if len(topology.gpus) > 1:
-        rows += [check_interconnect(topology, env), check_kinds(topology)]
-    rows += [check_memory(gpu, fit) for gpu in topology.gpus]
+        rows.append(check_kinds(topology))
+    rows += [check_memory(topology.gpus[index], fit) for index in group.gpus]
     if topology.gpus:
         rows.append(check_driver(topology.driver, cuda))
     return rows

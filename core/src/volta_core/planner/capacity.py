@@ -3,9 +3,10 @@
 :func:`assess` sizes the planned model (:mod:`volta_core.planner.fit`), looks for the knobs that
 make it fit when it does not, and estimates its V100 decode speed
 (:mod:`volta_core.planner.estimate`; only for an SM7x device), at the requested batch and at the
-concurrency the plan serves: one stream and ``--max-num-seqs`` streams (:class:`Streams`), and
-the prefill of a ``--prompt-tokens`` prompt (the time to first token). A model that fits at no
-setting adds a problem to the plan (exit 1).
+concurrency the plan serves: one stream and ``--max-num-seqs`` streams, or as many as the KV
+cache holds at that context where fewer (:class:`Streams`), and the prefill of a
+``--prompt-tokens`` prompt (the time to first token). A model that fits at no setting adds a
+problem to the plan (exit 1).
 """
 
 from __future__ import annotations
@@ -57,16 +58,26 @@ class SpeedRequest:
 
 @dataclass(frozen=True)
 class Streams:
-    """The decode estimate at one stream and at ``--max-num-seqs`` streams, at one context.
+    """The decode estimate at one stream and at the streams served together, at one context.
 
-    ``kv_sequences`` is how many sequences of that context the KV cache holds at once: streams
-    past it wait (vLLM schedules no more than fit, and preempts when the cache runs out).
+    ``kv_sequences`` is how many sequences of that context the KV cache holds at once. vLLM's
+    scheduler admits a request only when its KV blocks can be allocated, and preempts one when
+    the cache runs out (``vllm/v1/core/sched/scheduler.py``), so at most that many of the
+    ``--max-num-seqs`` streams decode together and the rest wait: :attr:`served` streams, the
+    batch the last estimate is for.
     """
 
     context: int
     max_num_seqs: int
     kv_sequences: int
     estimates: tuple[SpeedEstimate, ...]
+
+    @property
+    def served(self) -> int:
+        """Streams that decode together: ``--max-num-seqs``, or fewer where the KV cache holds
+        fewer sequences of the context (one at least: a cache too small for one sequence is
+        the fit's problem)."""
+        return served_streams(self.max_num_seqs, self.kv_sequences)
 
     def lines(self) -> list[str]:
         first = self.estimates[0]
@@ -86,7 +97,9 @@ class Streams:
         if self.kv_sequences < self.max_num_seqs:
             lines.append(
                 f"  the KV cache holds {self.kv_sequences} sequences of {self.context} tokens at "
-                f"once: of --max-num-seqs {self.max_num_seqs} streams the rest wait"
+                f"once: of --max-num-seqs {self.max_num_seqs} streams {self.served} decode "
+                f"together and the rest wait, so the figures are for {self.served}, not "
+                f"{self.max_num_seqs}"
             )
         return lines
 
@@ -96,6 +109,7 @@ class Streams:
             "context": self.context,
             "max_num_seqs": self.max_num_seqs,
             "kv_sequences_at_context": self.kv_sequences,
+            "served_streams": self.served,
             "streams": [
                 {
                     "streams": e.batch,
@@ -106,6 +120,12 @@ class Streams:
                 for e in self.estimates
             ],
         }
+
+
+def served_streams(max_num_seqs: int, kv_sequences: int) -> int:
+    """The streams that decode together: ``max_num_seqs`` capped at the ``kv_sequences`` the KV
+    cache holds (:class:`Streams`), one at least."""
+    return max(1, min(max_num_seqs, kv_sequences))
 
 
 @dataclass
@@ -188,12 +208,14 @@ def assess(
         )
 
     seqs = fit_options.max_num_seqs
-    estimates = {batch: at(batch) for batch in sorted({1, seqs, speed.batch})}
+    kv_sequences = int(max(0, fit.kv_available) // max(1, fit.need(context)))
+    served = served_streams(seqs, kv_sequences)
+    estimates = {batch: at(batch) for batch in sorted({1, served, speed.batch})}
     streams = Streams(
         context,
         seqs,
-        int(max(0, fit.kv_available) // max(1, fit.need(context))),
-        (estimates[1], estimates[seqs]) if seqs > 1 else (estimates[1],),
+        kv_sequences,
+        (estimates[1], estimates[served]) if served > 1 else (estimates[1],),
     )
     prefill = estimate_prefill(
         fit,

@@ -7,7 +7,8 @@
 # ct_wna16's benchmark alone on the GPU. Logs under $OUT.
 #   OUT=/some/dir [SELECT="not ptx70"] [BENCH=1] bash scripts/gpu_check.sh
 # The ptx70 cases build compute_70 PTX, which needs a CUDA 12 NVRTC (CUDA 13 dropped sm_70);
-# SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13.
+# SELECT="not ptx70" leaves them out on a machine whose NVRTC is CUDA 13. scripts/ptx70_bundle.sh
+# builds a CUDA 12.9 NVRTC bundle to carry (.ptx70) and sets it up there for them.
 set -uo pipefail
 # Triton's caches, one per concurrent job, in this user's own cache folder (never a fixed /tmp
 # path another user could fill first).

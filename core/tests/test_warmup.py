@@ -109,6 +109,164 @@ def test_warmup_builds_the_plans_kernels_for_sm70_and_a_second_run_finds_them(
     assert probed == {BUILT: True, NOT_BUILT: False}
 
 
+# Keys attn_v100's two kernels in the order given, after keying fp8kv's gather when asked
+# ("gather" first: it shares the host codec's dequantize_tile with attention's KV loads).
+KEY_ORDER = """
+import importlib, json, sys
+from triton.runtime.jit import JITFunction
+
+PATHS = {
+    "gather": "volta_fp8kv.kernels.gather:gather_kernel",
+    "decode": "volta_attn_v100.kernels:paged_decode_kernel",
+    "prefill": "volta_attn_v100.kernels:paged_prefill_kernel",
+}
+keys = {}
+for name in sys.argv[1:]:
+    module, attr = PATHS[name].split(":")
+    fn = getattr(importlib.import_module(module), attr)
+    assert isinstance(fn, JITFunction), fn
+    keys[name] = fn.cache_key
+print(json.dumps(keys))
+"""
+
+
+@pytest.mark.needs("vllm-volta-attn-v100", "vllm-volta-fp8kv", "triton")
+def test_attention_kernels_have_one_triton_key_whatever_a_process_keys_first() -> None:
+    """Triton 3.6 puts a callee's ``tl.constexpr`` globals in its caller's key only when the
+    callee was keyed first (``triton/runtime/jit.py`` l.99-115): attn_v100's kernels share
+    helpers that read such globals, so before they were keyed at import each process's keys
+    depended on which kernel it keyed first, and a warmed cache was partly missed. Three fresh
+    processes key them in different orders (one after fp8kv's gather, which shares the host's
+    ``dequantize_tile``): the keys must be equal."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    orders = (("decode", "prefill"), ("prefill", "decode"), ("gather", "prefill", "decode"))
+    keys = []
+    for order in orders:
+        run = subprocess.run(
+            [sys.executable, "-c", KEY_ORDER, *order],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 0, run.stderr
+        found = json.loads(run.stdout)
+        keys.append({name: found[name] for name in ("decode", "prefill")})
+    assert keys[0] == keys[1] == keys[2]
+
+
+# Records, without a GPU, the cache writes fp8kv's launcher makes for one Qwen3-8B layer (32
+# query and 8 KV heads of 128, keys and values sliced from the fused QKV output, blocks of 16)
+# in an e5m2 cache, per-tensor and per-head scales, at 1, 5 and 16 tokens, and prints each
+# launch as Triton's JIT specializes it (volta_devkit.launch_capture.gate_inputs).
+CACHE_WRITES = """
+import json, torch
+from volta_devkit.launch_capture import gate_inputs, recording_launches
+from volta_fp8kv.format import cache_format
+from volta_fp8kv.ops import cache_launch
+from volta_fp8kv.scales import kv_scales, unit_scales
+
+Q, KV, D, BLOCK, BLOCKS = 32, 8, 128, 16, 64
+fmt = cache_format("fp8_e5m2")
+cache = torch.empty(BLOCKS, KV, BLOCK, 2 * D, dtype=fmt.storage_dtype)
+launches = []
+for scales in (unit_scales(), kv_scales(torch.ones(KV), torch.ones(KV), KV)):
+    layer = cache_launch(cache, fmt, scales, D, D)
+    for tokens in (1, 5, 16):
+        qkv = torch.empty(tokens, (Q + 2 * KV) * D, dtype=torch.float16)
+        key = qkv[:, Q * D : (Q + KV) * D].view(tokens, KV, D)
+        value = qkv[:, (Q + KV) * D :].view(tokens, KV, D)
+        with recording_launches() as log:
+            layer.run(key, value, torch.arange(tokens, dtype=torch.int64))
+        for launch in log.launches:
+            inputs = gate_inputs(launch)
+            launches.append({
+                "tokens": tokens,
+                "per_head": scales.per_head,
+                "kernel": f"{launch.kernel.__module__}:{launch.name}",
+                "signature": inputs.signature,
+                "constexprs": inputs.constexprs,
+                "divisible_by_16": sorted(inputs.divisible_by_16),
+                "num_warps": launch.num_warps,
+                "num_stages": launch.num_stages,
+            })
+print(json.dumps(launches))
+"""
+
+
+def _specialization(
+    kernel: str,
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    divisible: Any,
+    num_warps: int,
+    num_stages: int,
+) -> str:
+    """What Triton's JIT compiles for a launch or a build, as one comparable string."""
+    return json.dumps(
+        [kernel, signature, constexprs, sorted(divisible), num_warps, num_stages], sort_keys=True
+    )
+
+
+@pytest.mark.needs("vllm-volta-fp8kv", "vllm-volta-devkit", "triton", "torch")
+def test_warmup_builds_the_specializations_of_real_fp8kv_cache_writes() -> None:
+    """Triton specializes an integer argument by its value (1: a compile-time constant; a
+    multiple of 16, 0 included: divisible; else plain), so a build compiled with other values
+    is not the one a launch finds. fp8kv's launcher, run on CPU tensors for a Qwen3-8B layer,
+    passes 1 token at a one-sequence decode, 16 at a CUDA-graph size and 5 otherwise, its
+    scale stride 0 (per-tensor) or 1 (per-head), and head sizes and slot counts of 16k: each
+    launch's specialization must be one of the builds warmup compiles for the bundled
+    Qwen3-8B example's plan."""
+    from volta_core.device import V100
+    from volta_core.host.discovery import get_plugin_manager
+    from volta_core.planner.model import describe_model, read_config
+    from volta_core.planner.plan import PlanOptions, make_plan
+    from volta_core.warmup import plan_builds
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", CACHE_WRITES],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    launches = json.loads(run.stdout)
+    assert len(launches) == 6
+    manager = get_plugin_manager()
+    plan = make_plan(describe_model(*read_config(EXAMPLE)), PlanOptions(device=V100), manager)
+    _, builds = plan_builds(plan, manager)
+    warmed = {
+        _specialization(
+            b.config.kernel,
+            dict(b.config.signature),
+            dict(b.config.constexprs),
+            b.config.divisible_by_16,
+            b.config.num_warps,
+            b.config.num_stages,
+        )
+        for b in builds
+        if isinstance(b.config, KernelConfig)
+    }
+    missed = [
+        (launch["tokens"], launch["per_head"])
+        for launch in launches
+        if _specialization(
+            launch["kernel"],
+            launch["signature"],
+            launch["constexprs"],
+            launch["divisible_by_16"],
+            launch["num_warps"],
+            launch["num_stages"],
+        )
+        not in warmed
+    ]
+    assert not missed, f"(tokens, per_head) launches warmup does not build: {missed}"
+
+
 @pytest.mark.needs("triton", "torch")
 def test_stand_ins_specialize_as_the_jit_does_for_the_declared_build() -> None:
     """Each stand-in gets the JIT's own specialization of the declared type: pointers 16-byte

@@ -17,6 +17,10 @@ only other symptom is a second run that takes minutes instead of seconds.
 
 The hooks declare builds per plugin and device, not per layer shape, so a plugin's builds for
 other shapes (head sizes, MoE experts) are compiled too: a superset of what the model launches.
+A launch finds a build only if the declaration names its integer arguments' specialization as
+the JIT makes it from their values (1 a constant, a multiple of 16 divisible, else plain:
+``triton/runtime/jit.py`` ``create_function_from_signature``): fp8kv's cache write declares
+one build per token-count and scale-stride class its launches use (``WRITE_LAUNCHES``).
 """
 
 from __future__ import annotations

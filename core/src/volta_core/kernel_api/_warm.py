@@ -4,7 +4,8 @@ on a machine that need not have that GPU (``vllm-volta warmup``).
 Triton: a :class:`~volta_core.KernelConfig` is compiled through its kernel's own JIT
 (``JITFunction.warmup``) with stand-ins for the launch's arguments (``MockTensor`` pointers,
 which Triton takes as 16-byte aligned, and integers of the declared specialization: a multiple
-of 16 for ``divisible_by_16``, else a value neither 1 nor a multiple of 16), under a Triton
+of 16 for ``divisible_by_16``, else a value neither 1 nor a multiple of 16; an argument a
+launch passes as 1 is declared among the ``constexprs``, as the JIT makes it one), under a Triton
 driver that only names the target (:func:`_target_driver`, ``GPUTarget("cuda", 70, 32)`` for a
 V100). The JIT then builds the same cache key it builds for a launch with such arguments on that
 GPU (kernel source and its callees, signature with the alignment and divisibility

@@ -90,11 +90,14 @@ _SIGNATURES = {
 
 
 #: Integer arguments that are multiples of 16 at every launch vLLM makes (blocks of 16k,
-#: head sizes of 16k, so every cache and key/value stride); the JIT specializes them, and the
-#: gate compiles them so as well as unspecialized (``gate_variants``).
+#: head sizes of 16k, so the cache's slot count and every cache and key/value stride); the JIT
+#: specializes them, and the gate compiles them so as well as unspecialized (``gate_variants``).
 _DIVISIBLE = {
     "cache_write": (
+        "num_slots",
         "block_size",
+        "head_size_k",
+        "head_size_v",
         "stride_key_t",
         "stride_key_h",
         "stride_value_t",
@@ -105,6 +108,8 @@ _DIVISIBLE = {
     ),
     "gather": (
         "block_size",
+        "head_size_k",
+        "head_size_v",
         "stride_cache_b",
         "stride_cache_h",
         "stride_cache_n",
@@ -136,10 +141,35 @@ def formats_for(device: Device) -> tuple[str, ...]:
     return ("float16", "fp8_e5m2", "fp8_e4m3") if device.has_fp8_e4m3 else ("float16", "fp8_e5m2")
 
 
+#: The cache write's launch specializations of its per-call token count and its scale stride
+#: (``per_head``, 0 or 1): name suffix -> (compile-time values, arguments divisible by 16). The
+#: JIT specializes an integer argument by its value at each launch (``triton/runtime/jit.py``
+#: ``create_function_from_signature``, ``native_specialize_impl``): 1 becomes a compile-time
+#: constant, a multiple of 16 (0 included) is marked divisible, any other value is plain. So a
+#: one-sequence decode step (1 token), a step of 16k tokens (most CUDA-graph sizes, prefill
+#: chunks) and any other count are three builds, each with per-tensor scales (stride 0) or per
+#: KV head (stride 1): the gate and ``vllm-volta warmup`` compile each that a launch makes.
+WRITE_LAUNCHES: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {
+    tokens + scales: ({**tokens_constant, **scales_constant}, tokens_divisible + scales_divisible)
+    for tokens, (tokens_constant, tokens_divisible) in (
+        ("", ({}, ())),
+        (",tokens=1", ({"num_tokens": 1}, ())),
+        (",tokens=16k", ({}, ("num_tokens",))),
+    )
+    for scales, (scales_constant, scales_divisible) in (
+        ("", ({}, ("stride_scale",))),
+        (",per_head", ({"stride_scale": 1}, ())),
+    )
+}
+
+
 def kernel_configs(device: Device) -> list[KernelConfig]:
-    """Every launch configuration the wrappers would use on ``device``, for the compile gate."""
+    """Every launch configuration the wrappers would use on ``device``, for the compile gate:
+    the gather once per format and head pad, the cache write also once per
+    :data:`WRITE_LAUNCHES` specialization."""
     configs = []
     for kernel, path in KERNELS.items():
+        launches = WRITE_LAUNCHES if kernel == "cache_write" else {"": ({}, ())}
         for fmt in formats_for(device):
             cache_type = "*fp16" if fmt == "float16" else "*u8"
             signature = {
@@ -148,20 +178,23 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
             }
             for pad, full in itertools.product(HEAD_PADS, (True, False)):
                 block_t, num_warps = tile(device.capability, pad)
-                configs.append(
-                    KernelConfig(
-                        name=f"fp8kv.{kernel}[{fmt},head_pad={pad}{'' if full else ',masked'}]",
-                        kernel=path,
-                        signature=signature,
-                        constexprs={
-                            "FMT": FORMAT_CODES[fmt],
-                            "HEAD_PAD": pad,
-                            "FULL": full,
-                            "BLOCK_T": block_t,
-                        },
-                        num_warps=num_warps,
-                        num_stages=1,
-                        divisible_by_16=_DIVISIBLE[kernel],
+                for suffix, (constant, divisible) in launches.items():
+                    configs.append(
+                        KernelConfig(
+                            name=f"fp8kv.{kernel}[{fmt},head_pad={pad}"
+                            f"{'' if full else ',masked'}{suffix}]",
+                            kernel=path,
+                            signature={k: v for k, v in signature.items() if k not in constant},
+                            constexprs={
+                                **constant,
+                                "FMT": FORMAT_CODES[fmt],
+                                "HEAD_PAD": pad,
+                                "FULL": full,
+                                "BLOCK_T": block_t,
+                            },
+                            num_warps=num_warps,
+                            num_stages=1,
+                            divisible_by_16=_DIVISIBLE[kernel] + divisible,
+                        )
                     )
-                )
     return configs

@@ -109,8 +109,8 @@ def test_warmup_builds_the_plans_kernels_for_sm70_and_a_second_run_finds_them(
     assert probed == {BUILT: True, NOT_BUILT: False}
 
 
-# Keys attn_v100's two kernels in the order given, after keying fp8kv's gather when asked
-# ("gather" first: it shares the host codec's dequantize_tile with attention's KV loads).
+# Keys the kernels named, in the order given ("gather", fp8kv's, first: it shares the host
+# codec's dequantize_tile with attention's KV loads).
 KEY_ORDER = """
 import importlib, json, sys
 from triton.runtime.jit import JITFunction
@@ -119,6 +119,10 @@ PATHS = {
     "gather": "volta_fp8kv.kernels.gather:gather_kernel",
     "decode": "volta_attn_v100.kernels:paged_decode_kernel",
     "prefill": "volta_attn_v100.kernels:paged_prefill_kernel",
+    "ct_splitk": "volta_ct_wna16.kernels.splitk:wna16_splitk_kernel",
+    "ct_moe_decode": "volta_ct_wna16.kernels.moe_decode:moe_decode_gate_up_kernel",
+    "fp8w_splitk": "volta_fp8w.kernels.splitk:fp8w_splitk_kernel",
+    "fp8w_gemm": "volta_fp8w.kernels.gemm:fp8w_gemm_kernel",
 }
 keys = {}
 for name in sys.argv[1:]:
@@ -130,16 +134,30 @@ print(json.dumps(keys))
 """
 
 
-@pytest.mark.needs("vllm-volta-attn-v100", "vllm-volta-fp8kv", "triton")
-def test_attention_kernels_have_one_triton_key_whatever_a_process_keys_first() -> None:
+@pytest.mark.needs(
+    "vllm-volta-attn-v100", "vllm-volta-fp8kv", "vllm-volta-ct-wna16", "vllm-volta-fp8w", "triton"
+)
+@pytest.mark.parametrize(
+    "orders",
+    [
+        (("decode", "prefill"), ("prefill", "decode"), ("gather", "prefill", "decode")),
+        (("ct_splitk", "ct_moe_decode"), ("ct_moe_decode", "ct_splitk")),
+        (("fp8w_splitk", "fp8w_gemm"), ("fp8w_gemm", "fp8w_splitk")),
+    ],
+    ids=["attn_v100", "ct_wna16", "fp8w"],
+)
+def test_kernels_have_one_triton_key_whatever_a_process_keys_first(
+    orders: tuple[tuple[str, ...], ...],
+) -> None:
     """Triton 3.6 puts a callee's ``tl.constexpr`` globals in its caller's key only when the
-    callee was keyed first (``triton/runtime/jit.py`` l.99-115): attn_v100's kernels share
-    helpers that read such globals, so before they were keyed at import each process's keys
-    depended on which kernel it keyed first, and a warmed cache was partly missed. Three fresh
-    processes key them in different orders (one after fp8kv's gather, which shares the host's
-    ``dequantize_tile``): the keys must be equal."""
+    callee was keyed first (``triton/runtime/jit.py`` l.99-115): each plugin's kernels share
+    helpers that read such globals, so before their packages keyed them at import
+    (``settle_cache_keys``) each process's keys depended on which kernel it keyed first, and a
+    warmed cache was partly missed. Fresh processes key them in different orders (attention
+    once after fp8kv's gather, which shares the host's ``dequantize_tile``): the keys must be
+    equal."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    orders = (("decode", "prefill"), ("prefill", "decode"), ("gather", "prefill", "decode"))
+    names = sorted(set(orders[0]) - {"gather"})
     keys = []
     for order in orders:
         run = subprocess.run(
@@ -152,8 +170,8 @@ def test_attention_kernels_have_one_triton_key_whatever_a_process_keys_first() -
         )
         assert run.returncode == 0, run.stderr
         found = json.loads(run.stdout)
-        keys.append({name: found[name] for name in ("decode", "prefill")})
-    assert keys[0] == keys[1] == keys[2]
+        keys.append({name: found[name] for name in names})
+    assert all(k == keys[0] for k in keys[1:]), keys
 
 
 # Records, without a GPU, the cache writes fp8kv's launcher makes for one Qwen3-8B layer (32

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from volta_core.bench.cases import Family, Planned
+from volta_core.bench.cases import Planned
 from volta_core.host.dispatch import V100_RATES, DeviceRates
 from volta_core.kernel_api import Timing
+from volta_core.planner.calibration import Family
 
 #: The report's format, for tools that read ``--json``.
 SCHEMA = "vllm-volta-bench/1"

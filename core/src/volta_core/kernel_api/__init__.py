@@ -94,12 +94,14 @@ if TYPE_CHECKING:
         encode_fp8,
         quantize_tile,
     )
+    from volta_core.kernel_api._keys import settle_cache_keys
     from volta_core.kernel_api._splitk import accumulate_splits, store_out, take_sums
 
 #: Names whose module imports triton, loaded when first asked for.
 _TRITON_NAMES = {
     **dict.fromkeys(("decode_fp8", "dequantize_tile", "encode_fp8", "quantize_tile"), "_fp8"),
     **dict.fromkeys(("accumulate_splits", "store_out", "take_sums"), "_splitk"),
+    "settle_cache_keys": "_keys",
 }
 
 
@@ -158,6 +160,7 @@ __all__ = [
     "nvrtc_version",
     "quantize_tile",
     "rotation_count",
+    "settle_cache_keys",
     "stage_of",
     "stage_ranges",
     "store_out",

@@ -22,8 +22,15 @@ One module per kernel family; which kernel and tile a call runs is
 * :mod:`.moe`, :mod:`.routing`, :mod:`.activation`: the fused-MoE step over routed blocks;
   :mod:`.moe_decode`: the decode step (1-16 tokens) straight from the router's ids, and
   :func:`.routing.topk_softmax_kernel`, the router's top-k from its logits.
+
+Importing this package keys every kernel in one order
+(:func:`volta_core.kernel_api.settle_cache_keys`):
+the decode kernels share helpers that read ``tl.constexpr`` globals (``GEMV_SUB``), so with
+Triton 3.6 their cache keys would otherwise depend on which a process keyed first, and a
+warmed cache would be partly missed.
 """
 
+from volta_core.kernel_api import settle_cache_keys
 from volta_ct_wna16.kernels.activation import silu_mul_kernel
 from volta_ct_wna16.kernels.dequant import wna16_dequant_kernel
 from volta_ct_wna16.kernels.gemm import wna16_gemm_kernel
@@ -35,6 +42,20 @@ from volta_ct_wna16.kernels.moe_decode import (
 )
 from volta_ct_wna16.kernels.routing import moe_count_kernel, moe_place_kernel, topk_softmax_kernel
 from volta_ct_wna16.kernels.splitk import wna16_splitk_kernel
+
+settle_cache_keys(
+    wna16_splitk_kernel,
+    wna16_gemm_kernel,
+    wna16_dequant_kernel,
+    moe_decode_gate_up_kernel,
+    moe_decode_down_kernel,
+    moe_decode_fused_kernel,
+    wna16_moe_kernel,
+    moe_count_kernel,
+    moe_place_kernel,
+    topk_softmax_kernel,
+    silu_mul_kernel,
+)
 
 __all__ = [
     "moe_count_kernel",

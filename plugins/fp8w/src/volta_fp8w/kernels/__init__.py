@@ -20,10 +20,31 @@ back once per output. Which kernel and tile a call runs is :mod:`volta_fp8w.disp
   cores on a V100, which Triton's ``tl.dot`` does not use there: triton-lang/triton#5066);
 * :mod:`.e4m3`: the code-to-fp16 conversions;
 * :mod:`.moe`: the fused-MoE kernels on every local expert's stacked weights.
+
+Importing this package keys every kernel in one order
+(:func:`volta_core.kernel_api.settle_cache_keys`):
+the kernels share the word decoders, which read ``tl.constexpr`` globals, so with Triton 3.6
+their cache keys would otherwise depend on which a process keyed first, and a warmed cache
+would be partly missed.
 """
 
+from volta_core.kernel_api import settle_cache_keys
+from volta_fp8w.kernels import moe
 from volta_fp8w.kernels.dequant import fp8w_dequant_kernel
 from volta_fp8w.kernels.gemm import fp8w_gemm_kernel
 from volta_fp8w.kernels.splitk import fp8w_splitk_kernel
+
+settle_cache_keys(
+    fp8w_splitk_kernel,
+    fp8w_gemm_kernel,
+    fp8w_dequant_kernel,
+    moe.moe_gemv_gate_up_kernel,
+    moe.moe_gemv_down_kernel,
+    moe.moe_sum_kernel,
+    moe.moe_count_kernel,
+    moe.moe_place_kernel,
+    moe.moe_gate_up_kernel,
+    moe.moe_down_kernel,
+)
 
 __all__ = ["fp8w_dequant_kernel", "fp8w_gemm_kernel", "fp8w_splitk_kernel"]

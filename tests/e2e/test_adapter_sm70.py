@@ -33,6 +33,7 @@ from volta_core.host.types import (
     QuantConfig,
     QuantLayer,
     QuantMethodSpec,
+    TensorSplit,
     canonical_kv_dtype,
 )
 
@@ -416,7 +417,10 @@ def test_linear_layers_are_claimed_through_the_host(checkpoints: dict[str, Path]
     assert type(method).__name__ == "Method"
     assert method.kwargs["engine_config"] is config
     assert method.kwargs["volta_config"].method == "compressed-tensors"
-    assert method.kwargs["layer"] == QuantLayer("linear", prefix, 256, 128)
+    # A replicated layer: tensor parallelism divides neither side.
+    assert method.kwargs["layer"] == QuantLayer(
+        "linear", prefix, 256, 128, tensor_parallel_size=1, split=TensorSplit.NONE
+    )
 
     unjudged = overrides(make_manager(), None)["compressed-tensors"].from_config(raw)
     assert (

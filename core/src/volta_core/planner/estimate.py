@@ -354,7 +354,9 @@ def _rank_module(
 ) -> tuple[QuantLayer, int, int] | None:
     """The module as one of ``tp`` ranks holds it (vLLM's column- and row-parallel layers, KV
     heads replicated when fewer than the ranks, the router replicated, experts' intermediate
-    split), with its weight bytes and parameters on the rank; None without a shape."""
+    split), with its weight bytes and parameters on the rank; None without a shape. The rank's
+    module is whole to the plugins it is priced by (``tensor_parallel_size`` 1): its shape is
+    already the rank's, and dividing it again would refuse what the full layer's claim took."""
     n, k = module.output_size, module.input_size
     if not (n and k):
         return None
@@ -364,7 +366,7 @@ def _rank_module(
         inter = math.ceil(n / tp)
         expert = linear_format(plan.model.quant, f"{q.prefix}.0.gate_proj")
         per_expert = 2 * expert.nbytes(inter, k) + expert.nbytes(k, inter)
-        rank = replace(module, output_size=inter)
+        rank = replace(module, output_size=inter, tensor_parallel_size=1)
         return rank, module.experts * per_expert, module.experts * 3 * k * inter
     layer = _layer_of(q.prefix, plan)
     share = rank_share(f"{q.prefix}.weight", tp, layer.layer.num_kv_heads if layer else 0)
@@ -372,7 +374,8 @@ def _rank_module(
         k = math.ceil(k * share)
     else:
         n = math.ceil(n * share)
-    return replace(module, output_size=n, input_size=k), fmt.nbytes(n, k), n * k
+    rank = replace(module, output_size=n, input_size=k, tensor_parallel_size=1)
+    return rank, fmt.nbytes(n, k), n * k
 
 
 def _layer_of(prefix: str, plan: Plan) -> LayerPlan | None:

@@ -156,22 +156,28 @@ def test_kernels_have_one_triton_key_whatever_a_process_keys_first(
     warmed cache was partly missed. Fresh processes key them in different orders (attention
     once after fp8kv's gather, which shares the host's ``dequantize_tile``): the keys must be
     equal."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     names = sorted(set(orders[0]) - {"gather"})
     keys = []
     for order in orders:
-        run = subprocess.run(
-            [sys.executable, "-c", KEY_ORDER, *order],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-            check=False,
-        )
-        assert run.returncode == 0, run.stderr
-        found = json.loads(run.stdout)
+        found = _fresh_process_json(KEY_ORDER, *order)
         keys.append({name: found[name] for name in names})
     assert all(k == keys[0] for k in keys[1:]), keys
+
+
+def _fresh_process_json(script: str, *args: str) -> Any:
+    """What ``script`` prints as JSON, run in a fresh Python with compiled (not interpreted)
+    Triton, as the engine and warmup run it."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
 
 
 # Records, without a GPU, the cache writes fp8kv's launcher makes for one Qwen3-8B layer (32
@@ -242,17 +248,7 @@ def test_warmup_builds_the_specializations_of_real_fp8kv_cache_writes() -> None:
     from volta_core.planner.plan import PlanOptions, make_plan
     from volta_core.warmup import plan_builds
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run(
-        [sys.executable, "-c", CACHE_WRITES],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    launches = json.loads(run.stdout)
+    launches = _fresh_process_json(CACHE_WRITES)
     assert len(launches) == 6
     manager = get_plugin_manager()
     plan = make_plan(describe_model(*read_config(EXAMPLE)), PlanOptions(device=V100), manager)

@@ -296,3 +296,19 @@ def test_the_adapter_passes_vllms_tensor_parallel_split(monkeypatch: pytest.Monk
     assert experts == QuantLayer(
         LayerKind.FUSED_MOE, "model.layers.0.mlp.experts", 2048, 768, 128, 8, 4, TensorSplit.OUTPUT
     )
+
+
+def test_a_layer_says_what_one_rank_holds() -> None:
+    """The sizes a rank holds follow the split: a row-parallel layer's inputs and fused
+    experts' intermediate size are divided, the other side is whole, and a size the ranks do
+    not divide (vLLM's own refusal) or an unknown one is 0."""
+    row = QuantLayer(LayerKind.LINEAR, "o_proj", 4096, 5120, tensor_parallel_size=4,
+                     split=TensorSplit.INPUT)  # fmt: skip
+    assert (row.inputs_per_rank, row.outputs_per_rank) == (1024, 5120)
+    experts = QuantLayer(LayerKind.FUSED_MOE, "experts", 2048, 768, experts=128, top_k=8,
+                         tensor_parallel_size=4)  # fmt: skip
+    assert (experts.inputs_per_rank, experts.outputs_per_rank) == (2048, 192)
+    assert QuantLayer(LayerKind.LINEAR, "o_proj", 1000, 8, tensor_parallel_size=3,
+                      split=TensorSplit.INPUT).inputs_per_rank == 0  # fmt: skip
+    assert QuantLayer(LayerKind.LINEAR, "router", 2048, 128, tensor_parallel_size=4,
+                      split=TensorSplit.NONE).outputs_per_rank == 128  # fmt: skip

@@ -236,6 +236,24 @@ class QuantLayer:
         experts' intermediate size, above one rank)."""
         return self.tensor_parallel_size > 1 and self.split is TensorSplit.OUTPUT
 
+    @property
+    def inputs_per_rank(self) -> int:
+        """The inputs one rank holds: ``input_size`` over the ranks where they divide the
+        inputs, else ``input_size``; 0 where it is not known or the ranks do not divide it
+        (vLLM's own refusal, ``divide`` in ``vllm/distributed/utils.py``)."""
+        return self._per_rank(self.input_size, self.splits_input)
+
+    @property
+    def outputs_per_rank(self) -> int:
+        """The outputs one rank holds (fused experts: the intermediate size), as
+        :attr:`inputs_per_rank` for the outputs."""
+        return self._per_rank(self.output_size, self.splits_output)
+
+    def _per_rank(self, size: int, divided: bool) -> int:
+        if not divided:
+            return size
+        return 0 if size % self.tensor_parallel_size else size // self.tensor_parallel_size
+
 
 @dataclass(frozen=True)
 class QuantMethodSpec:

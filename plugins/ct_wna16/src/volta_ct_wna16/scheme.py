@@ -170,28 +170,26 @@ def loader_refusal(scheme: WeightScheme, layer: QuantLayer) -> str | None:
     A size the ranks do not divide is vLLM's own refusal (``divide`` in
     ``vllm/distributed/utils.py``), not asked here; a size of 0 is not known.
     """
-    ranks = layer.tensor_parallel_size
-    divided: tuple[str, int] | None = None
+    divided: tuple[str, int, int] | None = None
     if layer.kind is LayerKind.FUSED_MOE:
         whole = {"hidden size": layer.input_size}
         if layer.splits_output:
-            divided = ("intermediate size per TP rank", layer.output_size)
+            divided = ("intermediate size per TP rank", layer.output_size, layer.outputs_per_rank)
     else:
         whole = {"input size": layer.input_size}
         if layer.splits_input:
             act_order = act_order_split_reason(scheme, input_split=True)
             if act_order is not None:
                 return act_order
-            divided = ("input size per TP rank", layer.input_size)
+            divided = ("input size per TP rank", layer.input_size, layer.inputs_per_rank)
     reason = split_groups_reason(scheme.group_size, {w: n for w, n in whole.items() if n})
     if reason is not None or divided is None:
         return reason
-    what, size = divided
-    if not size or size % ranks:
-        return None
-    reason = split_groups_reason(scheme.group_size, {what: size // ranks})
+    what, size, per_rank = divided
+    reason = split_groups_reason(scheme.group_size, {what: per_rank}) if per_rank else None
     if reason is None:
         return None
+    ranks = layer.tensor_parallel_size
     return (
         f"{reason} ({size} over {ranks} ranks); use a tensor-parallel size that leaves whole "
         "groups on each rank"

@@ -292,18 +292,15 @@ def loader_refusal(scheme: Fp8Scheme, layer: QuantLayer) -> str | None:
     gate/up's rows per rank are down's inputs per rank, checked here. Block scales only; a size
     the ranks do not divide is vLLM's own refusal (``divide``), not asked here.
     """
-    ranks = layer.tensor_parallel_size
     if scheme.block is None:
         return None
-    if layer.kind is LayerKind.FUSED_MOE and layer.splits_output:
-        size = layer.output_size
-        if size and not size % ranks:
-            return expert_blocks_reason(scheme.block, size // ranks, ranks)
-    elif layer.kind is LayerKind.LINEAR and layer.splits_input:
-        size = layer.input_size
-        if size and not size % ranks:
-            shards = (layer.output_size,)
-            return block_shards_reason(scheme.block, size, size // ranks, layer.output_size, shards)
+    if layer.kind is LayerKind.FUSED_MOE and layer.splits_output and layer.outputs_per_rank:
+        return expert_blocks_reason(
+            scheme.block, layer.outputs_per_rank, layer.tensor_parallel_size
+        )
+    if layer.kind is LayerKind.LINEAR and layer.splits_input and layer.inputs_per_rank:
+        n, k = layer.output_size, layer.input_size
+        return block_shards_reason(scheme.block, k, layer.inputs_per_rank, n, (n,))
     return None
 
 

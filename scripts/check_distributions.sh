@@ -10,6 +10,9 @@
 # compile-gate caches (~/.triton/cache, ~/.cache/vllm-volta/gate) are those of the main suite, so
 # a kernel it compiled for the same target is not compiled again.
 #
+# With VOLTA_PASSED_LOG set (CI), scripts/volta_ci_once.py writes what passed there, and the
+# whole suite run after it (scripts/dev.sh test) leaves those tests out: each runs once.
+#
 #   scripts/check_distributions.sh [FOLDER ...]     # default: the core, the devkit, every plugin
 #
 # Environments go under $VOLTA_DIST_ROOT/<name> (default: this user's
@@ -59,7 +62,7 @@ for folder in "$@"; do
   # shellcheck disable=SC2086
   "${pip[@]}" ${needs:+$(printf -- './%s ' $needs)} "./$folder$extra" pytest-xdist
   installed=$(date +%s)
-  (cd "$folder" && "$env/bin/python" -m pytest -q -p no:cacheprovider \
-    -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup)
+  (cd "$folder" && PYTHONPATH="$root/scripts" "$env/bin/python" -m pytest -q -p no:cacheprovider \
+    -p volta_ci_once -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup)
   echo "check_distributions: $folder passed (install $((installed - start)) s, tests $(($(date +%s) - installed)) s)"
 done

@@ -53,7 +53,10 @@ case "$cmd" in
     # Strict on the host, the kernel toolkit less so (core/pyproject.toml [tool.mypy]).
     "$venv/bin/mypy" --config-file core/pyproject.toml
     # Two workers (CI has two cores); volta_devkit.testing keeps shared fixtures on one.
-    "$py" -m pytest -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
+    # scripts/volta_ci_once.py: with VOLTA_PASSED_LOG set (CI), the tests that passed in their
+    # distribution's own environment (scripts/check_distributions.sh) are left out.
+    PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" "$py" -m pytest -p volta_ci_once \
+      -n "${VOLTA_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;
   *)
     echo "usage: scripts/dev.sh plan [EXAMPLE|MODEL] [options] | scripts/dev.sh test [pytest options]" >&2

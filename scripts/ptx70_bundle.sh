@@ -12,6 +12,11 @@ if [ "${1:-}" = use ]; then  # sourced: leaves the caller's shell options alone
   mkdir -p "$dest/site" "$dest/lib"
   tar -xJf "$bundle/site.tar.xz" -C "$dest/site"
   for lib in libnvrtc.so.12 libnvrtc-builtins.so.12.9; do xz -dc "$bundle/$lib.xz" > "$dest/lib/$lib"; done
+  # cuda-pathfinder (which cuda-bindings asks for NVRTC) prefers a CUDA 13 NVRTC installed in
+  # site-packages (torch's) over LD_LIBRARY_PATH, but takes one already loaded: every Python
+  # started with this PYTHONPATH loads the bundle's CUDA 12 NVRTC first.
+  printf '%s\n' "import ctypes" "ctypes.CDLL('$dest/lib/libnvrtc.so.12', mode=ctypes.RTLD_GLOBAL)" \
+    > "$dest/site/sitecustomize.py"
   export PYTHONPATH=$dest/site${PYTHONPATH:+:$PYTHONPATH}
   export LD_LIBRARY_PATH=$dest/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   return 0 2>/dev/null || exit 0

@@ -7,8 +7,8 @@
 # cores): xdist is installed beside the test extra (a CI tool, not a test dependency), and
 # `--dist loadgroup` keeps the tests sharing a module or session fixture on one worker where the
 # distribution's tests load volta_devkit.testing (the others have no such marks). The Triton and
-# compile-gate caches (~/.triton/cache, ~/.cache/vllm-volta/gate) are those of the main suite, so
-# a kernel it compiled for the same target is not compiled again.
+# compile-gate caches (~/.triton/cache, ~/.cache/vllm-volta/gate) are shared with the main suite
+# (which CI runs after this), so a kernel compiled once for a target is not compiled again.
 #
 # With VOLTA_PASSED_LOG set (CI), scripts/volta_ci_once.py writes what passed there, and the
 # whole suite run after it (scripts/dev.sh test) leaves those tests out: each runs once.

@@ -19,14 +19,19 @@ from typing import Any
 import pytest
 
 from volta_core.cuda_toolkit import nvrtc_found
-from volta_core.host.types import KernelConfig
+from volta_core.host.types import KernelConfig, LayerKind
 from volta_core.kernel_api._warm import ANY_SIZE, triton_variants
 
 EXAMPLE = "qwen3-8b-fp8-kv-per-tensor"
-# fp8kv's cache write and gather for 128-dim heads (four configurations, each also compiled
-# unspecialized) and one of attn_v100's CUDA decode builds.
-ONLY = ("fp8kv:*head_pad=128]*", "attn_v100:cuda_decode_d128*float16")
-TRITON_BUILDS, CUDA_BUILDS = 8, 1
+# fp8kv's cache write and gather for 128-dim heads (four configurations), its e5m2 cache write
+# of one token (whose token count, a runtime argument, the build declares as the constant 1 the
+# JIT makes of it), each also compiled unspecialized, and one of attn_v100's CUDA decode builds.
+ONLY = (
+    "fp8kv:*head_pad=128]*",
+    "fp8kv:*[[]fp8_e5m2,head_pad=128,tokens=1]*",
+    "attn_v100:cuda_decode_d128*float16",
+)
+TRITON_BUILDS, CUDA_BUILDS = 10, 1
 
 
 # One child runs warmup twice, the first time in two compile processes, the second in the child
@@ -180,21 +185,45 @@ def _fresh_process_json(script: str, *args: str) -> Any:
     return json.loads(run.stdout)
 
 
-# Records, without a GPU, the cache writes fp8kv's launcher makes for one Qwen3-8B layer (32
-# query and 8 KV heads of 128, keys and values sliced from the fused QKV output, blocks of 16)
-# in an e5m2 cache, per-tensor and per-head scales, at 1, 5 and 16 tokens, and prints each
-# launch as Triton's JIT specializes it (volta_devkit.launch_capture.gate_inputs).
-CACHE_WRITES = """
-import json, torch
+# What each recording script starts with: ``record(log, **call)`` keeps every launch of a
+# ``recording_launches`` log (volta_devkit.launch_capture), none run, as Triton's JIT specializes
+# it (``gate_inputs``), with the call that made it; a call that launched nothing is an error
+# (a launcher that took a CPU path instead would check nothing). The script prints ``launches``.
+RECORDER = """
+import itertools, json, os, torch
 from volta_devkit.launch_capture import gate_inputs, recording_launches
+
+launches = []
+
+def record(log, **call):
+    assert log.launches, f"no launch recorded for {call}"
+    for launch in log.launches:
+        inputs = gate_inputs(launch)
+        launches.append({
+            "call": call,
+            "kernel": f"{launch.kernel.__module__}:{launch.name}",
+            "signature": inputs.signature,
+            "constexprs": inputs.constexprs,
+            "divisible_by_16": sorted(inputs.divisible_by_16),
+            "num_warps": launch.num_warps,
+            "num_stages": launch.num_stages,
+        })
+"""
+
+# fp8kv's cache writes for one Qwen3-8B layer (32 query and 8 KV heads of 128, keys and values
+# sliced from the fused QKV output, blocks of 16) in an e5m2 cache, per-tensor and per-head
+# scales, at 1, 5 and 16 tokens; and its gathers of that cache for one and for three sequences,
+# through block tables of a multiple of 16 columns (vLLM's for a 40960-token context) and not.
+FP8KV = (
+    RECORDER
+    + """
 from volta_fp8kv.format import cache_format
-from volta_fp8kv.ops import cache_launch
+from volta_fp8kv.ops import cache_launch, gather_kv_cache
 from volta_fp8kv.scales import kv_scales, unit_scales
 
 Q, KV, D, BLOCK, BLOCKS = 32, 8, 128, 16, 64
 fmt = cache_format("fp8_e5m2")
 cache = torch.empty(BLOCKS, KV, BLOCK, 2 * D, dtype=fmt.storage_dtype)
-launches = []
 for scales in (unit_scales(), kv_scales(torch.ones(KV), torch.ones(KV), KV)):
     layer = cache_launch(cache, fmt, scales, D, D)
     for tokens in (1, 5, 16):
@@ -203,20 +232,127 @@ for scales in (unit_scales(), kv_scales(torch.ones(KV), torch.ones(KV), KV)):
         value = qkv[:, (Q + KV) * D :].view(tokens, KV, D)
         with recording_launches() as log:
             layer.run(key, value, torch.arange(tokens, dtype=torch.int64))
-        for launch in log.launches:
-            inputs = gate_inputs(launch)
-            launches.append({
-                "tokens": tokens,
-                "per_head": scales.per_head,
-                "kernel": f"{launch.kernel.__module__}:{launch.name}",
-                "signature": inputs.signature,
-                "constexprs": inputs.constexprs,
-                "divisible_by_16": sorted(inputs.divisible_by_16),
-                "num_warps": launch.num_warps,
-                "num_stages": launch.num_stages,
-            })
+        record(log, write=tokens, per_head=scales.per_head)
+    for seqs, width in itertools.product((1, 3), (2560, 50)):
+        with recording_launches() as log:
+            gather_kv_cache(
+                cache, torch.zeros(seqs, width, dtype=torch.int32),
+                torch.full((seqs,), 700, dtype=torch.int32), "fp8_e5m2", D, scales,
+                check_indices=False,
+            )
+        record(log, gather=seqs, table_width=width, per_head=scales.per_head)
 print(json.dumps(launches))
 """
+)
+
+# ct_wna16's linear layers planned for a V100 (CPU tensors, so the tensor-core GEMM, which is
+# CUDA, leaves the calls to its Triton fallback): the bundled Qwen3.5-27B W4A16 example's
+# (symmetric int4 in groups of 128: attention output 5120 x 6144, MLP gate/up 34816 x 5120 and
+# down 5120 x 17408) and an asymmetric 4096 x 4096 one, at a token count of each launch SM70
+# takes (1, 2-4, 5-16, 17-32 and from 33) and within them 16 and 32 (multiples of 16) and
+# 5 and 17 (neither).
+CT_WNA16 = (
+    RECORDER
+    + """
+import volta_ct_wna16.kernels
+from volta_ct_wna16.layout import prepare
+from volta_ct_wna16.ops import wna16_linear
+from volta_ct_wna16.scheme import WeightScheme
+
+# The launcher launches on CPU tensors under the interpreter only: the kernels, imported
+# before, stay compiled JIT functions, as on a GPU.
+os.environ["TRITON_INTERPRET"] = "1"
+layers = [(5120, 6144, True), (34816, 5120, True), (5120, 17408, True), (4096, 4096, False)]
+for n, k, symmetric in layers:
+    zero_points = None if symmetric else torch.zeros(n // 8, k // 128, dtype=torch.int32)
+    weights = prepare(
+        "layer", WeightScheme(4, symmetric, 128), n=n, k=k,
+        weight_packed=torch.zeros(n, k // 8, dtype=torch.int32),
+        weight_scale=torch.ones(n, k // 128, dtype=torch.float16),
+        weight_zero_point=zero_points, act_dtype=torch.float16,
+    )
+    for tokens in (1, 3, 5, 16, 17, 32, 48):
+        with recording_launches() as log:
+            wna16_linear(torch.empty(tokens, k, dtype=torch.float16), weights)
+        record(log, layer=[n, k], symmetric=symmetric, tokens=tokens)
+print(json.dumps(launches))
+"""
+)
+
+# fp8w's linear layers planned for a V100 as ct_wna16's: the bundled Qwen3.6-27B FP8 example's
+# (e4m3 codes in blocks of 128 x 128, the same three shapes) and a channel-scaled
+# 5120 x 17408 one, at a token count of each launch SM70 takes (1, 2-8, 9-32 and from 33) and
+# within them 16 and 32 (multiples of 16) and 3, 5 and 17 (neither).
+FP8W = (
+    RECORDER
+    + """
+import volta_fp8w.kernels
+from volta_fp8w.layout import block_weights, channel_weights
+from volta_fp8w.ops import fp8_linear
+
+# The launcher launches on CPU tensors under the interpreter only: the kernels, imported
+# before, stay compiled JIT functions, as on a GPU.
+os.environ["TRITON_INTERPRET"] = "1"
+codes = lambda n, k: torch.zeros(n, k, dtype=torch.float8_e4m3fn)
+layers = [
+    ("block", block_weights("layer", codes(n, k), torch.ones(n // 128, k // 128), n, k, (128, 128)))
+    for n, k in ((5120, 6144), (34816, 5120), (5120, 17408))
+]
+channel = channel_weights("layer", codes(5120, 17408), torch.ones(5120, 1), 5120, 17408)
+layers.append(("channel", channel))
+for scales, weights in layers:
+    for tokens in (1, 3, 5, 16, 17, 32, 48):
+        with recording_launches() as log:
+            fp8_linear(torch.empty(tokens, weights.k, dtype=torch.float16), weights)
+        record(log, layer=[weights.n, weights.k], scales=scales, tokens=tokens)
+print(json.dumps(launches))
+"""
+)
+
+# attn_v100's Triton decode and prefill (what a V100 runs without NVRTC, and the tensor-core
+# kernels' fallback) for the bundled Qwen3-8B example's attention (32 query and 8 KV heads of
+# 128, blocks of 16) in an e5m2 cache with per-tensor or per-head scales and in an fp16 one,
+# without and with sinks and a sliding window, through vLLM's block table for a 40960-token
+# context (2560 columns): decodes of one sequence of 1000 and of 32K (16 and 20 partitions), 5
+# of 1000 (4), 64 of 2000 (one partition) and 4 of two tokens each (speculative decoding), and
+# prefills of one sequence and of two (the script asserts each class of partition count).
+ATTENTION = (
+    RECORDER
+    + """
+from volta_attn_v100.ops import paged_attention
+
+Q, KV, D, BLOCK, BLOCKS, WIDTH = 32, 8, 128, 16, 64, 2560
+batches = (
+    ([1], 1000), ([1], 32768), ([1] * 5, 1000), ([1] * 64, 2000), ([2] * 4, 300), ([40], 40),
+    ([3, 40], 100),
+)
+caches = (("fp8_e5m2", torch.ones(1)), ("fp8_e5m2", torch.ones(KV)), ("float16", None))
+splits = set()
+for kv_dtype, scale in caches:
+    storage = torch.float16 if scale is None else torch.uint8
+    cache = torch.empty(BLOCKS, KV, BLOCK, 2 * D, dtype=storage)
+    for (sinks, window), (q_lens, seq_len) in itertools.product(
+        ((None, None), (torch.zeros(Q), 1024)), batches
+    ):
+        query = torch.empty(sum(q_lens), Q, D, dtype=torch.float16)
+        with recording_launches() as log:
+            paged_attention(
+                query, cache, torch.zeros(len(q_lens), WIDTH, dtype=torch.int32),
+                torch.full((len(q_lens),), seq_len, dtype=torch.int32),
+                torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32),
+                torch.empty_like(query), max_query_len=max(q_lens), max_seq_len=seq_len,
+                sm_scale=0.1, kv_cache_dtype=kv_dtype, k_scale=scale, v_scale=scale,
+                sliding_window=window, sinks=sinks, check_bounds=False,
+            )
+        splits |= {l.arguments["num_splits"] for l in log.launches if "num_splits" in l.arguments}
+        record(log, kv=kv_dtype, per_head=scale is not None and scale.numel() > 1,
+               sinks_and_window=sinks is not None, seqs=len(q_lens), query_len=max(q_lens),
+               seq_len=seq_len)
+classes = {"one" if s == 1 else "16k" if s % 16 == 0 else "other" for s in splits}
+assert classes == {"one", "16k", "other"}, splits
+print(json.dumps(launches))
+"""
+)
 
 
 def _specialization(
@@ -233,29 +369,38 @@ def _specialization(
     )
 
 
-@pytest.mark.needs("vllm-volta-fp8kv", "vllm-volta-devkit", "triton", "torch")
-def test_warmup_builds_the_specializations_of_real_fp8kv_cache_writes() -> None:
-    """Triton specializes an integer argument by its value (1: a compile-time constant; a
-    multiple of 16, 0 included: divisible; else plain), so a build compiled with other values
-    is not the one a launch finds. fp8kv's launcher, run on CPU tensors for a Qwen3-8B layer,
-    passes 1 token at a one-sequence decode, 16 at a CUDA-graph size and 5 otherwise, its
-    scale stride 0 (per-tensor) or 1 (per-head), and head sizes and slot counts of 16k: each
-    launch's specialization must be one of the builds warmup compiles for the bundled
-    Qwen3-8B example's plan."""
+def _warmed(model: str, experts: str | None = None) -> set[str]:
+    """The specialization of every Triton build warmup compiles for ``model``'s plan (a
+    bundled example or a model folder) on a V100 (each declared build, and its any-size
+    variant), its kernel named by the module that defines it, as a recorded launch names it (a
+    build may name the package that re-exports it); with ``experts``, the plan's routed
+    experts are asserted served by that plugin."""
     from volta_core.device import V100
     from volta_core.host.discovery import get_plugin_manager
     from volta_core.planner.model import describe_model, read_config
     from volta_core.planner.plan import PlanOptions, make_plan
     from volta_core.warmup import plan_builds
+    from volta_devkit.gate import import_kernel
 
-    launches = _fresh_process_json(CACHE_WRITES)
-    assert len(launches) == 6
     manager = get_plugin_manager()
-    plan = make_plan(describe_model(*read_config(EXAMPLE)), PlanOptions(device=V100), manager)
+    plan = make_plan(describe_model(*read_config(model)), PlanOptions(device=V100), manager)
+    if experts is not None:
+        served = {
+            q.plugin
+            for q in plan.quant
+            if q.module is not None and q.module.kind is LayerKind.FUSED_MOE
+        }
+        assert served == {experts}, served
     _, builds = plan_builds(plan, manager)
-    warmed = {
+
+    def defined_at(kernel: str) -> str:
+        fn = getattr(import_kernel(kernel), "fn", None)
+        assert fn is not None, f"{kernel} is not a Triton JIT function"
+        return f"{fn.__module__}:{fn.__name__}"
+
+    return {
         _specialization(
-            b.config.kernel,
+            defined_at(b.config.kernel),
             dict(b.config.signature),
             dict(b.config.constexprs),
             b.config.divisible_by_16,
@@ -265,8 +410,12 @@ def test_warmup_builds_the_specializations_of_real_fp8kv_cache_writes() -> None:
         for b in builds
         if isinstance(b.config, KernelConfig)
     }
+
+
+def _assert_warmed(launches: list[dict[str, Any]], warmed: set[str]) -> None:
+    """Each recorded launch's specialization is one of the ``warmed`` builds'."""
     missed = [
-        (launch["tokens"], launch["per_head"])
+        (launch["kernel"].rsplit(":", 1)[1], launch["call"])
         for launch in launches
         if _specialization(
             launch["kernel"],
@@ -278,7 +427,254 @@ def test_warmup_builds_the_specializations_of_real_fp8kv_cache_writes() -> None:
         )
         not in warmed
     ]
-    assert not missed, f"(tokens, per_head) launches warmup does not build: {missed}"
+    assert not missed, f"launches warmup does not build ({len(missed)}): {missed}"
+
+
+def _needs(*plugins: str) -> pytest.MarkDecorator:
+    return pytest.mark.needs(*plugins, "vllm-volta-devkit", "triton", "torch")
+
+
+@pytest.mark.parametrize(
+    ("script", "example", "kernels"),
+    [
+        pytest.param(
+            FP8KV,
+            EXAMPLE,
+            {"cache_write_kernel", "gather_kernel"},
+            marks=_needs("vllm-volta-fp8kv"),
+            id="fp8kv",
+        ),
+        pytest.param(
+            CT_WNA16,
+            "qwen3.5-27b-w4a16",
+            {"wna16_splitk_kernel", "wna16_gemm_kernel", "wna16_dequant_kernel"},
+            marks=_needs("vllm-volta-ct-wna16"),
+            id="ct_wna16",
+        ),
+        pytest.param(
+            FP8W,
+            "qwen3.6-27b-fp8",
+            {"fp8w_splitk_kernel", "fp8w_gemm_kernel", "fp8w_dequant_kernel"},
+            marks=_needs("vllm-volta-fp8w"),
+            id="fp8w",
+        ),
+        pytest.param(
+            ATTENTION,
+            EXAMPLE,
+            {"paged_decode_kernel", "paged_prefill_kernel"},
+            marks=_needs("vllm-volta-attn-v100"),
+            id="attn_v100",
+        ),
+    ],
+)
+def test_warmup_builds_the_specializations_of_real_launches(
+    script: str, example: str, kernels: set[str]
+) -> None:
+    """Triton specializes an integer argument by its value (1: a compile-time constant; a
+    multiple of 16, 0 included: divisible; else plain), so a build compiled with other values
+    is not the one a launch finds. Each plugin's launcher, run on CPU tensors planned for a
+    V100 in a fresh process (the recording scripts above), passes token counts, partition
+    counts, scale strides, head-group numbers and block-table widths of every class: each
+    launch's specialization must be one of the builds warmup compiles for a bundled example
+    whose plan that plugin serves (for the attention and KV-cache plugins Qwen3-8B, for
+    ct_wna16 Qwen3.5-27B W4A16, for fp8w Qwen3.6-27B FP8)."""
+    launches = _fresh_process_json(script)
+    assert {launch["kernel"].rsplit(":", 1)[1] for launch in launches} == kernels
+    _assert_warmed(launches, _warmed(example))
+
+
+#: What each MoE script adds to :data:`RECORDER`: ``note(log)`` keeps the class (``"one"``, a
+#: multiple of 16 ``"16k"``, ``"other"``) of every count a launch passed (pairs, tokens, splits,
+#: blocks, top-k, row divisors), and ``check_classes()`` asserts that each class came up, so the
+#: launches checked pass counts of all three values the JIT tells apart.
+CLASSES = """
+COUNTS = ("PAIRS", "TOKENS", "SLOT_SPLITS", "BLOCKS", "TOP_K", "ROW_DIV", "OUT_DIV")
+classes = set()
+
+def note(log):
+    for launch in log.launches:
+        for name in COUNTS:
+            value = launch.arguments.get(name)
+            if isinstance(value, int):
+                classes.add("one" if value == 1 else "16k" if value % 16 == 0 else "other")
+
+def check_classes():
+    assert classes == {"one", "16k", "other"}, classes
+"""
+
+# ct_wna16's experts planned for a V100 (CPU tensors, so the routed blocks' tensor-core GEMM,
+# which is CUDA, leaves the steps to its Triton fallback): int4 in groups of 128, symmetric
+# and asymmetric, at a token count of each launch SM70 takes (the decode GEMVs up to 16 tokens,
+# the routed blocks' small tile above and their large one from 16 routed rows an expert on
+# average, 600 tokens) and within them 16 and 32 (multiples of 16) and 3, 5, 17 and 48
+# (neither); with the router weight on the output and on the input (vLLM's
+# ``apply_router_weight_on_input``), with and without an expert map, vLLM's int32 ids and int64
+# ones; and a top-1 router's steps (top-k, and at one token the pair count, of 1). Also the
+# router's top-k (``select_experts``, the benchmark's router; vLLM routes before the method)
+# with and without renormalizing.
+CT_WNA16_MOE = (
+    RECORDER
+    + CLASSES
+    + """
+import volta_ct_wna16.kernels
+from volta_ct_wna16.experts import ExpertWeights, experts_forward
+from volta_ct_wna16.layout import PackedWeights
+from volta_ct_wna16.routing import select_experts
+
+# The launcher launches on CPU tensors under the interpreter only: the kernels, imported
+# before, stay compiled JIT functions, as on a GPU.
+os.environ["TRITON_INTERPRET"] = "1"
+E, HIDDEN, INTER, TOP_K, GROUP = 256, 2048, 512, 8, 128
+
+# Never read: the kernels do not run.
+def stacked(n, k, symmetric):
+    zeros = None if symmetric else torch.empty(E, k // GROUP, n, dtype=torch.float16)
+    return PackedWeights(
+        torch.empty(E, k // 8, n, dtype=torch.int32),
+        torch.empty(E, k // GROUP, n, dtype=torch.float16), zeros, n, k, 4, GROUP,
+    )
+
+steps = [*itertools.product([TOP_K], (1, 3, 5, 16, 17, 32, 48, 600)), (1, 1), (1, 17)]
+for symmetric in (True, False):
+    w13, w2 = stacked(2 * INTER, HIDDEN, symmetric), stacked(HIDDEN, INTER, symmetric)
+    weights = ExpertWeights(w13, w2)
+    for (top_k, tokens), on_input, mapped, ids_dtype in itertools.product(
+        steps, (False, True), (False, True), (torch.int32, torch.int64)
+    ):
+        ids = (torch.arange(tokens * top_k) % E).reshape(tokens, top_k).to(ids_dtype)
+        with recording_launches() as log:
+            experts_forward(
+                torch.empty(tokens, HIDDEN, dtype=torch.float16), torch.ones(tokens, top_k),
+                ids, weights, expert_map=torch.arange(E, dtype=torch.int32) if mapped else None,
+                weight_on_input=on_input,
+            )
+        note(log)
+        record(log, symmetric=symmetric, top_k=top_k, tokens=tokens, on_input=on_input,
+               mapped=mapped, ids=str(ids_dtype))
+for tokens, renormalize in itertools.product((1, 16, 17), (True, False)):
+    with recording_launches() as log:
+        select_experts(torch.empty(tokens, E, dtype=torch.float16), TOP_K, renormalize=renormalize)
+    record(log, router=tokens, renormalize=renormalize)
+check_classes()
+print(json.dumps(launches))
+"""
+)
+
+# fp8w's experts planned for a V100 as ct_wna16's: e4m3 codes in blocks of 128 x 128, at the
+# same token counts (the decode GEMVs up to 16, the routed blocks' tile of 16 rows above and of
+# 32 from 16 routed rows an expert on average), the router weight on the output and on the
+# input, with and without an expert map, int32 and int64 ids, and a top-1 router's steps.
+FP8W_MOE = (
+    RECORDER
+    + CLASSES
+    + """
+import volta_fp8w.kernels.moe
+from volta_fp8w.experts import ExpertWeights, experts_forward
+from volta_fp8w.layout import Fp8Weights
+
+# The launcher launches on CPU tensors under the interpreter only: the kernels, imported
+# before, stay compiled JIT functions, as on a GPU.
+os.environ["TRITON_INTERPRET"] = "1"
+E, HIDDEN, INTER, TOP_K = 256, 2048, 512, 8
+
+# Never read: the kernels do not run.
+def stacked(n, k):
+    codes = torch.empty(E, n, k, dtype=torch.uint8)
+    return Fp8Weights(codes, torch.empty(E, n // 128, k // 128), n, k, 128, 128)
+
+weights = ExpertWeights(stacked(2 * INTER, HIDDEN), stacked(HIDDEN, INTER))
+steps = [*itertools.product([TOP_K], (1, 3, 5, 16, 17, 32, 48, 600)), (1, 1), (1, 17)]
+for (top_k, tokens), on_input, mapped, ids_dtype in itertools.product(
+    steps, (False, True), (False, True), (torch.int32, torch.int64)
+):
+    ids = (torch.arange(tokens * top_k) % E).reshape(tokens, top_k).to(ids_dtype)
+    with recording_launches() as log:
+        experts_forward(
+            torch.empty(tokens, HIDDEN, dtype=torch.float16), weights, torch.ones(tokens, top_k),
+            ids, torch.arange(E, dtype=torch.int32) if mapped else None, weight_on_input=on_input,
+        )
+    note(log)
+    record(log, top_k=top_k, tokens=tokens, on_input=on_input, mapped=mapped, ids=str(ids_dtype))
+check_classes()
+print(json.dumps(launches))
+"""
+)
+
+
+def _moe_config(folder: Path, example: str) -> str:
+    """The bundled ``example`` (its quantization kept) made a Qwen3.5-MoE of the 35B-A3B kind
+    in ``folder``: 256 experts, 8 a token, 512 wide, hidden 2048; the folder's path."""
+    from volta_core.planner.model import read_config
+
+    _, raw = read_config(example)
+    raw["model_type"], raw["architectures"] = "qwen3_5_moe", ["Qwen3_5MoeForConditionalGeneration"]
+    text = raw["text_config"]
+    text.update(
+        model_type="qwen3_5_moe_text",
+        num_experts=256,
+        num_experts_per_tok=8,
+        moe_intermediate_size=512,
+        shared_expert_intermediate_size=512,
+        hidden_size=2048,
+        num_hidden_layers=40,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        layer_types=text["layer_types"][:40],
+    )
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(raw))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    ("script", "example", "plugin", "kernels"),
+    [
+        pytest.param(
+            CT_WNA16_MOE,
+            "qwen3.5-27b-w4a16",
+            "ct_wna16",
+            {
+                "moe_decode_gate_up_kernel",
+                "moe_decode_down_kernel",
+                "moe_count_kernel",
+                "moe_place_kernel",
+                "wna16_moe_kernel",
+                "silu_mul_kernel",
+                "topk_softmax_kernel",
+            },
+            marks=_needs("vllm-volta-ct-wna16"),
+            id="ct_wna16",
+        ),
+        pytest.param(
+            FP8W_MOE,
+            "qwen3.6-27b-fp8",
+            "fp8w",
+            {
+                "moe_gemv_gate_up_kernel",
+                "moe_gemv_down_kernel",
+                "moe_sum_kernel",
+                "moe_count_kernel",
+                "moe_place_kernel",
+                "moe_gate_up_kernel",
+                "moe_down_kernel",
+            },
+            marks=_needs("vllm-volta-fp8w"),
+            id="fp8w",
+        ),
+    ],
+)
+def test_warmup_builds_the_specializations_of_real_moe_launches(
+    script: str, example: str, plugin: str, kernels: set[str], tmp_path: Path
+) -> None:
+    """Triton specializes an integer argument by its value, so a build compiled with other
+    values is not the one a launch finds. Each plugin's experts, run on CPU tensors planned for
+    a V100 in a fresh process (the recording scripts above), pass pair, token, block and split
+    counts and top-k of every class: each launch's specialization must be one of the builds
+    warmup compiles for the plan of a Qwen3.5-MoE whose experts that plugin serves (ct_wna16's
+    W4A16, fp8w's FP8 with 128 x 128 blocks)."""
+    launches: list[dict[str, Any]] = _fresh_process_json(script)
+    assert {launch["kernel"].rsplit(":", 1)[1] for launch in launches} == kernels
+    _assert_warmed(launches, _warmed(_moe_config(tmp_path / "Qwen3.5-MoE", example), plugin))
 
 
 @pytest.mark.needs("triton", "torch")

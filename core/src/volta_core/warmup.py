@@ -20,7 +20,14 @@ other shapes (head sizes, MoE experts) are compiled too: a superset of what the 
 A launch finds a build only if the declaration names its integer arguments' specialization as
 the JIT makes it from their values (1 a constant, a multiple of 16 divisible, else plain:
 ``triton/runtime/jit.py`` ``create_function_from_signature``): fp8kv's cache write declares
-one build per token-count and scale-stride class its launches use (``WRITE_LAUNCHES``).
+one build per token-count and scale-stride class its launches use (``WRITE_LAUNCHES``), and
+attn_v100's decode an unsplit twin of each build (``SPLIT``, where one partition compiles
+without the combine); where the classes compile to the same code, or differ by a division a
+program makes once, the kernel does not specialize the argument (Triton's
+``do_not_specialize``: token, pair and expert counts of ct_wna16's and fp8w's linear and MoE
+kernels, attention's head-group numbers, window and block-table width, fp8kv's gather's
+strides). The core's tests record every plugin's launches on CPU and check each finds a build
+warmup compiles (``core/tests/test_warmup.py``).
 """
 
 from __future__ import annotations

@@ -260,7 +260,10 @@ def test_the_gate_hooks_answer_what_they_did(cap: str) -> None:
     sm_70 builds to the same cubin, byte for byte, and the same compute_70 PTX. In 0.9.0 the
     dense GEMM's helpers moved to ``mma_common.cuh`` (the source alone changed; NVRTC 12.9
     builds the 12 sm_70 cubins byte for byte the same) and the routed experts' 12 tensor-core
-    builds (``wna16_moe_mma.cu``) follow them in the CUDA list."""
+    builds (``wna16_moe_mma.cu``) follow them in the CUDA list. After 0.10.0 the routing's, the
+    SiLU product's, the router top-k's and the decode kernels' Triton digests were rewritten:
+    their configurations took the stages and stride divisibility their launches run with
+    (``data/launch_choices.json``'s ``gate_note``)."""
     device = Device(_cap(cap))
     want = DISPATCH["hooks"][cap]
     got = [[c.name, _full_digest(c)] for c in plugin.volta_kernel_configs(device)]

@@ -108,7 +108,7 @@ class TritonTarget:
         from triton import knobs
 
         fn = _jit_function(_import(cfg.kernel))
-        args = [_stand_in(cfg, name) for name in _runtime_args(fn, cfg)]
+        args, constexprs = _arguments(fn, cfg)
         found: list[bool] = []
 
         def probe(*, fn: Any, compile: dict[str, Any], **_: Any) -> bool:
@@ -123,7 +123,7 @@ class TritonTarget:
                 grid=(1,),
                 num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages,
-                **cfg.constexprs,
+                **constexprs,
             )
         finally:
             knobs.runtime.jit_cache_hook = previous
@@ -139,7 +139,7 @@ class TritonTarget:
         :raises Exception: whatever Triton raises for a kernel that does not compile.
         """
         fn = _jit_function(_import(cfg.kernel))
-        args = [_stand_in(cfg, name) for name in _runtime_args(fn, cfg)]
+        args, constexprs = _arguments(fn, cfg)
         before = len(self._hits)
         # Triton prints a ptxas reproducer on stdout when ptxas fails: the exception is the
         # failure, and stdout stays the report's.
@@ -150,7 +150,7 @@ class TritonTarget:
                     grid=(1,),
                     num_warps=cfg.num_warps,
                     num_stages=cfg.num_stages,
-                    **cfg.constexprs,
+                    **constexprs,
                 )
         finally:
             # The JIT keeps a binder and its compiled kernels per device: the target's are
@@ -269,16 +269,21 @@ def _jit_function(kernel: Any) -> Any:
     return fn
 
 
-def _runtime_args(fn: Any, cfg: KernelConfig) -> list[str]:
-    """The kernel's arguments the launch passes by position: all but the constexprs."""
+def _arguments(fn: Any, cfg: KernelConfig) -> tuple[list[Any], dict[str, Any]]:
+    """What the warmup passes the kernel: every runtime argument by position, as a launch
+    does (a stand-in of its declared type, or the value the build declares for it: an integer
+    a launch passes as 1, which the JIT makes a constant as it does the launch's; left out, the
+    arguments after it would shift into its place), and the ``tl.constexpr`` parameters by
+    name."""
     unknown = sorted((set(cfg.signature) | set(cfg.constexprs)) - set(fn.arg_names))
     if unknown:
         raise ValueError(f"{cfg.kernel} has no argument(s) {unknown}")
-    args = [name for name in fn.arg_names if name not in cfg.constexprs]
-    missing = [name for name in args if name not in cfg.signature]
+    runtime = [p.name for p in fn.params if not p.is_constexpr]
+    missing = [n for n in runtime if n not in cfg.signature and n not in cfg.constexprs]
     if missing:
         raise ValueError(f"{cfg.name} gives no type or constexpr value for {missing}")
-    return args
+    args = [cfg.constexprs[n] if n in cfg.constexprs else _stand_in(cfg, n) for n in runtime]
+    return args, {n: v for n, v in cfg.constexprs.items() if n not in runtime}
 
 
 def _stand_in(cfg: KernelConfig, name: str) -> Any:

@@ -435,12 +435,14 @@ def _decode_configs(
 ) -> list[KernelConfig]:
     """Every decode build of a head size and KV dtype: each launch shape with and without
     scores ahead and each masked-tile loop the table can pick, then those walking several KV
-    heads a program (always with scores ahead)."""
+    heads a program (always with scores ahead); then each of their tiles unsplit
+    (:meth:`~volta_attn_v100.launch.DecodeBuild.unsplit`, suffix ``_unsplit``)."""
     fp8 = kv_dtype != "float16"
     policy = table.policy(fp8)
     # The choice for the shortest program and for the longest; unsplit, and split short.
     aheads = sorted({takes_ahead(policy, keys) for keys in (1, 1 << 30)})
     tails = sorted({takes_one_stage_tail(table, splits, 1) for splits in (1, 2)})
+    unsplit_tails = {takes_one_stage_tail(table, 1, keys) for keys in (1, 1 << 30)}
 
     def build(
         block_m: int, combine: tuple[int, int], ahead: bool, per_prog: int, tail: bool
@@ -461,6 +463,7 @@ def _decode_configs(
         )
 
     configs: list[KernelConfig] = []
+    unsplit: dict[DecodeBuild, str] = {}
     for (block_m, rows, chunk), ahead, tail in itertools.product(
         decode_shapes(table, head_size, fp8), aheads, tails
     ):
@@ -470,6 +473,8 @@ def _decode_configs(
         )
         b = build(block_m, (rows, chunk), ahead, 1, tail)
         configs.append(decode_config(name, b, kv_dtype, table))
+        if tail in unsplit_tails:
+            unsplit.setdefault(b.unsplit(), name.replace(f"_c{rows}x{chunk}", "") + "_unsplit")
     per_progs = policy.pairing.kv_heads if policy.pairing else ()
     for per_prog, tail in itertools.product(per_progs, tails):
         for block_m, rows, chunk in decode_shapes(table, head_size, fp8, per_prog):
@@ -479,6 +484,9 @@ def _decode_configs(
             )
             b = build(block_m, (rows, chunk), True, per_prog, tail)
             configs.append(decode_config(name, b, kv_dtype, table))
+            if tail in unsplit_tails:
+                unsplit.setdefault(b.unsplit(), name.replace(f"_c{rows}x{chunk}", "") + "_unsplit")
+    configs += [decode_config(name, b, kv_dtype, table) for b, name in unsplit.items()]
     return configs
 
 

@@ -122,8 +122,8 @@ class AttentionBuild:
 
 @dataclass(frozen=True)
 class DecodeBuild(AttentionBuild):
-    """One build of the decode kernel: the shared arguments and the combine's, scores ahead,
-    KV heads per program and the masked tiles' loop."""
+    """One build of the decode kernel: the shared arguments, whether it splits the context
+    and the combine's, scores ahead, KV heads per program and the masked tiles' loop."""
 
     partials_f16: bool = False
     combine_m: int = 4
@@ -131,6 +131,12 @@ class DecodeBuild(AttentionBuild):
     ahead: bool = False
     kv_per_prog: int = 1
     one_stage_tail: bool = False
+    split: bool = True
+
+    def unsplit(self) -> DecodeBuild:
+        """This build for launches of one partition: no combine, so its constants take fixed
+        values, and every unsplit launch of the same tiles is one build."""
+        return replace(self, split=False, partials_f16=False, combine_m=4, split_chunk=1)
 
     def constexprs(self) -> dict[str, int | bool]:
         return {
@@ -141,6 +147,7 @@ class DecodeBuild(AttentionBuild):
             "AHEAD": self.ahead,
             "KV_PER_PROG": self.kv_per_prog,
             "ONE_STAGE_TAIL": self.one_stage_tail,
+            "SPLIT": self.split,
         }
 
 
@@ -377,6 +384,8 @@ def decode_launch(
         kv_per_prog=kv_per_prog,
         one_stage_tail=takes_one_stage_tail(table, num_splits, walked),
     )
+    if num_splits == 1:
+        build = build.unsplit()
     return DecodeLaunch(build, kv_programs, num_splits, heads_per_prog, head_chunks)
 
 

@@ -183,6 +183,16 @@ _MODEL_DIVISIBLE = ("N", "K", "KW", "GROUP", "stride_xm", "stride_om")
 _SPLITK_DIVISIBLE = (*_MODEL_DIVISIBLE, "K_PER_SPLIT")
 _DEQUANT_DIVISIBLE = ("N", "K", "KW", "GROUP")
 _MOE_DIVISIBLE = (*_MODEL_DIVISIBLE, "stride_we", "stride_se", "K_PER_SPLIT")
+#: The decode kernels', each taking those it has: the routed blocks' sizes, weight strides and
+#: split length, and the rows of their activations and outputs (gate/up's ``stride_xm`` and
+#: ``stride_hm``, down's ``stride_hm`` and ``stride_om``).
+_DECODE_DIVISIBLE = (*_MOE_DIVISIBLE, "stride_hm")
+
+#: Pipeline stages of the routing's, the SiLU product's and the router's top-k launches, which
+#: pass none: Triton's CUDA default (``CUDAOptions.num_stages``,
+#: ``triton/backends/nvidia/compiler.py``), part of a build's cache key. None of these kernels
+#: has a loop that loads, so the code is that of one stage.
+TRITON_DEFAULT_STAGES = 3
 
 
 def splitk_config(build: SplitKBuild) -> KernelConfig:
@@ -278,7 +288,7 @@ def decode_config(build: DecodeBuild) -> KernelConfig:
         ),
         num_warps=launch.num_warps,
         num_stages=launch.num_stages,
-        divisible_by_16=("N", "K", "KW", "GROUP", "stride_we", "K_PER_SPLIT"),
+        divisible_by_16=tuple(name for name in _DECODE_DIVISIBLE if name in signature),
     )
 
 
@@ -322,6 +332,7 @@ def route_count_config(build: RouteCountBuild) -> KernelConfig:
             "EXPERTS": "i32",
         },
         constexprs={"HAS_MAP": build.has_map, "BLOCK": build.block},
+        num_stages=TRITON_DEFAULT_STAGES,
     )
 
 
@@ -341,6 +352,7 @@ def route_place_config(build: RoutePlaceBuild) -> KernelConfig:
             "BLOCKS": "i32",
         },
         constexprs={"BLOCK_M": build.block_m, "E_POW2": build.e_pow2, "BLOCK": build.block},
+        num_stages=TRITON_DEFAULT_STAGES,
     )
 
 
@@ -358,6 +370,7 @@ def silu_config(build: SiluBuild) -> KernelConfig:
         },
         constexprs={"BLOCK": build.block},
         divisible_by_16=("INTER", "stride_h", "stride_o"),
+        num_stages=TRITON_DEFAULT_STAGES,
     )
 
 
@@ -376,6 +389,7 @@ def topk_config(build: TopKBuild) -> KernelConfig:
             "RENORMALIZE": "i32",
         },
         constexprs={"TOPK_POW2": build.top_k_pow2, "E_POW2": build.e_pow2},
+        num_stages=TRITON_DEFAULT_STAGES,
     )
 
 

@@ -653,10 +653,12 @@ def dequantize_dense(
     launch = launch or SM70.dequant
     out = torch.empty((pw.k, pw.n), dtype=dtype, device=pw.qweight.device)
     grid = (-(-pw.n // launch.block_n), -(-pw.k // launch.block_k))
+    # A symmetric layer's placeholder zero points (never read) have the scales' type, as the
+    # declared builds' ``z_ptr``: another pointer type would be another build.
     kernels.wna16_dequant_kernel[grid](
         pw.qweight,
         pw.scales,
-        pw.zeros if pw.zeros is not None else _empty(torch.uint8, pw.qweight.device),
+        pw.zeros if pw.zeros is not None else _empty(pw.scales.dtype, pw.qweight.device),
         out,
         pw.n,
         pw.k,

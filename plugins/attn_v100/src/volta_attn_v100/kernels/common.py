@@ -25,6 +25,22 @@ E4M3_INTEGER = tl.constexpr(limits.FP8_E4M3_INTEGER)
 #: The host codec's ``FMT`` of e4m3 (:data:`volta_core.kernel_api.FP8_FORMAT_CODES`).
 E4M3_FORMAT = tl.constexpr(FP8_FORMAT_CODES["fp8_e4m3"])
 
+#: Integer arguments of both kernels the JIT does not specialize (``triton.jit``'s
+#: ``do_not_specialize``; Triton specializes an integer of 1 into a constant and a multiple of
+#: 16 into a divisible one, ``triton/runtime/jit.py``): one build's launches pass them of every
+#: class (MHA and GQA groups, sinks or none, per-tensor or per-head scales, any block-table
+#: width) and their class changes only a division or a branch a program takes once, before
+#: its key loop, so each build is one compile, which ``vllm-volta warmup`` can name.
+UNSPECIALIZED = (
+    "window",
+    "has_sinks",
+    "group",
+    "heads_per_prog",
+    "head_chunks",
+    "scale_stride",
+    "stride_bt",
+)
+
 #: Running max of a row that has seen no key yet. Finite, so a fully masked tile gives
 #: ``exp2(-inf - NEG_BIG) = 0`` instead of ``exp2(-inf + inf) = nan``.
 NEG_BIG = tl.constexpr(-1.0e30)

@@ -21,10 +21,17 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
+from volta_attn_v100.kernels.common import (
+    NEG_BIG,
+    UNSPECIALIZED,
+    attend,
+    finish_rows,
+    first_tile,
+    load_sinks,
+)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=(*UNSPECIALIZED, "num_q_heads", "num_splits"))
 def paged_decode_kernel(
     q_ptr,
     kv_ptr,
@@ -71,20 +78,22 @@ def paged_decode_kernel(
     ONE_STAGE_TAIL: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     CACHE_OFFSETS_32: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     """Grid ``(num_seqs, num_kv_heads * head_chunks, num_splits)``; output ``[token, q_head]``.
 
-    With ``num_splits > 1``, partials go to ``part_acc[token, q_head, split, :HEAD_PAD]`` and
-    ``part_ml[token, q_head, split, 0:2]`` (max in base-2 units, sum), both float32 and
-    contiguous, and ``counter_ptr[seq * num_kv_programs + pid_h]`` must be zero at launch (it
-    is again after it). As in ct_wna16's split-K: the barrier makes every thread's partial
-    stores precede the program's one release-acquire increment (GPU scope), so the program
-    whose increment returns ``num_splits - 1`` sees all partials of its rows; it reads them
-    past L1 (``.cg``: no stale line), in partition order (deterministic). With
-    ``num_splits == 1`` (an int argument of 1, which the JIT specializes, so the combining
-    code is not even compiled then) none of the three is touched. Rows that are padding (past
-    ``q_len`` or the head group) are neither read nor written, so CUDA-graph padding tokens
-    stay untouched.
+    With ``SPLIT`` (``num_splits > 1``), partials go to
+    ``part_acc[token, q_head, split, :HEAD_PAD]`` and ``part_ml[token, q_head, split, 0:2]``
+    (max in base-2 units, sum), both float32 and contiguous, and
+    ``counter_ptr[seq * num_kv_programs + pid_h]`` must be zero at launch (it is again after
+    it). As in ct_wna16's split-K: the barrier makes every thread's partial stores precede the
+    program's one release-acquire increment (GPU scope), so the program whose increment
+    returns ``num_splits - 1`` sees all partials of its rows; it reads them past L1 (``.cg``:
+    no stale line), in partition order (deterministic). Without ``SPLIT`` (one partition: the
+    combining code is not compiled) none of the three is touched, and the combine's constants
+    are the launcher's fixed ones (:meth:`volta_attn_v100.launch.DecodeBuild.unsplit`). Rows
+    that are padding (past ``q_len`` or the head group) are neither read nor written, so
+    CUDA-graph padding tokens stay untouched.
 
     ``COMBINE_M`` (a power of two, at most ``BLOCK_M``) covers every row a program can own
     (``query_len_pad x heads_per_prog``): ``BLOCK_M`` is at least 16 for ``tl.dot``, but a
@@ -151,9 +160,13 @@ def paged_decode_kernel(
 
     num_tiles = tl.cdiv(seq_len, BLOCK_N)
     lo = first_tile(seq_len - q_len, window, BLOCK_N)
-    per_split = tl.cdiv(num_tiles - lo, num_splits)
-    tile_lo = lo + split * per_split
-    tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
+    if SPLIT:
+        per_split = tl.cdiv(num_tiles - lo, num_splits)
+        tile_lo = lo + split * per_split
+        tile_hi = tl.minimum(tile_lo + per_split, num_tiles)
+    else:
+        tile_lo = lo
+        tile_hi = num_tiles
 
     sink = load_sinks(sinks_ptr, q_head, row_valid, has_sinks)
     m_i = tl.full([BLOCK_M], NEG_BIG, tl.float32)
@@ -193,7 +206,7 @@ def paged_decode_kernel(
         ONE_STAGE_TAIL,
     )
 
-    if num_splits == 1:
+    if not SPLIT or num_splits == 1:
         out = finish_rows(m_i, l_i, acc, sink)
         store_rows(
             out, out_ptr, token, q_head, row_valid, stride_ot, stride_oh, HEAD_SIZE, HEAD_PAD

@@ -19,7 +19,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_attn_v100.kernels.common import NEG_BIG, attend, finish_rows, first_tile, load_sinks
+from volta_attn_v100.kernels.common import (
+    NEG_BIG,
+    UNSPECIALIZED,
+    attend,
+    finish_rows,
+    first_tile,
+    load_sinks,
+)
 
 #: Sequence starts :func:`sequence_of` loads at once (vLLM's default batch holds 256
 #: sequences at most, so one load serves a whole batch).
@@ -47,7 +54,7 @@ def sequence_of(pid, q_start_ptr, num_seqs, block_q):
     return count - 1
 
 
-@triton.jit
+@triton.jit(do_not_specialize=(*UNSPECIALIZED, "num_seqs"))
 def paged_prefill_kernel(
     q_ptr,
     kv_ptr,

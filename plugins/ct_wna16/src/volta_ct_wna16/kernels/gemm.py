@@ -9,7 +9,10 @@ from volta_ct_wna16.kernels.dots import dequant_dot
 from volta_ct_wna16.kernels.epilogue import store_out
 
 
-@triton.jit
+# The token count only bounds the row masks and orders the grid, so it is not specialized: one
+# build serves every count, as the gate and warmup declare it (the JIT would otherwise build
+# another for multiples of 16, which at sm_70 holds the same registers).
+@triton.jit(do_not_specialize=["M"])
 def wna16_gemm_kernel(
     x_ptr,
     w_ptr,

@@ -8,7 +8,15 @@ import triton.language as tl
 from volta_ct_wna16.kernels.dots import dequant_dot, dot_per_slot
 
 
-@triton.jit
+# Not specialized, so that one build serves every batch and model, as the gate and warmup
+# declare it (Triton's JIT would otherwise build another kernel for each argument's value of 1
+# and for multiples of 16, ``triton/runtime/jit.py``): the pair count only bounds the row masks
+# and the expert count is compared with the block's expert, so their values change no code;
+# ``ROW_DIV`` and ``OUT_DIV`` are 1 or the router's top-k (gate/up reads a token's row for each
+# of its pairs, down adds each pair into its token's row), so every launch passes 1 for one or
+# both, and as the constant 1 they would only spare one integer division of ``BLOCK_M`` row
+# indices a program.
+@triton.jit(do_not_specialize=["PAIRS", "EXPERTS", "ROW_DIV", "OUT_DIV"])
 def wna16_moe_kernel(
     x_ptr,
     w_ptr,

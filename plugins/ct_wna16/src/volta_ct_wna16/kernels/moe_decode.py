@@ -54,7 +54,17 @@ def _silu_tile(h_row, k0, k_end, INTER, PACK: tl.constexpr, SUBS: tl.constexpr):
     return g / (1.0 + tl.exp(-g)) * u
 
 
-@triton.jit
+#: The two-launch decode kernels' integer arguments Triton's JIT does not specialize (it would
+#: otherwise build another kernel for an argument's value of 1 and for multiples of 16,
+#: ``triton/runtime/jit.py``; it matches them by name, so each kernel takes those it has), so
+#: that one build serves every batch and model, as the gate and warmup declare it: the pair
+#: and token counts only bound the rows, the expert count is compared with each pair's
+#: expert, and the router's top-k and down's splits per slot only turn a program's index into
+#: its pair and input range, a few scalar operations a program.
+UNSPECIALIZED = ("PAIRS", "TOKENS", "EXPERTS", "TOP_K", "SLOT_SPLITS")
+
+
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_decode_gate_up_kernel(
     x_ptr,
     w_ptr,
@@ -129,7 +139,7 @@ def moe_decode_gate_up_kernel(
     )  # fmt: skip
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_decode_down_kernel(
     h_ptr,
     w_ptr,

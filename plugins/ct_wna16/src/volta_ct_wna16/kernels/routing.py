@@ -11,8 +11,16 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+#: The routing's integer arguments Triton's JIT does not specialize (it would otherwise build
+#: another kernel for an argument's value of 1 and for multiples of 16,
+#: ``triton/runtime/jit.py``; it matches them by name, so each kernel takes those it has), so
+#: that one build serves every batch and model, as the gate and warmup declare it: the pair and
+#: block counts only bound the pairs and slots, and the expert count is compared with each
+#: pair's expert.
+ROUTING_UNSPECIALIZED = ("PAIRS", "EXPERTS", "BLOCKS")
 
-@triton.jit
+
+@triton.jit(do_not_specialize=ROUTING_UNSPECIALIZED)
 def moe_count_kernel(
     ids_ptr,
     map_ptr,
@@ -45,7 +53,7 @@ def moe_count_kernel(
     tl.store(local_ptr + p, tl.where(local, e, EXPERTS), mask=ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=ROUTING_UNSPECIALIZED)
 def moe_place_kernel(
     count_ptr,
     rank_ptr,
@@ -133,7 +141,12 @@ def topk_softmax(
     return weights, ids
 
 
-@triton.jit
+# Not specialized, so that one build serves every model, as the gate and warmup declare it
+# (Triton's JIT would otherwise build another kernel for an argument's value of 1 and for
+# multiples of 16, ``triton/runtime/jit.py``): the expert count masks the logits, whose row
+# stride it is, and the launcher's ``RENORMALIZE`` is 0 or 1, never the plain integer the build
+# declares; the top-k bounds the selection loop, and as the constant 1 would only unroll it.
+@triton.jit(do_not_specialize=["EXPERTS", "TOP_K", "stride_l", "RENORMALIZE"])
 def topk_softmax_kernel(
     logits_ptr,
     w_ptr,

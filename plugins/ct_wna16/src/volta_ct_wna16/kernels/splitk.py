@@ -12,7 +12,11 @@ from volta_ct_wna16.kernels.epilogue import accumulate_splits, reduce_splits, st
 from volta_ct_wna16.kernels.gemv import GEMV_SUB, gemv_sub, sub_tile, x_tile
 
 
-@triton.jit
+# The token count only bounds the row masks and sizes the split partials, so it is not
+# specialized: one build serves every count, as the gate and warmup declare it (the JIT would
+# otherwise build another for 1 token and for multiples of 16, which at sm_70 hold the same
+# registers).
+@triton.jit(do_not_specialize=["M"])
 def wna16_splitk_kernel(
     x_ptr,
     w_ptr,

@@ -14,7 +14,11 @@ import triton.language as tl
 from volta_core.kernel_api import dequantize_tile
 
 
-@triton.jit
+# The cache's block count, the block table's row stride and the scales' stride (0 per tensor,
+# 1 per KV head) only bound and index (block-table entries, one scale a program), and are 1, a
+# multiple of 16 or neither by cache and batch: not specialized, so one build serves them all,
+# as the gate and warmup declare it (at sm_70 each class holds the same registers).
+@triton.jit(do_not_specialize=["num_blocks", "stride_table_s", "stride_scale"])
 def gather_kernel(
     cache_ptr,
     key_out_ptr,

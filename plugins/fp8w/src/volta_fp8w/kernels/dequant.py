@@ -19,6 +19,20 @@ from volta_fp8w.kernels.e4m3 import E4M3_FOLD, e4m3_scaled_fp16
 #: must be a ``tl.constexpr``).
 FOLD = tl.constexpr(E4M3_FOLD)
 
+#: Integer arguments of the layer kernels the JIT does not specialize, so that one build serves
+#: every layer, as the gate and warmup declare it: a scale row's block and the scales' strides
+#: only index one scale per row and tile, and are 1, multiples of 16 or neither by layer kind
+#: and shape (rows of per-channel or per-tensor scales, blocks of 128, ``K / 128``). At sm_70
+#: a block-scaled layer's builds hold the same registers either way; with per-row scales as
+#: constants 7 of the 15 1-token GEMV builds would hold 7-8 fewer (one program an SM more; not
+#: timed), not worth a second build of every layer kernel.
+SCALE_ARGS = ("SCALE_N", "stride_sn", "stride_sk")
+
+#: :data:`SCALE_ARGS` and the token count, which only bounds the row masks (the JIT would
+#: otherwise build another kernel for 1 token and for multiples of 16, which at sm_70 hold the
+#: same registers).
+UNSPECIALIZED = ("M", *SCALE_ARGS)
+
 
 @triton.jit
 def weight_tile(w_ptr, rn, n_ok, kk, k_ok, stride_wn):
@@ -47,7 +61,7 @@ def x_tile(x_ptr, rm, m_ok, kk, k_ok, stride_xm):
     )
 
 
-@triton.jit
+@triton.jit(do_not_specialize=SCALE_ARGS)
 def fp8w_dequant_kernel(
     w_ptr,
     s_ptr,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
+from volta_fp8w.kernels.dequant import FOLD, UNSPECIALIZED, tile_scales, weight_tile, x_tile
 from volta_fp8w.kernels.splitk import store_out, word_tile
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def fp8w_gemm_kernel(
     x_ptr,
     w_ptr,

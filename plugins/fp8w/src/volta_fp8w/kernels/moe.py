@@ -36,6 +36,16 @@ from volta_fp8w.kernels.e4m3 import e4m3_scaled_fp16
 # ``2**8`` (``volta_fp8w.kernels.e4m3.E4M3_FOLD``) is written as the literal 256.0 below:
 # a jitted function reads no module global that is not a ``tl.constexpr``.
 
+#: The experts' integer arguments Triton's JIT does not specialize (it would otherwise build
+#: another kernel for an argument's value of 1 and for multiples of 16,
+#: ``triton/runtime/jit.py``; it matches them by name, so each kernel takes those it has), so
+#: that one build serves every batch and model, as the gate and warmup declare it: the pair
+#: count only bounds the pairs, the local and global expert counts are compared with each
+#: pair's id, the router's top-k turns a pair into its token (and bounds the slot sum's loop),
+#: and the scales' row length and expert stride only index one scale per row and input tile,
+#: as the layer kernels' scale arguments (:data:`volta_fp8w.kernels.dequant.SCALE_ARGS`).
+UNSPECIALIZED = ("PAIRS", "EXPERTS", "GLOBAL", "TOP_K", "S_COLS", "stride_se")
+
 
 @triton.jit
 def local_expert(ids_ptr, map_ptr, p, ok, EXPERTS, GLOBAL, HAS_MAP: tl.constexpr):
@@ -69,7 +79,7 @@ def gemv_rows(
     return acc * 256.0
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_gemv_gate_up_kernel(
     x_ptr, w_ptr, s_ptr, act_ptr, rw_ptr, ids_ptr, map_ptr,
     HIDDEN, INTER, EXPERTS, GLOBAL, TOP_K, S_COLS, stride_xm, stride_we, stride_se,
@@ -101,7 +111,7 @@ def moe_gemv_gate_up_kernel(
     tl.store(act_ptr + p.to(tl.int64) * INTER + jj, act, mask=jj < INTER)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_gemv_down_kernel(
     act_ptr, w_ptr, s_ptr, part_ptr, rw_ptr, ids_ptr, map_ptr,
     HIDDEN, INTER, EXPERTS, GLOBAL, S_COLS, stride_we, stride_se,
@@ -127,7 +137,7 @@ def moe_gemv_down_kernel(
     tl.store(part_ptr + p.to(tl.int64) * HIDDEN + rn, y, mask=n_ok)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_sum_kernel(part_ptr, out_ptr, HIDDEN, TOP_K, stride_om, BLOCK: tl.constexpr):
     """``out[t, n] = sum_s part[t * TOP_K + s, n]``, the slots added in order (deterministic),
     stored in the output's dtype. Grid ``(tokens, cdiv(HIDDEN, BLOCK))``."""
@@ -143,7 +153,7 @@ def moe_sum_kernel(part_ptr, out_ptr, HIDDEN, TOP_K, stride_om, BLOCK: tl.conste
 # -- prefill: routed blocks --------------------------------------------------------------------
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_count_kernel(
     ids_ptr, map_ptr, count_ptr, rank_ptr, PAIRS, EXPERTS, GLOBAL,
     HAS_MAP: tl.constexpr, BLOCK: tl.constexpr,
@@ -169,7 +179,7 @@ def block_starts(count_ptr, EXPERTS, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr
     return ex, end - blocks, end
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_place_kernel(
     ids_ptr, map_ptr, count_ptr, rank_ptr, sorted_ptr, PAIRS, EXPERTS, GLOBAL,
     HAS_MAP: tl.constexpr, BLOCK_M: tl.constexpr, E_POW2: tl.constexpr, BLOCK: tl.constexpr,
@@ -203,7 +213,7 @@ def dot_tile(acc, a, w_cols, kk, k_ok, n_ok, s_cols, k0, QK: tl.constexpr):
     return acc + tl.dot(a, w) * s[None, :]
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_gate_up_kernel(
     x_ptr, w_ptr, s_ptr, act_ptr, rw_ptr, sorted_ptr, count_ptr,
     PAIRS, HIDDEN, INTER, EXPERTS, TOP_K, S_COLS, stride_xm, stride_am, stride_we, stride_se,
@@ -250,7 +260,7 @@ def moe_gate_up_kernel(
     tl.store(o, act.to(act_ptr.dtype.element_ty), mask=m_ok[:, None] & j_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def moe_down_kernel(
     act_ptr, w_ptr, s_ptr, out_ptr, rw_ptr, sorted_ptr, count_ptr,
     PAIRS, HIDDEN, INTER, EXPERTS, TOP_K, S_COLS, stride_am, stride_om, stride_we, stride_se,

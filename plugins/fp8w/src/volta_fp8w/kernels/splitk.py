@@ -10,11 +10,11 @@ import triton
 import triton.language as tl
 
 from volta_core.kernel_api import accumulate_splits, store_out
-from volta_fp8w.kernels.dequant import FOLD, tile_scales, weight_tile, x_tile
+from volta_fp8w.kernels.dequant import FOLD, UNSPECIALIZED, tile_scales, weight_tile, x_tile
 from volta_fp8w.kernels.e4m3 import e4m3_words_scaled_fp16, e4m3_words_scaled_fp32
 
 
-@triton.jit
+@triton.jit(do_not_specialize=UNSPECIALIZED)
 def fp8w_splitk_kernel(
     x_ptr,
     w_ptr,

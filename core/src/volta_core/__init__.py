@@ -66,7 +66,7 @@ from volta_core.host.types import (
     canonical_kv_dtype,
 )
 
-__version__ = "0.10.0"
+__version__ = "0.10.1"
 
 __all__ = [
     "ACTIVATION_DTYPES",

@@ -10,4 +10,4 @@ call, every build shipped for a device and what a launch costs, which the launch
 configurations (:mod:`.gate_configs`) and the plan's hooks (:mod:`.plugin`) read.
 """
 
-__version__ = "0.10.0"
+__version__ = "0.10.1"

@@ -5,4 +5,4 @@ and the rules (:mod:`volta_fp8kv.policy`) are pure Python; the kernels and their
 (:mod:`volta_fp8kv.ops`) are imported only by whoever launches them.
 """
 
-__version__ = "0.2.4"
+__version__ = "0.2.5"

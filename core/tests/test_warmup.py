@@ -560,41 +560,47 @@ print(json.dumps(launches))
 """
 )
 
-# fp8w's experts planned for a V100 as ct_wna16's: e4m3 codes in blocks of 128 x 128, at the
-# same token counts (the decode GEMVs up to 16, the routed blocks' tile of 16 rows above and of
-# 32 from 16 routed rows an expert on average), the router weight on the output and on the
-# input, with and without an expert map, int32 and int64 ids, and a top-1 router's steps.
+# fp8w's experts planned for a V100 as ct_wna16's: e4m3 codes in blocks of 128 x 128 and with
+# one scale a row (channel scales: the builds are declared per device, not per checkpoint), at
+# the same token counts (the decode GEMVs up to 16, the routed blocks' tile of 16 rows above
+# and of 32 from 16 routed rows an expert on average), the router weight on the output and on
+# the input, with and without an expert map, int32 and int64 ids, and a top-1 router's steps.
 FP8W_MOE = (
     RECORDER
     + CLASSES
     + """
 import volta_fp8w.kernels.moe
 from volta_fp8w.experts import ExpertWeights, experts_forward
-from volta_fp8w.layout import Fp8Weights
+from volta_fp8w.layout import Fp8Weights, channel_block_k
 
 # The launcher launches on CPU tensors under the interpreter only: the kernels, imported
 # before, stay compiled JIT functions, as on a GPU.
 os.environ["TRITON_INTERPRET"] = "1"
 E, HIDDEN, INTER, TOP_K = 256, 2048, 512, 8
 
-# Never read: the kernels do not run.
-def stacked(n, k):
+# Never read: the kernels do not run. Blocks of 128 x 128, or one scale a row (channel).
+def stacked(n, k, channel):
     codes = torch.empty(E, n, k, dtype=torch.uint8)
+    if channel:
+        return Fp8Weights(codes, torch.empty(E, n, 1), n, k, 1, channel_block_k(k))
     return Fp8Weights(codes, torch.empty(E, n // 128, k // 128), n, k, 128, 128)
 
-weights = ExpertWeights(stacked(2 * INTER, HIDDEN), stacked(HIDDEN, INTER))
 steps = [*itertools.product([TOP_K], (1, 3, 5, 16, 17, 32, 48, 600)), (1, 1), (1, 17)]
-for (top_k, tokens), on_input, mapped, ids_dtype in itertools.product(
-    steps, (False, True), (False, True), (torch.int32, torch.int64)
-):
-    ids = (torch.arange(tokens * top_k) % E).reshape(tokens, top_k).to(ids_dtype)
-    with recording_launches() as log:
-        experts_forward(
-            torch.empty(tokens, HIDDEN, dtype=torch.float16), weights, torch.ones(tokens, top_k),
-            ids, torch.arange(E, dtype=torch.int32) if mapped else None, weight_on_input=on_input,
-        )
-    note(log)
-    record(log, top_k=top_k, tokens=tokens, on_input=on_input, mapped=mapped, ids=str(ids_dtype))
+for channel in (False, True):
+    weights = ExpertWeights(stacked(2 * INTER, HIDDEN, channel), stacked(HIDDEN, INTER, channel))
+    for (top_k, tokens), on_input, mapped, ids_dtype in itertools.product(
+        steps, (False, True), (False, True), (torch.int32, torch.int64)
+    ):
+        ids = (torch.arange(tokens * top_k) % E).reshape(tokens, top_k).to(ids_dtype)
+        with recording_launches() as log:
+            experts_forward(
+                torch.empty(tokens, HIDDEN, dtype=torch.float16), weights,
+                torch.ones(tokens, top_k), ids,
+                torch.arange(E, dtype=torch.int32) if mapped else None, weight_on_input=on_input,
+            )
+        note(log)
+        record(log, channel=channel, top_k=top_k, tokens=tokens, on_input=on_input,
+               mapped=mapped, ids=str(ids_dtype))
 check_classes()
 print(json.dumps(launches))
 """

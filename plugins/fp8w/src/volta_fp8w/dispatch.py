@@ -556,9 +556,23 @@ MOE_ID_TYPES = ("i32", "i64")
 #: Scale block rows the gate compiles the experts' weight kernels with: ``QN`` and ``QK`` (a
 #: layer's scale block) are ``tl.constexpr``, so each checkpoint's blocks are a build of their
 #: own; the gate compiles every input tile at 128 rows a block (the FP8 releases' blocks) and at
-#: one (channel and tensor scales, and blocks the loader expands to one a row), ``QK`` 128
-#: where the tile is the launch's own, else the tile.
+#: one (blocks the loader expands to one a row), ``QK`` 128 where the tile is the launch's own,
+#: else the tile; channel and tensor scales take :data:`WHOLE_ROW_QK`.
 GATE_SCALE_ROWS = (128, 1)
+
+#: ``QK`` of experts whose scales have one column a row (channel and tensor scales): a block
+#: longer than any layer's input, so ``k // QK`` is 0 and every such layer, whatever its input
+#: length, is one build (one warmup and gate compile), not one per length rounded to 128.
+WHOLE_ROW_QK = 1 << 16
+
+
+def moe_scale_block(block_n: int, block_k: int, k: int) -> tuple[int, int]:
+    """The ``(QN, QK)`` the experts' Triton kernels take for scales in blocks of
+    ``(block_n, block_k)`` on ``k`` inputs: the blocks, or :data:`WHOLE_ROW_QK` where one
+    block spans the input."""
+    if k > WHOLE_ROW_QK:
+        raise ValueError(f"experts with {k} inputs: at most {WHOLE_ROW_QK} are taken")
+    return (block_n, WHOLE_ROW_QK if block_k >= k else block_k)
 
 
 def _id_types(ids: str, has_map: bool) -> tuple[tuple[str, str], ...]:
@@ -657,11 +671,15 @@ def moe_blocks_build(
 
 def _gate_scales(launch: MoELaunch) -> list[tuple[int, int]]:
     """Every input tile ``launch`` takes, as the scale blocks the gate compiles it with
-    (:data:`GATE_SCALE_ROWS`)."""
+    (:data:`GATE_SCALE_ROWS`), then one scale column a row (:func:`moe_scale_block`), which
+    takes the launch's own tile."""
     return [
-        (rows, 128 if tile == launch.block_k else tile)
-        for tile in moe_tiles(launch)
-        for rows in GATE_SCALE_ROWS
+        *(
+            (rows, 128 if tile == launch.block_k else tile)
+            for tile in moe_tiles(launch)
+            for rows in GATE_SCALE_ROWS
+        ),
+        (1, WHOLE_ROW_QK),
     ]
 
 

@@ -44,6 +44,7 @@ from volta_fp8w.dispatch import (
     moe_mma_launch,
     moe_mma_launches,
     moe_place_build,
+    moe_scale_block,
     moe_sum_build,
     route_place_tile,
 )
@@ -325,6 +326,12 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.empty(shape, dtype=dtype, device=device)
 
 
+def _scale_block(w: Fp8Weights) -> tuple[int, int]:
+    """The ``(QN, QK)`` of ``w``'s scales as the Triton kernels take them
+    (:func:`~volta_fp8w.dispatch.moe_scale_block`)."""
+    return moe_scale_block(w.block_n, w.block_k, w.k)
+
+
 def _map_args(
     ids: torch.Tensor, expert_map: torch.Tensor | None, experts: int
 ) -> tuple[torch.Tensor, int]:
@@ -359,12 +366,8 @@ def _gemv(
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
     map_arg, global_experts = _map_args(ids, expert_map, experts)
     flags = {"has_map": expert_map is not None, "ids": ID_TYPES[ids.dtype]}
-    gate_up = moe_gemv_build(
-        launch, (w13.block_n, w13.block_k), down=False, mul=weight_on_input, **flags
-    )
-    down = moe_gemv_build(
-        launch, (w2.block_n, w2.block_k), down=True, mul=not weight_on_input, **flags
-    )
+    gate_up = moe_gemv_build(launch, _scale_block(w13), down=False, mul=weight_on_input, **flags)
+    down = moe_gemv_build(launch, _scale_block(w2), down=True, mul=not weight_on_input, **flags)
     act = _empty((pairs, inter), torch.float32, x.device)
     moe_gemv_gate_up_kernel[(pairs, -(-inter // launch.block_n))](
         x, w13.weight, w13.scales, act, router, ids, map_arg,
@@ -427,12 +430,8 @@ def _blocks(
     m, pairs = x.shape[0], ids.numel()
     hidden, inter, experts = weights.hidden, weights.inter, weights.num_experts
     counts, placed, blocks = _route(ids, expert_map, experts, launch.block_m)
-    gate_up = moe_blocks_build(
-        launch, (w13.block_n, w13.block_k), experts, down=False, mul=weight_on_input
-    )
-    down = moe_blocks_build(
-        launch, (w2.block_n, w2.block_k), experts, down=True, mul=not weight_on_input
-    )
+    gate_up = moe_blocks_build(launch, _scale_block(w13), experts, down=False, mul=weight_on_input)
+    down = moe_blocks_build(launch, _scale_block(w2), experts, down=True, mul=not weight_on_input)
     act = _empty((pairs, inter), x.dtype, x.device)
     moe_gate_up_kernel[(blocks, -(-inter // launch.block_n))](
         x, w13.weight, w13.scales, act, router, placed, counts,

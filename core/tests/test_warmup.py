@@ -355,17 +355,19 @@ print(json.dumps(launches))
 )
 
 
-def _specialization(
-    kernel: str,
-    signature: dict[str, str],
-    constexprs: dict[str, Any],
-    divisible: Any,
-    num_warps: int,
-    num_stages: int,
-) -> str:
-    """What Triton's JIT compiles for a launch or a build, as one comparable string."""
+def _specialization(compiled: dict[str, Any]) -> str:
+    """What Triton's JIT compiles for a launch or a build (its kernel, signature, constexprs,
+    16-divisible integers, warps and stages), as one comparable string."""
     return json.dumps(
-        [kernel, signature, constexprs, sorted(divisible), num_warps, num_stages], sort_keys=True
+        [
+            compiled["kernel"],
+            dict(compiled["signature"]),
+            dict(compiled["constexprs"]),
+            sorted(compiled["divisible_by_16"]),
+            compiled["num_warps"],
+            compiled["num_stages"],
+        ],
+        sort_keys=True,
     )
 
 
@@ -399,14 +401,7 @@ def _warmed(model: str, experts: str | None = None) -> set[str]:
         return f"{fn.__module__}:{fn.__name__}"
 
     return {
-        _specialization(
-            defined_at(b.config.kernel),
-            dict(b.config.signature),
-            dict(b.config.constexprs),
-            b.config.divisible_by_16,
-            b.config.num_warps,
-            b.config.num_stages,
-        )
+        _specialization({**vars(b.config), "kernel": defined_at(b.config.kernel)})
         for b in builds
         if isinstance(b.config, KernelConfig)
     }
@@ -417,15 +412,7 @@ def _assert_warmed(launches: list[dict[str, Any]], warmed: set[str]) -> None:
     missed = [
         (launch["kernel"].rsplit(":", 1)[1], launch["call"])
         for launch in launches
-        if _specialization(
-            launch["kernel"],
-            launch["signature"],
-            launch["constexprs"],
-            launch["divisible_by_16"],
-            launch["num_warps"],
-            launch["num_stages"],
-        )
-        not in warmed
+        if _specialization(launch) not in warmed
     ]
     assert not missed, f"launches warmup does not build ({len(missed)}): {missed}"
 

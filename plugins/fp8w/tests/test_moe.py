@@ -25,9 +25,9 @@ import torch
 
 from volta_devkit.testing import assert_rel_close, poison_
 from volta_fp8w import experts as experts_module
-from volta_fp8w.dispatch import moe_blocks_choice
+from volta_fp8w.dispatch import WHOLE_ROW_QK, moe_blocks_choice
 from volta_fp8w.experts import ExpertWeights, experts_forward, stack_experts
-from volta_fp8w.layout import WeightFormatError
+from volta_fp8w.layout import WeightFormatError, channel_block_k
 from volta_fp8w.tables import SM70, MoELaunch
 
 EXPERTS = 8
@@ -382,6 +382,27 @@ def test_bad_calls_are_refused_before_any_launch(what, change, match, monkeypatc
         experts_forward(
             call["x"], call["weights"], call["w"], call["ids"], call["map"], path=call["path"]
         )
+
+
+def test_experts_longer_than_the_whole_row_block_are_refused() -> None:
+    """Scales of one column a row are found through ``QK`` = ``WHOLE_ROW_QK`` (one build for
+    every input length), so an input longer than that is refused when the stack is checked
+    (at load and before any launch), naming the stack and the limit."""
+    hidden, inter = WHOLE_ROW_QK + 128, 32
+    w13 = experts_module.Fp8Weights(
+        torch.zeros(1, 2 * inter, hidden, dtype=torch.uint8),
+        torch.ones(1, 2 * inter, 1),
+        2 * inter,
+        hidden,
+        1,
+        channel_block_k(hidden),
+    )
+    w2 = experts_module.Fp8Weights(
+        torch.zeros(1, hidden, inter, dtype=torch.uint8), torch.ones(1, hidden, 1), hidden, inter,
+        1, channel_block_k(inter),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match=rf"gate/up takes {hidden} inputs: at most 65536"):
+        ExpertWeights(w13, w2).check()
 
 
 def test_bad_checkpoint_stacks_are_refused() -> None:

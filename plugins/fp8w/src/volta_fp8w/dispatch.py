@@ -569,9 +569,7 @@ WHOLE_ROW_QK = 1 << 16
 def moe_scale_block(block_n: int, block_k: int, k: int) -> tuple[int, int]:
     """The ``(QN, QK)`` the experts' Triton kernels take for scales in blocks of
     ``(block_n, block_k)`` on ``k`` inputs: the blocks, or :data:`WHOLE_ROW_QK` where one
-    block spans the input."""
-    if k > WHOLE_ROW_QK:
-        raise ValueError(f"experts with {k} inputs: at most {WHOLE_ROW_QK} are taken")
+    block spans the input (``ExpertWeights.check`` refuses longer inputs at load)."""
     return (block_n, WHOLE_ROW_QK if block_k >= k else block_k)
 
 

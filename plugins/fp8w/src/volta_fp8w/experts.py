@@ -34,6 +34,7 @@ from volta_core.kernel_api import Choice, device_facts, interpreting
 from volta_fp8w.dispatch import (
     MOE_DECODE,
     MOE_MMA,
+    WHOLE_ROW_QK,
     ExpertLaunch,
     expert_choice,
     max_blocks,
@@ -129,6 +130,8 @@ class ExpertWeights:
                 )
             if w.weight.device != w.scales.device:
                 raise ValueError(f"{name} weights and scales are on different devices")
+            if w.k > WHOLE_ROW_QK:
+                raise ValueError(f"{name} takes {w.k} inputs: at most {WHOLE_ROW_QK} are served")
         if w13.n != 2 * w2.k or w2.n != w13.k or w13.weight.shape[0] != w2.weight.shape[0]:
             raise ValueError(
                 f"gate/up [{w13.weight.shape[0]} x {w13.n} x {w13.k}] and down "

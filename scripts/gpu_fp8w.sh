@@ -3,8 +3,8 @@
 #   OUT=/some/dir [PART=tests|bench|all|moe] [QUICK=1] [MMA=1] [PTX70=1] \
 #     [VLLM_FP8_UTILS=path/fp8_utils.py] [VLLM_FUSED_MOE=path/fused_moe.py] \
 #     [SELECT="not ptx70"] [WORKERS=4] [LIMIT=270] [BENCH_LIMIT=300] bash scripts/gpu_fp8w.sh
-# tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_mma.py, test_moe.py,
-# test_moe_mma.py exist) on WORKERS processes, with compute-sanitizer memcheck and racecheck
+# tests: fp8w's GPU tests (-m gpu; whichever of test_kernels.py, test_cuda_gemv.py, test_mma.py,
+# test_moe.py, test_moe_mma.py exist) on WORKERS processes, with compute-sanitizer memcheck and racecheck
 # beside them on the kernel tests' small launches (-k "sanitizer or every_code_is_exact";
 # SAN_SELECT overrides), each under LIMIT seconds; the driver's own probes answer CUDA API errors
 # that are not the kernels' (--report-api-errors no).
@@ -47,8 +47,8 @@ t=plugins/fp8w/tests
 limit=${LIMIT:-270}
 select=${SELECT:-}
 K=(); [ -n "$select" ] && K=(-k "$select")
-gpu_tests=(); for f in test_kernels.py test_mma.py test_moe.py test_moe_mma.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
-kernel_tests=(); for f in test_kernels.py test_mma.py test_moe_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
+gpu_tests=(); for f in test_kernels.py test_cuda_gemv.py test_mma.py test_moe.py test_moe_mma.py; do [ -f "$t/$f" ] && gpu_tests+=("$t/$f"); done
+kernel_tests=(); for f in test_kernels.py test_cuda_gemv.py test_mma.py test_moe_mma.py; do [ -f "$t/$f" ] && kernel_tests+=("$t/$f"); done
 san=${SAN_SELECT:-sanitizer or every_code_is_exact}
 status=0
 if [ "$part" = tests ] || [ "$part" = all ]; then

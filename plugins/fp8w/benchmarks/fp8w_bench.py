@@ -568,15 +568,16 @@ def measure_row(m: int, layer: Layer, ctx: Context) -> dict[str, Any]:
     n, k, ws, sets = w0.n, w0.k, layer.weights, layer.sets
     x = torch.randn(m, k, device=DEVICE, dtype=torch.float16)
     outs = [torch.empty(m, n, device=DEVICE, dtype=torch.float16) for _ in range(2)]
-    choice = linear_choice(m, n, k, ctx.capability)
     sm70 = linear_choice(m, n, k, (7, 0)).launch
     mma_launch = sm70 if ctx.mma and sm70.path == MMA else None
     res = check_paths(
         x, w0, layer.w32, layer.dense[0], vk=ctx.vk, device_name=ctx.device_name,
         scaled=layer.scaled[0] if layer.scaled else None, mma_launch=mma_launch,
     )  # fmt: skip
-    row: dict[str, Any] = {"n": n, "k": k, "m": m, "path": choice.launch.path, **res}
-    row["launch"] = repr(choice.launch)
+    # What ran: dispatch's choice, or its fallback where the choice's CUDA build did not load.
+    ran = ops.plan_for(w0).chosen(m, x, None).launch
+    row: dict[str, Any] = {"n": n, "k": k, "m": m, "path": ran.path, **res}
+    row["launch"] = repr(ran)
 
     def time_path(name: str, fn: Callable[..., Any], s: Sequence[Sequence[Any]]) -> None:
         if f"{name}_error" in row:
@@ -645,7 +646,13 @@ def finish_row(row: dict[str, Any], shape: dict[str, Any], ctx: Context) -> None
 # -- output -----------------------------------------------------------------------------------
 
 #: The table's columns: heading, width, and how a row fills it.
-PATH_SHORT = {"splitk": "splitk", "gemm": "gemm", "dequant_matmul": "deq+mm", "mma": "mma"}
+PATH_SHORT = {
+    "splitk": "splitk",
+    "gemm": "gemm",
+    "dequant_matmul": "deq+mm",
+    "mma": "mma",
+    "cuda_gemv": "cu-gemv",
+}
 
 
 def _us(row: dict[str, Any], name: str) -> str:
@@ -807,10 +814,11 @@ SWEEP_MS = (1, 4, 16, 32)
 
 
 def sweep_candidates(m: int) -> list[Any]:
-    """Split-K launches ``--sweep`` times for ``m`` tokens: the GEMV's tiles at one token, dot
-    tiles of 16 or 32 rows above it, over output tiles, input tiles, warps and programs per
-    SM; and the tiled GEMM's at 16 and 32 tokens."""
-    from volta_fp8w.tables import GEMM, SPLITK, Launch
+    """Launches ``--sweep`` times for ``m`` tokens: split-K's, the GEMV's tiles at one token,
+    dot tiles of 16 or 32 rows above it, over output tiles, input tiles, warps and programs per
+    SM; at one token the CUDA GEMV's, over rows a warp, warps and loads in flight; and the
+    tiled GEMM's at 16 and 32 tokens."""
+    from volta_fp8w.tables import CUDA_GEMV, GEMM, SPLITK, Launch
 
     rows = (1,) if m == 1 else ((8, 16) if m <= 8 else (16, 32))
     out = [
@@ -821,6 +829,13 @@ def sweep_candidates(m: int) -> list[Any]:
         for w in (2, 4, 8)
         for p in (1, 2, 4, 8)
     ]
+    if m == 1:
+        out += [
+            Launch(CUDA_GEMV, block_n=rows * w, num_warps=w, loads=loads)
+            for rows in (1, 2, 4)
+            for w in (2, 4, 8)
+            for loads in (1, 2, 4)
+        ]
     if m >= 16:
         out += [
             Launch(GEMM, block_m=bm, block_n=bn, block_k=bk, num_warps=w)

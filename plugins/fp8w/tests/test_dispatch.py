@@ -53,6 +53,7 @@ from volta_fp8w.gate_configs import kernel_configs
 from volta_fp8w.launch import fitted, split_count
 from volta_fp8w.scheme import Fp8Scheme
 from volta_fp8w.tables import (
+    CUDA_GEMV,
     DECODE_MAX_M,
     DEQUANT_MATMUL,
     GEMM,
@@ -96,7 +97,8 @@ def test_sm70_choices_name_their_kernel_and_unit() -> None:
     assert triton_unit(SM90.gemv, H100) is Unit.FMA
     assert triton_unit(SM90.small, H100) is Unit.TENSOR_CORES
     assert triton_unit(SM90.gemm, H100) is Unit.TENSOR_CORES
-    assert set(KERNEL_NAMES) == {SPLITK, GEMM, DEQUANT_MATMUL, MMA}
+    assert triton_unit(SM90.cuda_gemv, H100) is Unit.FMA
+    assert set(KERNEL_NAMES) == {SPLITK, GEMM, DEQUANT_MATMUL, MMA, CUDA_GEMV}
 
 
 @pytest.mark.parametrize(("n", "k"), [(4096, 4096), (27648, 5120), (5120, 27648), (768, 2048)])
@@ -106,7 +108,7 @@ def test_a_v100_takes_the_tensor_cores_from_eight_tokens(n: int, k: int) -> None
     the table's choice as the fallback where NVRTC is missing: at 8 tokens both read the same
     bytes (a tie goes to the tensor cores), above that the FMA GEMM and dequantize-then-cuBLAS
     cost more. Off the V100 the table's launch, no CUDA build."""
-    for m in range(1, MMA_MIN_M):
+    for m in range(2, MMA_MIN_M):
         assert linear_choice(m, n, k, V100) == table_choice(m, n, k, V100)
     for m in (MMA_MIN_M, 9, 16, 17, 33, 256, 257, 2048):
         choice = linear_choice(m, n, k, V100)
@@ -117,7 +119,7 @@ def test_a_v100_takes_the_tensor_cores_from_eight_tokens(n: int, k: int) -> None
         table = linear_cost(choice.fallback.launch, m, n, k, BLOCK).seconds(V100_RATES)
         assert mma <= table, (m, mma, table)
     for capability in ((7, 5), H100):
-        for m in (1, 8, 64, 2048):
+        for m in (8, 64, 2048):
             assert linear_choice(m, n, k, capability) == table_choice(m, n, k, capability)
 
 

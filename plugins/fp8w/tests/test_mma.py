@@ -23,6 +23,7 @@ from dataclasses import replace
 import pytest
 import torch
 from fp8w_mma_gate import assert_tensor_core_build, tile_mmas
+from fp8w_weights import random_layer
 
 from volta_core.kernel_api import (
     CudaBuilds,
@@ -44,7 +45,7 @@ from volta_fp8w.cuda.launch_args import (
     mma_options,
     mma_splits,
 )
-from volta_fp8w.layout import Fp8Weights, block_weights, channel_weights
+from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.tables import MMA, SM70, SM70_MMA, SPLITK, Launch
 
 CUDA0 = torch.device("cuda", 0)
@@ -242,35 +243,15 @@ def test_ready_loads_each_build_once(loads) -> None:
     assert loads == [(mma_options(launch), None) for launch in ROWS]
 
 
-def _weights(
-    n: int,
-    k: int,
-    block: tuple[int, int] | None,
-    seed: int = 0,
-    device: str | torch.device = "cpu",
-) -> Fp8Weights:
-    """Fresh random e4m3fn codes (every finite code alike) and scales ``2**U(-6, -2)``: a
-    block-quantized layer of ``block`` scales, or channel-wise (None)."""
-    gen = torch.Generator().manual_seed(seed)
-    codes = torch.randint(0, 256, (n, k), generator=gen, dtype=torch.uint8)
-    codes[(codes & 0x7F) == 0x7F] -= 1  # no NaN codes: S.1111.110, the largest finite
-    if block is None:
-        scale = 2.0 ** (torch.rand(n, 1, generator=gen) * 4 - 6)
-        return channel_weights("t", codes.to(device), scale.to(device), n, k)
-    shape = (-(-n // block[0]), -(-k // block[1]))
-    scale = 2.0 ** (torch.rand(shape, generator=gen) * 4 - 6)
-    return block_weights("t", codes.to(device), scale.to(device), n, k, block)
-
-
 def test_refusals_before_any_launch(loads) -> None:
-    w = _weights(300, 640, (128, 128))
+    w = random_layer(300, 640, (128, 128))
     x = torch.randn(16, 640).half()
     out = poison_(torch.empty(16, 300, dtype=torch.float16))
     with pytest.raises(ValueError, match="not a tensor-core launch"):
         mma.mma_linear(x, w, None, SM70.gemm, out)
     with pytest.raises(ValueError, match="runs on CUDA devices"):
         mma.mma_linear(x, w, None, ROWS[0], out)
-    odd = _weights(300, 640, (128, 96))
+    odd = random_layer(300, 640, (128, 96))
     with pytest.raises(ValueError, match="does not divide"):
         mma.mma_linear(x, odd, None, replace(ROWS[0], block_k=64), out)
     with pytest.raises(ValueError, match="tensor-core launch"):
@@ -362,7 +343,7 @@ def test_gpu_every_row_and_token_count(
     other count, into poisoned outputs; the split buffers are all zero again after each."""
     _forced_splits(monkeypatch, split)
     seed = n + k + (0 if block is None else block[0] * block[1])
-    w = _weights(n, k, block, seed=seed, device="cuda")
+    w = random_layer(n, k, block, seed=seed, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
     xs = torch.randn(max(GPU_MS), k, generator=gen, device="cuda").half()
     b = torch.randn(n, generator=gen, device="cuda").half()
@@ -380,7 +361,7 @@ def test_gpu_every_row_and_token_count(
 def test_gpu_views_and_short_inputs(ptx_arch: str | None) -> None:
     """Activations that are a strided view (copied), an output that is a view of a wider
     tensor (its row stride), an input of one k-tile, and one shorter than a tile."""
-    w = _weights(640, 1024, (128, 128), seed=5, device="cuda")
+    w = random_layer(640, 1024, (128, 128), seed=5, device="cuda")
     wide = torch.randn(24, 1025, device="cuda").half()
     x = wide[:, 1:]
     b = torch.randn(640, device="cuda").half()
@@ -390,7 +371,7 @@ def test_gpu_views_and_short_inputs(ptx_arch: str | None) -> None:
         _check(w, x, None, launch, ptx_arch, f"strided out {launch.block_m}", out=base[:, :640])
         assert base[:, 640:].isnan().all()  # past the view: left alone
     for k in (32, 8, 3):
-        short = _weights(72, k, None, seed=k, device="cuda")
+        short = random_layer(72, k, None, seed=k, device="cuda")
         xs = torch.randn(17, k, device="cuda").half()
         sm_count = device_facts(xs.device).sm_count
         assert mma_splits(72, k, row_for(17), sm_count, 17)[0] == 1
@@ -410,7 +391,7 @@ def test_gpu_builds_load() -> None:
 def test_gpu_cuda_graph_capture_and_replay(n: int, k: int) -> None:
     """Loaded eagerly, then captured and replayed three times into poisoned outputs: each
     replay needs the accumulators and counters its predecessor put back to zero."""
-    w = _weights(n, k, (128, 128), seed=n, device="cuda")
+    w = random_layer(n, k, (128, 128), seed=n, device="cuda")
     sm_count = device_facts(CUDA0).sm_count
     assert mma_splits(n, k, row_for(16), sm_count, 16)[0] > 1
     for m in (16, 32, 256):
@@ -442,7 +423,7 @@ def test_gpu_small_for_sanitizer() -> None:
     """Small launches of every row, split and not, each twice (the second finds what the first
     reset), for compute-sanitizer memcheck and racecheck runs."""
     for k in (640, 999):
-        w = _weights(300, k, (64, 128), seed=k, device="cuda")
+        w = random_layer(300, k, (64, 128), seed=k, device="cuda")
         for launch in ROWS:
             for m in (9, 40):
                 x = torch.randn(m, k, device="cuda").half()

@@ -3,21 +3,25 @@ the tables ship there, and what a launch costs: the one answer the launchers
 (:mod:`volta_fp8w.ops`, :mod:`volta_fp8w.experts`), the compile gate and the plan read.
 
 * The launch a call gets, as a :class:`volta_core.kernel_api.Choice`: a linear layer's
-  (:func:`linear_choice`: on a V100 from :data:`MMA_MIN_M` tokens on the CUDA tensor-core GEMM
-  where its cost is no more than the table's, carrying the table's launch as its fallback; else
-  the table's, :func:`table_choice`), and the fused experts' (:func:`expert_choice`: the decode
-  GEMVs on the router's ids up to the table's ``moe_decode_max_m`` tokens,
+  (:func:`linear_choice`: at one token the table's CUDA GEMV where the input count is whole
+  16-byte loads and the outputs fill the GPU, on a V100 from :data:`MMA_MIN_M` tokens on the
+  CUDA tensor-core GEMM where its cost is no more than the table's, each carrying the table's
+  launch as its fallback; else the table's, :func:`table_choice`), and the fused experts'
+  (:func:`expert_choice`: the decode GEMVs on the router's ids up to the table's
+  ``moe_decode_max_m`` tokens,
   :func:`moe_decode_choice`, the routed blocks above, :func:`moe_blocks_choice`, on a V100 the
   CUDA tensor-core GEMM over them where it costs no more, :func:`moe_mma_launch`). Whether the
   CUDA build loads is the launcher's only decision (:func:`volta_fp8w.cuda.mma.ready`,
-  :func:`volta_fp8w.cuda.moe_mma.ready`).
+  :func:`volta_fp8w.cuda.moe_mma.ready`, :func:`volta_fp8w.cuda.gemv.ready`), and for the GEMV
+  whether the layer's tensors are 16-byte aligned (:func:`volta_fp8w.cuda.gemv.runs`).
 * What a launch costs (:func:`linear_cost`, :func:`expert_cost`), a
   :class:`volta_core.kernel_api.KernelCost` priced at :data:`volta_core.kernel_api.V100_RATES`:
   the tensor-core choice compares these costs, and the plan's estimate reads them
   (:func:`stage_cost`) on the stages of the plan's kernel paths (:func:`linear_paths`,
   :func:`expert_paths`).
 * Every build the plugin ships on a family (:func:`triton_builds`, :func:`moe_builds`,
-  :func:`tensor_core_builds`, :func:`moe_tensor_core_builds`): what the SM70 gates compile.
+  :func:`tensor_core_builds`, :func:`moe_tensor_core_builds`, :func:`cuda_gemv_builds`): what
+  the SM70 gates compile.
   The experts' launcher takes each launch's ``tl.constexpr`` arguments, warps and stages from
   the same build records (:func:`moe_gemv_build`, :func:`moe_blocks_build`...), so the gate
   compiles what runs.
@@ -49,6 +53,7 @@ from volta_core.kernel_api import (
     stage_ranges,
     token_stage,
 )
+from volta_fp8w.cuda.launch_args import GEMV_VECTOR
 from volta_fp8w.launch import (
     TILE_KS,
     aligned_args,
@@ -64,6 +69,7 @@ from volta_fp8w.tables import (
     AUX_NUM_STAGES,
     AUX_NUM_WARPS,
     COUNT_BLOCK,
+    CUDA_GEMV,
     DECODE_MAX_M,
     DEQUANT_MATMUL,
     GEMM,
@@ -87,6 +93,7 @@ KERNEL_NAMES = {
     GEMM: "Triton tiled GEMM",
     DEQUANT_MATMUL: "dequantize, then cuBLAS",
     MMA: "tensor cores (CUDA, mma.m8n8k4)",
+    CUDA_GEMV: "CUDA GEMV (16-byte loads)",
 }
 
 #: The kernels' import paths (the compile gate's configurations name them).
@@ -128,6 +135,8 @@ def triton_unit(launch: Launch, capability: tuple[int, int]) -> Unit:
     (``tl.dot`` runs on them there, triton-lang/triton#5066) and the 1-token GEMV."""
     if launch.path in (DEQUANT_MATMUL, MMA):
         return Unit.TENSOR_CORES
+    if launch.path == CUDA_GEMV:
+        return Unit.FMA
     if capability >= (8, 0) and (launch.path == GEMM or launch.block_m > 1):
         return Unit.TENSOR_CORES
     return Unit.FMA
@@ -168,7 +177,11 @@ def mma_launch(m: int) -> Launch:
 
 @functools.cache
 def linear_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice[Launch]:
-    """The launch for ``m`` tokens on an ``n x k`` layer on ``capability``: on a V100
+    """The launch for ``m`` tokens on an ``n x k`` layer on ``capability``: at one token the
+    table's CUDA GEMV (:mod:`volta_fp8w.cuda.gemv`) where ``k`` is whole 16-byte loads and
+    ``n`` at least the table's ``cuda_gemv_min_n``, needing
+    NVRTC and carrying :func:`table_choice` as its fallback (both read the same bytes; the CUDA
+    GEMV spends fewer instructions on each); on a V100
     (:data:`~volta_fp8w.limits.MMA_CAPABILITY`) from :data:`MMA_MIN_M` tokens the tensor-core
     GEMM (:func:`mma_launch`), needing NVRTC and carrying :func:`table_choice` as its fallback,
     where its cost (:func:`linear_cost`) at :data:`~volta_core.kernel_api.V100_RATES` is no more
@@ -178,6 +191,9 @@ def linear_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice
     (tokens, shape): the launcher asks on every call. Costs are priced with 128 x 128 blocks
     (the scales are under 0.01% of the bytes at any block the checkpoints use)."""
     table = table_choice(m, n, k, capability)
+    t = table_for(capability)
+    if m == 1 and t.cuda_gemv is not None and k % GEMV_VECTOR == 0 and n >= t.cuda_gemv_min_n:
+        return Choice(KERNEL_NAMES[CUDA_GEMV], Unit.FMA, t.cuda_gemv, fallback=table)
     if capability != MMA_CAPABILITY or m < MMA_MIN_M:
         return table
     launch = mma_launch(m)
@@ -205,6 +221,7 @@ def linear_cost(
       tensor cores.
     * The CUDA tensor-core GEMM: one launch, ``2mnk`` FLOPs (tokens padded to ``block_m``) on
       the tensor cores.
+    * The CUDA GEMV: one launch, ``2nk`` FLOPs on the FMA units.
     """
     name = KERNEL_NAMES[launch.path]
     block_n, block_k = block
@@ -538,6 +555,12 @@ def tensor_core_builds(capability: tuple[int, int]) -> list[Launch]:
     """The tensor-core GEMM's launches on ``capability``: every row of
     :data:`~volta_fp8w.tables.SM70_MMA` on a V100, none elsewhere."""
     return [launch for _, launch in SM70_MMA] if capability == MMA_CAPABILITY else []
+
+
+def cuda_gemv_builds(capability: tuple[int, int]) -> list[Launch]:
+    """The CUDA GEMV's launches on ``capability``: its table's, if it has one."""
+    gemv = table_for(capability).cuda_gemv
+    return [] if gemv is None else [gemv]
 
 
 def moe_tensor_core_builds(capability: tuple[int, int]) -> list[tuple[Launch, bool]]:

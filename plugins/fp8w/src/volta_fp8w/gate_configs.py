@@ -1,7 +1,8 @@
 """The kernel configurations the compile gates check, one for each build the plugin ships on a
 device (:func:`volta_fp8w.dispatch.triton_builds`, :func:`~volta_fp8w.dispatch.moe_builds`,
-:func:`~volta_fp8w.dispatch.tensor_core_builds` and
-:func:`~volta_fp8w.dispatch.moe_tensor_core_builds`): each build's kernel by import path, its
+:func:`~volta_fp8w.dispatch.tensor_core_builds`,
+:func:`~volta_fp8w.dispatch.moe_tensor_core_builds` and
+:func:`~volta_fp8w.dispatch.cuda_gemv_builds`): each build's kernel by import path, its
 signature, and its constexprs (NVRTC options) as the launcher takes them, so the gate compiles
 exactly the builds that run. Which builds ship is :mod:`volta_fp8w.dispatch`'s; this module only
 maps one to its configuration.
@@ -13,7 +14,7 @@ hooks return :func:`kernel_configs` and :func:`cuda_builds`.
 from __future__ import annotations
 
 from volta_core import CudaKernelConfig, Device, KernelConfig
-from volta_fp8w.cuda.launch_args import mma_config, moe_mma_config
+from volta_fp8w.cuda.launch_args import gemv_config, mma_config, moe_mma_config
 from volta_fp8w.dispatch import (
     DEQUANT_KERNEL,
     GEMM_KERNEL,
@@ -26,6 +27,7 @@ from volta_fp8w.dispatch import (
     MOE_SUM_KERNEL,
     SPLITK_KERNEL,
     TritonBuild,
+    cuda_gemv_builds,
     moe_builds,
     moe_tensor_core_builds,
     tensor_core_builds,
@@ -217,11 +219,12 @@ def kernel_configs(device: Device) -> list[KernelConfig]:
 
 
 def cuda_builds(device: Device) -> list[CudaKernelConfig]:
-    """Every tensor-core GEMM build the plugin ships on ``device`` (none off the V100): the
-    linear layers' and the routed experts' (gate/up and down)."""
+    """Every CUDA build the plugin ships on ``device``: the one-token GEMV's, and on a V100 the
+    tensor-core GEMMs' of the linear layers and the routed experts (gate/up and down)."""
+    gemv = [gemv_config(launch) for launch in cuda_gemv_builds(device.capability)]
     dense = [mma_config(launch) for launch in tensor_core_builds(device.capability)]
     routed = [
         moe_mma_config(launch, gate_up)
         for launch, gate_up in moe_tensor_core_builds(device.capability)
     ]
-    return dense + routed
+    return gemv + dense + routed

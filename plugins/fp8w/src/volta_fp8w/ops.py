@@ -21,7 +21,7 @@ from volta_core.kernel_api import (
     interpreting,
     zeroed_accumulators,
 )
-from volta_fp8w.dispatch import linear_choice, tensor_core_builds
+from volta_fp8w.dispatch import cuda_gemv_builds, linear_choice, tensor_core_builds
 from volta_fp8w.launch import (
     dequant_constexprs,
     dequant_grid,
@@ -34,7 +34,7 @@ from volta_fp8w.launch import (
 )
 from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.limits import BLOCK_K_QUANTUM
-from volta_fp8w.tables import DEQUANT_MATMUL, GEMM, MMA, SPLITK, Launch, table_for
+from volta_fp8w.tables import CUDA_GEMV, DEQUANT_MATMUL, GEMM, MMA, SPLITK, Launch, table_for
 
 #: The most tokens whose launch a layer keeps (:class:`LinearPlan`): the decode batches vLLM
 #: captures in CUDA graphs (512 at most by default); a larger prefill chunk works its launch out
@@ -153,20 +153,28 @@ def _check_launch(launch: Launch, m: int, w: Fp8Weights, sm_count: int) -> None:
 
 
 def _select(launch: Launch | None, m: int, w: Fp8Weights, x: torch.Tensor) -> Launch:
-    """``launch``, or dispatch's choice for the device: the tensor-core GEMM where it chose it
-    and its CUDA build loads on this device (:func:`volta_fp8w.cuda.mma.ready`), else the
-    choice's Triton launch or fallback."""
+    """``launch``, or dispatch's choice for the device: a CUDA kernel (the tensor-core GEMM, the
+    one-token GEMV) where it chose one and its build loads on this device
+    (:func:`volta_fp8w.cuda.mma.ready`, :func:`volta_fp8w.cuda.gemv.ready`; the GEMV only on
+    codes its 16-byte loads take, :func:`volta_fp8w.cuda.gemv.runs`), else the choice's Triton
+    launch or fallback."""
     if launch is not None:
         return launch
     choice = linear_choice(m, w.n, w.k, device_facts(x.device).capability)
-    if choice.launch.path != MMA:
+    if choice.launch.path not in (MMA, CUDA_GEMV):
         return choice.launch
     if x.is_cuda:
-        from volta_fp8w.cuda import mma
+        if choice.launch.path == MMA:
+            from volta_fp8w.cuda import mma
 
-        if mma.ready(x.device, choice.launch):
-            return choice.launch
-    assert choice.fallback is not None, "a tensor-core choice carries its Triton fallback"
+            if mma.ready(x.device, choice.launch):
+                return choice.launch
+        else:
+            from volta_fp8w.cuda import gemv
+
+            if gemv.runs(w) and gemv.ready(x.device, choice.launch):
+                return choice.launch
+    assert choice.fallback is not None, "a CUDA choice carries its Triton fallback"
     return choice.fallback.launch
 
 
@@ -250,7 +258,7 @@ class LinearPlan:
     def call(self, launch: Launch, m: int, bias: torch.Tensor | None) -> _Call:
         """What ``launch`` needs for ``m`` tokens of the layer, checked (:func:`_check_launch`)."""
         w = self.w
-        if launch.path == MMA:
+        if launch.path in (MMA, CUDA_GEMV):
             return _Call(launch)
         _check_launch(launch, m, w, self.sm_count)
         tile = fitted(launch, w.block_k, w.weight.stride(0))
@@ -303,6 +311,11 @@ class LinearPlan:
             from volta_fp8w.cuda import mma
 
             mma.mma_linear(x2, w, bias, chosen, out2)
+            return out
+        if chosen.path == CUDA_GEMV:
+            from volta_fp8w.cuda import gemv
+
+            gemv.gemv_linear(x2, w, bias, chosen, out2)
             return out
         if chosen.path == DEQUANT_MATMUL:
             dense = _dequantize(w, chosen)
@@ -400,12 +413,19 @@ def dequantize(w: Fp8Weights) -> torch.Tensor:
 
 def warm_up(w: Fp8Weights) -> None:
     """Load the CUDA builds ``w``'s layer can take on its device
-    (:func:`volta_fp8w.dispatch.tensor_core_builds`) before vLLM captures its CUDA graphs: a
+    (:func:`volta_fp8w.dispatch.cuda_gemv_builds`, where its codes take the GEMV's loads, and
+    :func:`volta_fp8w.dispatch.tensor_core_builds`) before vLLM captures its CUDA graphs: a
     build first asked for during capture is left to the Triton path. The Triton kernels compile
     at their first call, which vLLM's warm-up makes outside capture."""
     if not w.weight.is_cuda:
         return
-    builds = tensor_core_builds(device_facts(w.weight.device).capability)
+    capability = device_facts(w.weight.device).capability
+    from volta_fp8w.cuda import gemv
+
+    if gemv.runs(w):
+        for launch in cuda_gemv_builds(capability):
+            gemv.warm_up(w.weight.device, launch)
+    builds = tensor_core_builds(capability)
     if builds:
         from volta_fp8w.cuda import mma
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The launch paths: the split-K GEMV, the tiled GEMM, dequantize then cuBLAS, and the CUDA
-#: GEMM on Volta's tensor cores (:mod:`volta_fp8w.cuda`).
+#: The launch paths: the split-K GEMV, the tiled GEMM, dequantize then cuBLAS, the CUDA GEMM on
+#: Volta's tensor cores and the CUDA one-token GEMV (:mod:`volta_fp8w.cuda`).
 SPLITK = "splitk"
 GEMM = "gemm"
 DEQUANT_MATMUL = "dequant_matmul"
 MMA = "mma"
+CUDA_GEMV = "cuda_gemv"
 
 #: The most tokens the GEMV path takes (decode, and MTP's verification steps).
 DECODE_MAX_M = 8
@@ -59,6 +60,11 @@ class Launch:
     ``dot_k``: the inputs one ``tl.dot`` of the multi-token split-K tile takes (at most
     ``block_k``; 32 by default: SM70's FMA dot holds each operand's inputs for its outputs in
     registers, and a 128-input dot of 8 tokens by 32 rows spills at sm_70); other paths ignore it.
+
+    The CUDA one-token GEMV (``CUDA_GEMV``, :mod:`volta_fp8w.cuda.gemv`): ``block_n`` weight
+    rows a block, ``num_warps`` warps of ``block_n / num_warps`` rows each, and ``loads``
+    16-byte loads of each row a lane has in flight before it uses them; ``block_k`` (a lane's
+    scale block holds its 16 inputs) and the other fields are not read.
     """
 
     path: str
@@ -71,9 +77,10 @@ class Launch:
     split_cost: float | None = None
     dot_k: int = 32
     num_stages: int = 3
+    loads: int = 1
 
     def __post_init__(self) -> None:
-        if self.path not in (SPLITK, GEMM, DEQUANT_MATMUL, MMA):
+        if self.path not in (SPLITK, GEMM, DEQUANT_MATMUL, MMA, CUDA_GEMV):
             raise ValueError(f"unknown launch path {self.path!r}")
         if self.block_k not in (32, 64, 128) or self.dot_k not in (32, 64, 128):
             raise ValueError(f"input tiles and dots of 32, 64 or 128 elements: {self}")
@@ -81,6 +88,12 @@ class Launch:
             raise ValueError(f"a tensor-core launch has rows a multiple of {MMA_ROWS}: {self}")
         if self.split_cost is not None and (self.path != MMA or self.split_cost < 0):
             raise ValueError(f"split_cost is a tensor-core launch's cost in k-tiles, >= 0: {self}")
+        if self.path == CUDA_GEMV and (
+            self.block_m != 1 or self.num_warps < 1 or self.block_n % self.num_warps
+        ):
+            raise ValueError(f"a CUDA GEMV launch takes one token and whole rows a warp: {self}")
+        if self.loads < 1 or (self.loads != 1 and self.path != CUDA_GEMV):
+            raise ValueError(f"loads is the CUDA GEMV's loads in flight a row, >= 1: {self}")
 
 
 @dataclass(frozen=True)
@@ -135,7 +148,7 @@ class Table:
     """The Triton launches of one device family, by number of tokens."""
 
     gemv: Launch
-    """1 token."""
+    """1 token: the Triton split-K GEMV, and the CUDA GEMV's fallback."""
     small: Launch
     """2 to ``small_max_m`` tokens."""
     gemm: Launch
@@ -152,6 +165,11 @@ class Table:
     """The most tokens the multi-token split-K tile takes."""
     moe_decode_max_m: int = MOE_DECODE_MAX_M
     """The most tokens the fused experts' decode GEMVs take."""
+    cuda_gemv: Launch | None = None
+    """1 token, where NVRTC builds it (:mod:`volta_fp8w.cuda.gemv`): the CUDA GEMV, with
+    ``gemv`` its fallback (None: ``gemv`` alone), on layers of at least ``cuda_gemv_min_n``
+    outputs (it does not split the input, so fewer rows leave SMs idle)."""
+    cuda_gemv_min_n: int = 2048
 
     def __post_init__(self) -> None:
         rows = [launch.block_m for launch in self.moe_blocks]
@@ -162,6 +180,8 @@ class Table:
             )
         if self.moe_decode.block_m != 1 or self.moe_decode_max_m < 1:
             raise ValueError(f"the decode GEMVs take one row a program: {self.moe_decode}")
+        if self.cuda_gemv is not None and self.cuda_gemv.path != CUDA_GEMV:
+            raise ValueError(f"the table's CUDA GEMV is a {CUDA_GEMV} launch: {self.cuda_gemv}")
 
 
 SM70 = Table(
@@ -181,6 +201,10 @@ SM70 = Table(
         MoELaunch(block_m=16, block_n=64, block_k=32, num_warps=4, num_stages=2),
         MoELaunch(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2),
     ),
+    # The H200's CUDA GEMV launch and row floor (below), not measured on a V100: its 16-byte
+    # loads and fp32 products are the same per weight there, where the FMA units have about
+    # twice the instructions a byte of HBM that an H200's have.
+    cuda_gemv=Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2),
 )
 
 #: From the H200 sweep of docs/perf/fp8w (``fp8w_bench.py --sweep``, 27648x5120, 5120x5120 and
@@ -207,6 +231,11 @@ SM90 = Table(
         MoELaunch(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=3),
     ),
     small_max_m=16,
+    # Two rows a warp, four warps, two 16-byte loads a row in flight: within 3% of the fastest
+    # of 27 CUDA launches on every layer of the H200 sweep from 2048 rows up; below that (1024
+    # and 512 rows) the grid leaves SMs idle and the Triton split-K GEMV wins
+    # (docs/perf/fp8w/PERFORMANCE_HISTORY.md#cuda_gemv).
+    cuda_gemv=Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2),
 )
 
 

@@ -1,8 +1,10 @@
-"""The W8A16 GEMMs on Volta's tensor cores: CUDA C++ (``fp8_mma.cu`` for the dense layers,
+"""The plugin's CUDA C++ kernels, compiled at first use by NVRTC
+(:class:`volta_core.kernel_api.CudaBuilds`) behind the host's SM70 prelude
+(:func:`volta_core.kernel_api.with_prelude`) and ``fp8_decode.cuh`` (the in-register e4m3
+decode): the W8A16 GEMMs on Volta's tensor cores (``fp8_mma.cu`` for the dense layers,
 ``fp8_moe_mma.cu`` for the routed experts, both behind ``fp8_common.cuh``; the prelude's
-``mma_m8n8k4``, inline PTX ``mma.sync.aligned.m8n8k4``) compiled at first use by NVRTC
-(:class:`volta_core.kernel_api.CudaBuilds`), behind the host's SM70 prelude
-(:func:`volta_core.kernel_api.with_prelude`).
+``mma_m8n8k4``, inline PTX ``mma.sync.aligned.m8n8k4``), and the one-token GEMV
+(``fp8_gemv.cu``, :mod:`.gemv`).
 
 Triton's ``tl.dot`` runs on the FMA units on SM70 (triton-lang/triton#5066), 15.7 TFLOP/s where
 the V100's tensor cores give 125. The e4m3fn weights are decoded in registers (two integer
@@ -20,19 +22,25 @@ from __future__ import annotations
 from importlib.resources import files
 
 
-def _source(kernel_file: str) -> str:
-    """The GEMMs' shared helpers, then ``kernel_file``, whose NVRTC error lines count its own
-    lines (``#line``); without the prelude (every compile takes ``with_prelude(source)``)."""
+def _source(kernel_file: str, *headers: str) -> str:
+    """The decode, ``headers`` (the GEMMs' shared helpers), then ``kernel_file``, whose NVRTC
+    error lines count its own lines (``#line``); without the prelude (every compile takes
+    ``with_prelude(source)``)."""
     here = files(__name__)
-    common = here.joinpath("fp8_common.cuh").read_text(encoding="utf-8")
+    names = ("fp8_decode.cuh", *headers)
+    parts = [here.joinpath(name).read_text(encoding="utf-8") for name in names]
     kernel = here.joinpath(kernel_file).read_text(encoding="utf-8")
-    return f'{common}#line 1 "{kernel_file}"\n{kernel}'
+    return "".join(parts) + f'#line 1 "{kernel_file}"\n{kernel}'
 
 
 #: The dense GEMM's symbol (``extern "C"``) and its CUDA C++ source.
 KERNEL = "fp8w_mma"
-SOURCE = _source("fp8_mma.cu")
+SOURCE = _source("fp8_mma.cu", "fp8_common.cuh")
 
 #: The routed experts' GEMM's symbol and source.
 MOE_KERNEL = "fp8w_moe_mma"
-MOE_SOURCE = _source("fp8_moe_mma.cu")
+MOE_SOURCE = _source("fp8_moe_mma.cu", "fp8_common.cuh")
+
+#: The one-token GEMV's symbol and source.
+GEMV_KERNEL = "fp8w_gemv"
+GEMV_SOURCE = _source("fp8_gemv.cu")

@@ -1,9 +1,9 @@
 // Shared by the W8A16 tensor-core GEMMs (fp8_mma.cu, the dense layers; fp8_moe_mma.cu, the
-// routed experts): the build options' derived sizes, the in-register e4m3fn decode, the
-// registers one k-tile loads and the products of one k-tile with their scale flush. fp8_mma.cu's
-// header says how the fragments, the decode and the scales work. The loader
-// (volta_fp8w.cuda) puts this text after the host's SM70 prelude (u8/u16/u32, mma_m8n8k4,
-// pack_half2) and before a kernel file.
+// routed experts): the build options' derived sizes, the registers one k-tile loads and the
+// products of one k-tile with their scale flush. fp8_mma.cu's header says how the fragments,
+// the decode and the scales work. The loader (volta_fp8w.cuda) puts this text after the host's
+// SM70 prelude (u8/u16/u32, mma_m8n8k4, pack_half2) and fp8_decode.cuh, and before a kernel
+// file.
 
 #if !defined(BM) || !defined(WARPS) || !defined(J) || !defined(BK) || !defined(MIN_BLOCKS)
 #error "build with -DBM -DWARPS -DJ -DBK -DMIN_BLOCKS"
@@ -23,21 +23,6 @@
 #define XS_LD (BK + 8)
 #define XVECS (BM * BK / 8)
 #define XV_PER_THREAD ((XVECS + THREADS - 1) / THREADS)
-
-// A half's bits c << 8 (code c in the high byte over a zero one), two to a word, as the fp16
-// pair 2^-8 times their values: exponent and mantissa move down one bit, the sign stays.
-__device__ __forceinline__ u32 e4m3_pair(u32 a) {
-  return ((a >> 1) & 0x3F803F80u) | (a & 0x80008000u);
-}
-
-// Codes 0..3 of w (byte i is code i) as fp16 pairs: lo = (code 0, code 1), hi = (code 2, code
-// 3), the inputs' order, each half 2^-8 times its code's value. Selector nibble i names the
-// source byte of result byte i (0-3: w, 4: a zero byte of the second operand): 0x1404 gives
-// bytes (0, c0, 0, c1), 0x3424 gives (0, c2, 0, c3).
-__device__ __forceinline__ void e4m3x4(u32 w, u32& lo, u32& hi) {
-  lo = e4m3_pair(__byte_perm(w, 0u, 0x1404));
-  hi = e4m3_pair(__byte_perm(w, 0u, 0x3424));
-}
 
 // 16 bytes of a row that is not 16-byte aligned (an input length not a multiple of 16), byte by
 // byte, those at or past `left` (the inputs left in the row) not loaded (zero).

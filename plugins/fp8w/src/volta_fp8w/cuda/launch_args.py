@@ -1,7 +1,8 @@
-"""What follows from one tensor-core launch: for the dense GEMM (``fp8_mma.cu``) its output
-groups per warp, its NVRTC options, its grid and split count for a layer, and the SM70 gate's
-configuration of its build; for the routed experts' GEMM (``fp8_moe_mma.cu``) its groups,
-columns, options and gate configuration, gate/up and down.
+"""What follows from one CUDA launch: for the dense GEMM (``fp8_mma.cu``) its output groups per
+warp, its NVRTC options, its grid and split count for a layer, and the SM70 gate's configuration
+of its build; for the routed experts' GEMM (``fp8_moe_mma.cu``) its groups, columns, options and
+gate configuration, gate/up and down; for the one-token GEMV (``fp8_gemv.cu``) its rows a warp,
+options, grid and gate configuration.
 
 The launcher (:mod:`.mma`) and the compile gate both derive a launch's build here, so the gate
 compiles what runs. Torch-free: reads :mod:`volta_fp8w.tables` and the kernel source.
@@ -13,8 +14,8 @@ import functools
 
 from volta_core import CudaKernelConfig
 from volta_core.kernel_api import with_prelude
-from volta_fp8w.cuda import KERNEL, MOE_KERNEL, MOE_SOURCE, SOURCE
-from volta_fp8w.tables import MMA, MMA_ROWS, Launch
+from volta_fp8w.cuda import GEMV_KERNEL, GEMV_SOURCE, KERNEL, MOE_KERNEL, MOE_SOURCE, SOURCE
+from volta_fp8w.tables import CUDA_GEMV, MMA, MMA_ROWS, Launch
 
 #: Outputs one warp covers per group: its four quad pairs of 8 (PTX ISA, "Matrix Fragments for
 #: mma.m8n8k4"), a lane one row of the weights.
@@ -201,3 +202,51 @@ def moe_mma_config(launch: Launch, gate_up: bool) -> CudaKernelConfig:
         options=moe_mma_options(launch, gate_up),
         claims_tensor_cores=True,
     )
+
+
+# -- the one-token GEMV (fp8_gemv.cu) ----------------------------------------------------------
+
+#: Bytes of one weight load of the GEMV (16 codes): the input count, the weights' row stride
+#: and the weights' and activations' addresses are multiples of it where the GEMV runs.
+GEMV_VECTOR = 16
+
+#: The most threads a CUDA block has.
+MAX_BLOCK_THREADS = 1024
+
+
+def gemv_rows(launch: Launch) -> int:
+    """Weight rows one warp of the GEMV reads side by side (the kernel's ``ROWS``).
+
+    :raises ValueError: not a CUDA GEMV launch, or more than 1024 threads a block.
+    """
+    if launch.path != CUDA_GEMV or launch.num_warps * 32 > MAX_BLOCK_THREADS:
+        raise ValueError(f"not a CUDA GEMV launch of at most {MAX_BLOCK_THREADS} threads: {launch}")
+    return launch.block_n // launch.num_warps
+
+
+@functools.cache
+def gemv_options(launch: Launch) -> tuple[str, ...]:
+    """The NVRTC options of ``launch``'s GEMV build (``fp8_gemv.cu``'s macros): the launcher
+    and the gate both build them here."""
+    return (
+        f"-DWARPS={launch.num_warps}",
+        f"-DROWS={gemv_rows(launch)}",
+        f"-DLOADS={launch.loads}",
+    )
+
+
+def gemv_config(launch: Launch) -> CudaKernelConfig:
+    """The SM70 compile gate's configuration of ``launch``'s GEMV build: the source behind the
+    host's prelude, as the launcher compiles it."""
+    return CudaKernelConfig(
+        name=f"fp8w_gemv_r{gemv_rows(launch)}w{launch.num_warps}l{launch.loads}",
+        source=with_prelude(GEMV_SOURCE),
+        kernel=GEMV_KERNEL,
+        block_threads=launch.num_warps * 32,
+        options=gemv_options(launch),
+    )
+
+
+def gemv_grid(n: int, launch: Launch) -> tuple[int, int, int]:
+    """One block per ``block_n`` weight rows."""
+    return -(-n // launch.block_n), 1, 1

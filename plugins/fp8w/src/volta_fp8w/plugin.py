@@ -127,7 +127,8 @@ def volta_kernel_paths(
 ) -> Iterable[KernelPath]:
     """For a claimed linear layer or fused experts, the kernel at each range of token counts,
     from the launcher's choices (:func:`volta_fp8w.dispatch.linear_paths`,
-    :func:`~volta_fp8w.dispatch.expert_paths`)."""
+    :func:`~volta_fp8w.dispatch.expert_paths`) on the shape one tensor-parallel rank holds, as
+    the launcher and the estimate see it (the one-token CUDA GEMV depends on the outputs)."""
     from volta_fp8w.dispatch import expert_layer, expert_paths, linear_paths
 
     scheme = _served_scheme(layer, served_by, quant)
@@ -135,7 +136,9 @@ def volta_kernel_paths(
         return []
     if layer.kind is LayerKind.FUSED_MOE:
         return expert_paths(device.capability, expert_layer(layer))
-    return linear_paths(layer.output_size, layer.input_size, device.capability)
+    n = layer.outputs_per_rank or layer.output_size
+    k = layer.inputs_per_rank or layer.input_size
+    return linear_paths(n, k, device.capability)
 
 
 @hookimpl

@@ -14,6 +14,8 @@ and channel-wise scales, with and without bias, into poisoned outputs, against f
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from fp8w_weights import random_layer
@@ -31,16 +33,17 @@ from volta_fp8w.tables import CUDA_GEMV, SM70, SM90, SPLITK, Launch, table_for
 
 CUDA0 = torch.device("cuda", 0)
 
-#: The builds a V100 takes (what the sm_70 gate compiles).
+#: The builds a V100 takes (what the sm_70 gate compiles), and an H200.
 SM70_BUILDS = cuda_gemv_builds((7, 0))
+SM90_BUILDS = cuda_gemv_builds((9, 0))
 
 #: One rounding of the fp16 output (the decoded weights are exact, the sums fp32).
 TOLERANCE = 2e-3
 
-#: Launches beyond the tables' (one row a warp, eight warps, four loads in flight; four rows of
+#: Launches beyond the tables' (one row a warp, eight warps, one load in flight; four rows of
 #: two warps), so the kernel's options are each exercised away from the shipped values.
 OTHER_LAUNCHES = (
-    Launch(CUDA_GEMV, block_n=8, num_warps=8, loads=4),
+    Launch(CUDA_GEMV, block_n=8, num_warps=8, loads=1),
     Launch(CUDA_GEMV, block_n=8, num_warps=2, loads=2),
 )
 
@@ -66,7 +69,7 @@ def test_sm70_gate(launch: Launch) -> None:
 
 
 def test_the_gate_builds_what_the_launcher_loads() -> None:
-    assert [SM70.cuda_gemv] == SM70_BUILDS
+    assert [launch for _, launch in SM70.cuda_gemv] == SM70_BUILDS
     for launch in SM70_BUILDS:
         config = gemv_config(launch)
         assert config.source == gemv.BUILDS.source == with_prelude(GEMV_SOURCE)
@@ -94,6 +97,18 @@ def test_options_name_rows_warps_and_loads() -> None:
         gemv_rows(SM70.gemv)
 
 
+def test_the_tables_rows_rise_by_input_length_to_an_open_last() -> None:
+    short, long = SM90.cuda_gemv[0][1], SM90.cuda_gemv[-1][1]
+    for bad in (
+        ((None, short), (8192, long)),  # the open row first
+        ((8192, short),),  # no row for longer inputs
+        ((8192, short), (4096, short), (None, long)),  # not rising
+        ((8192, SM90.gemv), (None, long)),  # a Triton launch
+    ):
+        with pytest.raises(ValueError, match="rising input length"):
+            replace(SM90, cuda_gemv=bad)
+
+
 # -- dispatch's choice and the fallback --------------------------------------------------------
 
 
@@ -103,7 +118,8 @@ def test_one_token_takes_the_cuda_gemv_with_the_triton_gemv_behind(
 ) -> None:
     table = SM70 if capability == (7, 0) else SM90
     choice = linear_choice(1, 5120, 5120, capability)
-    assert choice.launch == table.cuda_gemv
+    assert choice.launch == table.cuda_gemv[0][1]
+    assert linear_choice(1, 5120, 27648, capability).launch == table.cuda_gemv[-1][1]
     assert choice.fallback is not None
     assert choice.fallback.launch == table.gemv
     # Inputs that are not whole 16-byte loads: the Triton GEMV alone.
@@ -148,7 +164,7 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
 
 def test_ready_loads_each_build_once(loads) -> None:
-    launch = SM70.cuda_gemv
+    launch = SM70_BUILDS[0]
     assert gemv.ready(CUDA0, launch)
     gemv.warm_up(CUDA0, launch)
     assert loads == [gemv_options(launch)]
@@ -159,7 +175,7 @@ def test_refusals_before_any_launch(loads) -> None:
     x = torch.randn(1, 640).half()
     out = poison_(torch.empty(1, 300, dtype=torch.float16))
     with pytest.raises(ValueError, match="reads 16 bytes at a time"):
-        gemv.gemv_linear(x, w, None, SM70.cuda_gemv, out)
+        gemv.gemv_linear(x, w, None, SM70_BUILDS[0], out)
     with pytest.raises(ValueError, match="not a CUDA GEMV"):
         gemv.gemv_linear(x, w, None, SM70.gemv, out)
     assert out.isnan().all()
@@ -200,7 +216,7 @@ def test_gpu_against_float64(block: tuple[int, int] | None, n: int, k: int) -> N
     gen = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(1, k, generator=gen, device="cuda").half()
     b = torch.randn(n, generator=gen, device="cuda").half()
-    for launch in (SM70.cuda_gemv, SM90.cuda_gemv, *OTHER_LAUNCHES):
+    for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
         for bias in (b, None):
             _check(w, x, bias, launch, f"{launch} bias={bias is not None}")
 
@@ -214,7 +230,7 @@ def test_gpu_views() -> None:
     x = wide[:, 1:]
     assert x.data_ptr() % 16
     b = torch.randn(640, device="cuda").half()
-    launch = SM90.cuda_gemv
+    launch = SM90_BUILDS[0]
     _check(w, x, b, launch, "unaligned x")
     base = poison_(torch.empty(1, 700, dtype=torch.float16, device="cuda"))
     _check(w, x, None, launch, "view out", out=base[:, :640])
@@ -263,5 +279,5 @@ def test_gpu_small_for_sanitizer() -> None:
     """Small launches of every launch, with a partial last row block, for compute-sanitizer."""
     w = random_layer(301, 640, (64, 96), seed=3, device="cuda")
     x = torch.randn(1, 640, device="cuda").half()
-    for launch in (SM70.cuda_gemv, SM90.cuda_gemv, *OTHER_LAUNCHES):
+    for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
         _check(w, x, None, launch, f"sanitizer {launch}")

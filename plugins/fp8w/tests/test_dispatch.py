@@ -97,7 +97,7 @@ def test_sm70_choices_name_their_kernel_and_unit() -> None:
     assert triton_unit(SM90.gemv, H100) is Unit.FMA
     assert triton_unit(SM90.small, H100) is Unit.TENSOR_CORES
     assert triton_unit(SM90.gemm, H100) is Unit.TENSOR_CORES
-    assert triton_unit(SM90.cuda_gemv, H100) is Unit.FMA
+    assert triton_unit(SM90.cuda_gemv[0][1], H100) is Unit.FMA
     assert set(KERNEL_NAMES) == {SPLITK, GEMM, DEQUANT_MATMUL, MMA, CUDA_GEMV}
 
 

@@ -53,7 +53,6 @@ from volta_core.kernel_api import (
     stage_ranges,
     token_stage,
 )
-from volta_fp8w.cuda.launch_args import GEMV_VECTOR
 from volta_fp8w.launch import (
     TILE_KS,
     aligned_args,
@@ -73,6 +72,7 @@ from volta_fp8w.tables import (
     DECODE_MAX_M,
     DEQUANT_MATMUL,
     GEMM,
+    GEMV_VECTOR,
     MMA,
     PLACE_ELEMENTS,
     PLACE_MAX_BLOCK,
@@ -169,6 +169,16 @@ def table_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice[
 MMA_MIN_M = DECODE_MAX_M
 
 
+def cuda_gemv_launch(n: int, k: int, capability: tuple[int, int]) -> Launch | None:
+    """The one-token CUDA GEMV's launch for an ``n x k`` layer on ``capability``: the table's
+    row for ``k`` inputs where ``k`` is whole 16-byte loads and ``n`` at least the table's
+    ``cuda_gemv_min_n``; else None (the Triton GEMV)."""
+    t = table_for(capability)
+    if not t.cuda_gemv or k % GEMV_VECTOR or n < t.cuda_gemv_min_n:
+        return None
+    return next(launch for most, launch in t.cuda_gemv if most is None or k <= most)
+
+
 def mma_launch(m: int) -> Launch:
     """The tensor-core GEMM's row of :data:`~volta_fp8w.tables.SM70_MMA` for ``m`` tokens: the
     first that takes them, the last (its largest tile) above them all."""
@@ -178,8 +188,7 @@ def mma_launch(m: int) -> Launch:
 @functools.cache
 def linear_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice[Launch]:
     """The launch for ``m`` tokens on an ``n x k`` layer on ``capability``: at one token the
-    table's CUDA GEMV (:mod:`volta_fp8w.cuda.gemv`) where ``k`` is whole 16-byte loads and
-    ``n`` at least the table's ``cuda_gemv_min_n``, needing
+    table's CUDA GEMV (:func:`cuda_gemv_launch`, :mod:`volta_fp8w.cuda.gemv`), needing
     NVRTC and carrying :func:`table_choice` as its fallback (both read the same bytes; the CUDA
     GEMV spends fewer instructions on each); on a V100
     (:data:`~volta_fp8w.limits.MMA_CAPABILITY`) from :data:`MMA_MIN_M` tokens the tensor-core
@@ -191,9 +200,9 @@ def linear_choice(m: int, n: int, k: int, capability: tuple[int, int]) -> Choice
     (tokens, shape): the launcher asks on every call. Costs are priced with 128 x 128 blocks
     (the scales are under 0.01% of the bytes at any block the checkpoints use)."""
     table = table_choice(m, n, k, capability)
-    t = table_for(capability)
-    if m == 1 and t.cuda_gemv is not None and k % GEMV_VECTOR == 0 and n >= t.cuda_gemv_min_n:
-        return Choice(KERNEL_NAMES[CUDA_GEMV], Unit.FMA, t.cuda_gemv, fallback=table)
+    gemv = cuda_gemv_launch(n, k, capability) if m == 1 else None
+    if gemv is not None:
+        return Choice(KERNEL_NAMES[CUDA_GEMV], Unit.FMA, gemv, fallback=table)
     if capability != MMA_CAPABILITY or m < MMA_MIN_M:
         return table
     launch = mma_launch(m)
@@ -558,9 +567,8 @@ def tensor_core_builds(capability: tuple[int, int]) -> list[Launch]:
 
 
 def cuda_gemv_builds(capability: tuple[int, int]) -> list[Launch]:
-    """The CUDA GEMV's launches on ``capability``: its table's, if it has one."""
-    gemv = table_for(capability).cuda_gemv
-    return [] if gemv is None else [gemv]
+    """The CUDA GEMV's launches on ``capability``: its table's rows."""
+    return [launch for _, launch in table_for(capability).cuda_gemv]
 
 
 def moe_tensor_core_builds(capability: tuple[int, int]) -> list[tuple[Launch, bool]]:

@@ -30,6 +30,10 @@ DEQUANT_MATMUL = "dequant_matmul"
 MMA = "mma"
 CUDA_GEMV = "cuda_gemv"
 
+#: Bytes of one weight load of the CUDA GEMV (16 codes): the input count, the weights' row
+#: stride and the weights' and activations' addresses are multiples of it where it runs.
+GEMV_VECTOR = 16
+
 #: The most tokens the GEMV path takes (decode, and MTP's verification steps).
 DECODE_MAX_M = 8
 
@@ -165,10 +169,11 @@ class Table:
     """The most tokens the multi-token split-K tile takes."""
     moe_decode_max_m: int = MOE_DECODE_MAX_M
     """The most tokens the fused experts' decode GEMVs take."""
-    cuda_gemv: Launch | None = None
-    """1 token, where NVRTC builds it (:mod:`volta_fp8w.cuda.gemv`): the CUDA GEMV, with
-    ``gemv`` its fallback (None: ``gemv`` alone), on layers of at least ``cuda_gemv_min_n``
-    outputs (it does not split the input, so fewer rows leave SMs idle)."""
+    cuda_gemv: tuple[tuple[int | None, Launch], ...] = ()
+    """1 token, where NVRTC builds it (:mod:`volta_fp8w.cuda.gemv`): the CUDA GEMV's launch by
+    the layer's input length, ``(most inputs, launch)`` rising, the last for any length
+    (None), with ``gemv`` its fallback (empty: ``gemv`` alone), on layers of at least
+    ``cuda_gemv_min_n`` outputs (it does not split the input, so fewer rows leave SMs idle)."""
     cuda_gemv_min_n: int = 2048
 
     def __post_init__(self) -> None:
@@ -180,8 +185,17 @@ class Table:
             )
         if self.moe_decode.block_m != 1 or self.moe_decode_max_m < 1:
             raise ValueError(f"the decode GEMVs take one row a program: {self.moe_decode}")
-        if self.cuda_gemv is not None and self.cuda_gemv.path != CUDA_GEMV:
-            raise ValueError(f"the table's CUDA GEMV is a {CUDA_GEMV} launch: {self.cuda_gemv}")
+        lengths = [most for most, _ in self.cuda_gemv[:-1] if most is not None]
+        if self.cuda_gemv and (
+            any(launch.path != CUDA_GEMV for _, launch in self.cuda_gemv)
+            or self.cuda_gemv[-1][0] is not None
+            or lengths != sorted(set(lengths))
+            or len(lengths) != len(self.cuda_gemv) - 1
+        ):
+            raise ValueError(
+                f"the CUDA GEMV's rows are {CUDA_GEMV} launches by rising input length, the "
+                f"last for any (None): {self.cuda_gemv}"
+            )
 
 
 SM70 = Table(
@@ -201,10 +215,13 @@ SM70 = Table(
         MoELaunch(block_m=16, block_n=64, block_k=32, num_warps=4, num_stages=2),
         MoELaunch(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2),
     ),
-    # The H200's CUDA GEMV launch and row floor (below), not measured on a V100: its 16-byte
+    # The H200's CUDA GEMV launches and row floor (below), not measured on a V100: its 16-byte
     # loads and fp32 products are the same per weight there, where the FMA units have about
     # twice the instructions a byte of HBM that an H200's have.
-    cuda_gemv=Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2),
+    cuda_gemv=(
+        (8192, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2)),
+        (None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=4)),
+    ),
 )
 
 #: From the H200 sweep of docs/perf/fp8w (``fp8w_bench.py --sweep``, 27648x5120, 5120x5120 and
@@ -231,11 +248,15 @@ SM90 = Table(
         MoELaunch(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=3),
     ),
     small_max_m=16,
-    # Two rows a warp, four warps, two 16-byte loads a row in flight: within 3% of the fastest
-    # of 27 CUDA launches on every layer of the H200 sweep from 2048 rows up; below that (1024
-    # and 512 rows) the grid leaves SMs idle and the Triton split-K GEMV wins
-    # (docs/perf/fp8w/PERFORMANCE_HISTORY.md#cuda_gemv).
-    cuda_gemv=Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2),
+    # Two rows a warp, four warps: two 16-byte loads a row in flight up to 8192 inputs, within
+    # 3% of the fastest of 27 CUDA launches on the H200 sweep's layers of 768 to 5120 inputs;
+    # four above, the fastest on 27648 inputs (41.8 us against 46.9 with two); between 5120 and
+    # 27648 not measured. Below 2048 rows (1024, 512) the grid leaves SMs idle and the Triton
+    # split-K GEMV wins (docs/perf/fp8w/PERFORMANCE_HISTORY.md#cuda_gemv).
+    cuda_gemv=(
+        (8192, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2)),
+        (None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=4)),
+    ),
 )
 
 

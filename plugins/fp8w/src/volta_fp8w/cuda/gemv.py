@@ -15,9 +15,9 @@ import torch
 
 from volta_core.kernel_api import CudaBuilds, with_prelude
 from volta_fp8w.cuda import GEMV_KERNEL, GEMV_SOURCE
-from volta_fp8w.cuda.launch_args import GEMV_VECTOR, gemv_grid, gemv_options, gemv_rows
+from volta_fp8w.cuda.launch_args import gemv_grid, gemv_options, gemv_rows
 from volta_fp8w.layout import Fp8Weights
-from volta_fp8w.tables import Launch
+from volta_fp8w.tables import GEMV_VECTOR, Launch
 
 #: The GEMV's builds: loaded once per device, the Triton GEMV serving where they cannot.
 BUILDS = CudaBuilds("fp8w: the one-token CUDA GEMV", with_prelude(GEMV_SOURCE), GEMV_KERNEL)

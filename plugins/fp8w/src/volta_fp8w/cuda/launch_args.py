@@ -206,10 +206,6 @@ def moe_mma_config(launch: Launch, gate_up: bool) -> CudaKernelConfig:
 
 # -- the one-token GEMV (fp8_gemv.cu) ----------------------------------------------------------
 
-#: Bytes of one weight load of the GEMV (16 codes): the input count, the weights' row stride
-#: and the weights' and activations' addresses are multiples of it where the GEMV runs.
-GEMV_VECTOR = 16
-
 #: The most threads a CUDA block has.
 MAX_BLOCK_THREADS = 1024
 

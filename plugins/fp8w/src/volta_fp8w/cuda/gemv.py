@@ -16,6 +16,7 @@ import torch
 from volta_core.kernel_api import CudaBuilds, with_prelude
 from volta_fp8w.cuda import GEMV_KERNEL, GEMV_SOURCE
 from volta_fp8w.cuda.launch_args import gemv_grid, gemv_options, gemv_rows
+from volta_fp8w.cuda.operands import check_operands
 from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.tables import GEMV_VECTOR, Launch
 
@@ -77,22 +78,7 @@ def gemv_linear(
             f"({w.k}), row stride ({w.weight.stride(0)}) and address are multiples of "
             f"{GEMV_VECTOR}, the first two at most {MAX_INPUTS}"
         )
-    if (
-        x2.dim() != 2
-        or x2.shape[0] != 1
-        or x2.shape[1] != w.k
-        or x2.dtype != torch.float16
-        or out.dtype != torch.float16
-        or tuple(out.shape) != (1, w.n)
-        or out.stride(1) != 1
-        or (bias is not None and (bias.dtype != torch.float16 or tuple(bias.shape) != (w.n,)))
-    ):
-        raise ValueError(
-            f"the CUDA GEMV takes x fp16 [1, {w.k}], bias fp16 [{w.n}] and out fp16 [1, {w.n}] "
-            f"with unit stride; got x {x2.dtype} {tuple(x2.shape)}, out {out.dtype} "
-            f"{tuple(out.shape)} strides {out.stride()}"
-            + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}")
-        )
+    check_operands("the CUDA GEMV", x2, w, bias, out, one_token=True)
     if x2.stride(1) != 1 or x2.data_ptr() % GEMV_VECTOR:
         x2 = x2.clone()
     if bias is not None and not bias.is_contiguous():

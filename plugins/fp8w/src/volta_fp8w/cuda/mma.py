@@ -21,6 +21,7 @@ from volta_core.kernel_api import (
 )
 from volta_fp8w.cuda import KERNEL, SOURCE
 from volta_fp8w.cuda.launch_args import check_mma_launch, mma_grid, mma_options, mma_splits
+from volta_fp8w.cuda.operands import check_operands
 from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.tables import Launch
 
@@ -89,21 +90,8 @@ def mma_linear(
         )
     if not x2.is_cuda:
         raise ValueError(f"the tensor-core GEMM runs on CUDA devices, not on {x2.device}")
+    check_operands("the tensor-core GEMM", x2, w, bias, out, one_token=False)
     m, k = x2.shape
-    if (
-        k != w.k
-        or x2.dtype != torch.float16
-        or out.dtype != torch.float16
-        or tuple(out.shape) != (m, w.n)
-        or (m > 0 and w.n > 1 and out.stride(1) != 1)
-        or (bias is not None and (bias.dtype != torch.float16 or tuple(bias.shape) != (w.n,)))
-    ):
-        raise ValueError(
-            f"the tensor-core GEMM takes x fp16 [M, {w.k}], bias fp16 [{w.n}] and out fp16 "
-            f"[M, {w.n}] with unit stride along N; got x {x2.dtype} {tuple(x2.shape)}, out "
-            f"{out.dtype} {tuple(out.shape)} strides {out.stride()}"
-            + ("" if bias is None else f", bias {bias.dtype} {tuple(bias.shape)}")
-        )
     if m == 0:
         return
     xk = _vector_rows(x2)

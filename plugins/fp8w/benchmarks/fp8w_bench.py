@@ -834,7 +834,7 @@ def sweep_candidates(m: int) -> list[Any]:
             Launch(CUDA_GEMV, block_n=rows * w, num_warps=w, loads=loads)
             for rows in (1, 2, 4)
             for w in (2, 4, 8)
-            for loads in (1, 2, 4)
+            for loads in (1, 2, 4, 8)
         ]
     if m >= 16:
         out += [

@@ -816,7 +816,8 @@ SWEEP_MS = (1, 4, 16, 32)
 def sweep_candidates(m: int) -> list[Any]:
     """Launches ``--sweep`` times for ``m`` tokens: split-K's, the GEMV's tiles at one token,
     dot tiles of 16 or 32 rows above it, over output tiles, input tiles, warps and programs per
-    SM; at one token the CUDA GEMV's, over rows a warp, warps and loads in flight; and the
+    SM; at one token the CUDA GEMV's, over rows a warp, warps, loads in flight and the blocks an
+    SM its input splits aim for; and the
     tiled GEMM's at 16 and 32 tokens."""
     from volta_fp8w.tables import CUDA_GEMV, GEMM, SPLITK, Launch
 
@@ -831,10 +832,11 @@ def sweep_candidates(m: int) -> list[Any]:
     ]
     if m == 1:
         out += [
-            Launch(CUDA_GEMV, block_n=rows * w, num_warps=w, loads=loads)
-            for rows in (1, 2, 4)
-            for w in (2, 4, 8)
+            Launch(CUDA_GEMV, block_n=rows * w, num_warps=w, loads=loads, programs_per_sm=p)
+            for rows in (1, 2)
+            for w in (4, 8)
             for loads in (1, 2, 4, 8)
+            for p in (4, 8, 16)
         ]
     if m >= 16:
         out += [

@@ -20,7 +20,13 @@ import pytest
 import torch
 from fp8w_weights import random_layer
 
-from volta_core.kernel_api import CudaBuilds, device_facts, with_prelude
+from volta_core.kernel_api import (
+    CudaBuilds,
+    arrival_counters,
+    device_facts,
+    with_prelude,
+    zeroed_accumulators,
+)
 from volta_devkit.cuda_gate import check_cuda_config
 from volta_devkit.gate import assert_gate_passes
 from volta_devkit.testing import assert_rel_close, poison_
@@ -28,6 +34,7 @@ from volta_fp8w import ops
 from volta_fp8w.cuda import GEMV_KERNEL, GEMV_SOURCE, gemv
 from volta_fp8w.cuda.launch_args import gemv_config, gemv_options, gemv_rows
 from volta_fp8w.dispatch import cuda_gemv_builds, linear_choice
+from volta_fp8w.launch import GEMV_WARP_INPUTS, gemv_splits
 from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.tables import CUDA_GEMV, SM70, SM90, SPLITK, Launch, table_for
 
@@ -95,6 +102,27 @@ def test_options_name_rows_warps_and_loads() -> None:
         gemv_rows(Launch(CUDA_GEMV, block_n=64, num_warps=64))
     with pytest.raises(ValueError, match="not a CUDA GEMV"):
         gemv_rows(SM70.gemv)
+
+
+@pytest.mark.parametrize(
+    ("n", "k"), [(27648, 5120), (5120, 27648), (1024, 8192), (512, 4096), (2048, 768), (8, 16)]
+)
+def test_splits_fill_the_sms_in_whole_warp_steps(n: int, k: int) -> None:
+    """The splits cover the input in multiples of 16 inputs, give the grid the launch's blocks
+    an SM where the rows alone do not, and never cut below one warp step of the launch's
+    loads."""
+    launch = replace(SM90_BUILDS[0], programs_per_sm=8)
+    for sms in (80, 132):
+        splits, per_split = gemv_splits(n, k, launch, sms)
+        assert per_split % 16 == 0 or splits == 1
+        assert splits == -(-k // per_split)
+        blocks = -(-n // launch.block_n)
+        steps = -(-k // (GEMV_WARP_INPUTS * launch.loads))
+        assert splits <= steps
+        if blocks >= sms * launch.programs_per_sm:
+            assert splits == 1
+        else:
+            assert blocks * splits >= sms * launch.programs_per_sm or splits == steps
 
 
 def test_the_tables_rows_rise_by_input_length_to_an_open_last() -> None:
@@ -205,12 +233,34 @@ def _check(w, x, bias, launch: Launch, what: str, out: torch.Tensor | None = Non
     assert_rel_close(out, ref, TOLERANCE, what)
 
 
+#: How the input is split: not at all, the device's count, a split every 16 inputs at most
+#: 32 (every lane's first load starts a split).
+SPLITS = ("one", "device", "many")
+
+
+def _many(k: int) -> tuple[int, int]:
+    """About 32 splits of a multiple of 16 inputs each (16 at least)."""
+    per_split = max(16, k // 32 // 16 * 16)
+    return -(-k // per_split), per_split
+
+
+def _forced_splits(monkeypatch: pytest.MonkeyPatch, split: str) -> None:
+    if split == "one":
+        monkeypatch.setattr(gemv, "gemv_splits", lambda n, k, launch, sms: (1, k))
+    elif split == "many":
+        monkeypatch.setattr(gemv, "gemv_splits", lambda n, k, launch, sms: _many(k))
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize(("n", "k"), SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("block", BLOCKS.values(), ids=BLOCKS.keys())
-def test_gpu_against_float64(block: tuple[int, int] | None, n: int, k: int) -> None:
+def test_gpu_against_float64(
+    monkeypatch: pytest.MonkeyPatch, block: tuple[int, int] | None, n: int, k: int, split: str
+) -> None:
     """Each table's launch and :data:`OTHER_LAUNCHES`, with and without bias, into poisoned
-    outputs."""
+    outputs, split as :data:`SPLITS` says; the split buffers are all zero again after each."""
+    _forced_splits(monkeypatch, split)
     seed = n + k + (0 if block is None else block[0] * block[1])
     w = random_layer(n, k, block, seed=seed, device="cuda")
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -218,7 +268,9 @@ def test_gpu_against_float64(block: tuple[int, int] | None, n: int, k: int) -> N
     b = torch.randn(n, generator=gen, device="cuda").half()
     for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
         for bias in (b, None):
-            _check(w, x, bias, launch, f"{launch} bias={bias is not None}")
+            _check(w, x, bias, launch, f"{launch} bias={bias is not None} {split}")
+    assert not arrival_counters(x.device).any()
+    assert not zeroed_accumulators(x.device).any()
 
 
 @pytest.mark.gpu
@@ -238,10 +290,15 @@ def test_gpu_views() -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_fp8_linear_runs_it_and_replays_it_from_a_cuda_graph() -> None:
+@pytest.mark.parametrize("split", SPLITS)
+def test_gpu_fp8_linear_runs_it_and_replays_it_from_a_cuda_graph(
+    monkeypatch: pytest.MonkeyPatch, split: str
+) -> None:
     """``fp8_linear`` at one token takes the device's CUDA GEMV once the layer is warmed up,
-    and replays it from a CUDA graph into poisoned outputs; a layer whose codes are not
-    16-byte aligned (a column view of rows 5128 bytes apart) takes the Triton GEMV."""
+    and replays it from a CUDA graph into poisoned outputs (split: each replay needs the
+    buffers its predecessor put back to zero); a layer whose codes are not 16-byte aligned (a
+    column view of rows 5128 bytes apart) takes the Triton GEMV."""
+    _forced_splits(monkeypatch, split)
     w = random_layer(5120, 5120, (128, 128), seed=1, device="cuda")
     ops.warm_up(w)
     x = torch.randn(1, 5120, device="cuda").half()
@@ -263,6 +320,8 @@ def test_gpu_fp8_linear_runs_it_and_replays_it_from_a_cuda_graph() -> None:
             graph.replay()
             torch.cuda.synchronize()
             assert_rel_close(out, ref, TOLERANCE, f"replay {replay}")
+        assert not arrival_counters(out.device).any()
+        assert not zeroed_accumulators(out.device).any()
     big = random_layer(300, 5128, (128, 128), seed=2, device="cuda")
     view = Fp8Weights(big.weight[:, :5120], big.scales[:, :40], 300, 5120, 128, 128)
     assert not gemv.runs(view)  # rows 5128 bytes apart
@@ -276,8 +335,14 @@ def test_gpu_fp8_linear_runs_it_and_replays_it_from_a_cuda_graph() -> None:
 
 @pytest.mark.gpu
 def test_gpu_small_for_sanitizer() -> None:
-    """Small launches of every launch, with a partial last row block, for compute-sanitizer."""
+    """Small launches of every launch, with a partial last row block, each split mode twice
+    (the second finds what the first reset), for compute-sanitizer memcheck and racecheck."""
     w = random_layer(301, 640, (64, 96), seed=3, device="cuda")
     x = torch.randn(1, 640, device="cuda").half()
-    for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
-        _check(w, x, None, launch, f"sanitizer {launch}")
+    for split in SPLITS:
+        with pytest.MonkeyPatch.context() as patch:
+            _forced_splits(patch, split)
+            for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
+                for _ in range(2):
+                    _check(w, x, None, launch, f"sanitizer {launch} {split}")
+    assert not arrival_counters(CUDA0).any()

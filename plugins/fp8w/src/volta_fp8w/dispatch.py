@@ -59,6 +59,7 @@ from volta_fp8w.launch import (
     dequant_constexprs,
     fitted_tiles,
     gemm_constexprs,
+    gemv_splits,
     split_count,
     splitk_constexprs,
 )
@@ -230,7 +231,8 @@ def linear_cost(
       tensor cores.
     * The CUDA tensor-core GEMM: one launch, ``2mnk`` FLOPs (tokens padded to ``block_m``) on
       the tensor cores.
-    * The CUDA GEMV: one launch, ``2nk`` FLOPs on the FMA units.
+    * The CUDA GEMV: one launch, ``2nk`` FLOPs on the FMA units; split
+      (:func:`volta_fp8w.launch.gemv_splits`), the split-K GEMV's sums.
     """
     name = KERNEL_NAMES[launch.path]
     block_n, block_k = block
@@ -247,8 +249,11 @@ def linear_cost(
         )
     rows = -(-m // launch.block_m) * launch.block_m if launch.path == MMA else m
     read, written = weights + 2 * m * k, 2 * m * n
-    if launch.path == SPLITK:
-        splits = split_count(n, k, launch, device.sm_count, m)[0]
+    if launch.path in (SPLITK, CUDA_GEMV):
+        if launch.path == SPLITK:
+            splits = split_count(n, k, launch, device.sm_count, m)[0]
+        else:
+            splits = gemv_splits(n, k, launch, device.sm_count)[0]
         if splits > 1:
             read += 4 * m * n
             written += 4 * m * n * (splits + 1)

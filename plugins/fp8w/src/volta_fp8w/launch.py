@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from volta_fp8w.tables import SPLITK, Launch
+from volta_fp8w.tables import GEMV_VECTOR, SPLITK, Launch
 
 #: The input tiles a launch may take (:class:`~volta_fp8w.tables.Launch` refuses others).
 TILE_KS = (32, 64, 128)
@@ -55,6 +55,22 @@ def split_count(n: int, k: int, launch: Launch, sm_count: int, m: int = 1) -> tu
     k_tiles = -(-k // launch.block_k)
     want = max(1, -(-(launch.programs_per_sm * sm_count) // max(tiles, 1)))
     per_split = -(-k_tiles // min(want, k_tiles)) * launch.block_k
+    return -(-k // per_split), per_split
+
+
+#: Inputs one warp step of the CUDA GEMV reads of a row: 32 lanes of one 16-byte load each.
+GEMV_WARP_INPUTS = 32 * GEMV_VECTOR
+
+
+def gemv_splits(n: int, k: int, launch: Launch, sm_count: int) -> tuple[int, int]:
+    """How many input splits the one-token CUDA GEMV makes of an ``n x k`` layer, and the input
+    length of each (a multiple of 16, so every lane's loads stay 16-byte aligned): enough that
+    the grid has ``launch.programs_per_sm`` blocks an SM, each split at least one warp step of
+    ``launch.loads`` loads. ``(splits, per_split)``, ``splits = ceil(k / per_split)``."""
+    blocks = -(-n // launch.block_n)
+    steps = max(1, -(-k // (GEMV_WARP_INPUTS * launch.loads)))
+    wanted = min(steps, max(1, -(-sm_count * launch.programs_per_sm // blocks)))
+    per_split = -(-k // wanted // GEMV_VECTOR) * GEMV_VECTOR if wanted > 1 else k
     return -(-k // per_split), per_split
 
 

@@ -1,6 +1,7 @@
 // out[i] = sum_j x[j] * e4m3(w[i, j]) * s[i / block_n, j / block_k] (+ bias[i]) for one token:
 // the decode step's GEMV, bound by the weights' bytes (one a weight). Compiled behind
-// volta_core.kernel_api.with_prelude (u8/u16/u32, h2f) and fp8_decode.cuh (e4m3x4).
+// volta_core.kernel_api.with_prelude (u8/u16/u32, h2f, splitk_arrive) and fp8_decode.cuh
+// (e4m3x4).
 //
 // Build options (-D): WARPS warps a block; ROWS weight rows a warp; LOADS 16-byte loads of each
 // row a lane issues before it uses them (LOADS * 512 inputs a warp step). A warp reads ROWS rows
@@ -9,11 +10,15 @@
 // fp32 by its 16 activations (fp16, read once a step for all ROWS rows); the row's scale block
 // holds the lane's 16 inputs (block_k is a multiple of 32), so its scale is one FFMA per load,
 // not per weight. After the last step a butterfly of shuffles sums the 32 lanes' partials; lane
-// 0 stores the row (times 2^8, the decode's fold, plus the bias).
+// 0 stores the row (times 2^8, the decode's fold, plus the bias). The grid is (row blocks, 1,
+// splits): split z reads inputs [z * per_split, (z + 1) * per_split), and with more than one
+// the splits add their sums into ws and the last to arrive stores the rows (the prelude's
+// serial split-K rule, splitk_arrive).
 //
-// The launcher (volta_fp8w.cuda.gemv) guarantees: k below 2^24; k, the weights' row stride and
-// their and the activations' base addresses multiples of 16 bytes; the grid
-// ceil(n / (WARPS * ROWS)) blocks.
+// The launcher (volta_fp8w.cuda.gemv) guarantees: k below 2^24; k, per_split, the weights' row
+// stride and their and the activations' base addresses multiples of 16 bytes; the grid
+// (ceil(n / (WARPS * ROWS)), 1, ceil(k / per_split)); ws and counters zero (with n and
+// ceil(n / (WARPS * ROWS)) entries) where it splits.
 // Rows past n read row n - 1 and are not stored. A float's products and sums are fp32, never
 // fp16 (an fp16 sum of products can overflow where the fp32 one does not).
 
@@ -61,8 +66,8 @@ __device__ __forceinline__ int scale_column(int kk, float inv_block_k) {
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32) fp8w_gemv(
     const u16* __restrict__ x, const u8* __restrict__ w, const float* __restrict__ s,
-    const u16* __restrict__ bias, u16* __restrict__ out, int n, int k, int ldw, int lds_n,
-    int lds_k, int block_n, float inv_block_k) {
+    const u16* __restrict__ bias, u16* __restrict__ out, float* ws, int* counters, int n, int k,
+    int ldw, int lds_n, int lds_k, int block_n, float inv_block_k, int per_split) {
   const int lane = threadIdx.x & 31;
   const int row0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * ROWS;
   const u8* w_row[ROWS];
@@ -75,18 +80,20 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fp8w_gemv(
     s_row[r] = s + (row / block_n) * lds_n;
     acc[r] = 0.f;
   }
-  for (int k0 = lane * 16; k0 < k; k0 += LOADS * WARP_INPUTS) {
+  const int k_begin = blockIdx.z * per_split;
+  const int k_end = min(k, k_begin + per_split);
+  for (int k0 = k_begin + lane * 16; k0 < k_end; k0 += LOADS * WARP_INPUTS) {
     uint4 q[LOADS][ROWS];
 #pragma unroll
     for (int u = 0; u < LOADS; ++u)
 #pragma unroll
       for (int r = 0; r < ROWS; ++r)
-        q[u][r] = k0 + u * WARP_INPUTS < k ? load_stream(w_row[r] + k0 + u * WARP_INPUTS)
-                                           : make_uint4(0u, 0u, 0u, 0u);
+        q[u][r] = k0 + u * WARP_INPUTS < k_end ? load_stream(w_row[r] + k0 + u * WARP_INPUTS)
+                                               : make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int u = 0; u < LOADS; ++u) {
       const int kk = k0 + u * WARP_INPUTS;
-      if (kk >= k) break;
+      if (kk >= k_end) break;
       const uint4 xa = *reinterpret_cast<const uint4*>(x + kk);
       const uint4 xb = *reinterpret_cast<const uint4*>(x + kk + 8);
       const u32 pairs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
@@ -102,17 +109,30 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32) fp8w_gemv(
     }
   }
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) {
-    float v = acc[r];
+  for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xFFFFFFFFu, acc[r], o);
+  const bool split = gridDim.z > 1;
+  if (split) {
+    __shared__ int last;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+      if (lane == 0 && row0 + r < n) atomicAdd(&ws[row0 + r], acc[r]);
+    if (!splitk_arrive(counters, blockIdx.x, last)) return;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+      if (lane == 0 && row0 + r < n) acc[r] = atomicExch(&ws[row0 + r], 0.f);
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
     const int row = row0 + r;
     if (lane == 0 && row < n) {
-      v *= 256.f;
+      float v = acc[r] * 256.f;
       if (bias != nullptr) v += h2f(bias[row]);
       u16 h;
       asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
       out[row] = h;
     }
   }
+  if (split && threadIdx.x == 0) counters[blockIdx.x] = 0;
 }

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import torch
 
-from volta_core.kernel_api import CudaBuilds, with_prelude
+from volta_core.kernel_api import (
+    CudaBuilds,
+    arrival_counters,
+    device_facts,
+    with_prelude,
+    zeroed_accumulators,
+)
 from volta_fp8w.cuda import GEMV_KERNEL, GEMV_SOURCE
 from volta_fp8w.cuda.launch_args import gemv_grid, gemv_options, gemv_rows
 from volta_fp8w.cuda.operands import check_operands
+from volta_fp8w.launch import gemv_splits
 from volta_fp8w.layout import Fp8Weights
 from volta_fp8w.tables import GEMV_VECTOR, Launch
 
@@ -66,7 +73,8 @@ def gemv_linear(
     """``out = x2 @ W.T (+ bias)`` for one token: ``x2`` fp16 ``[1, K]``, ``bias`` None or fp16
     ``[N]``, ``out`` fp16 ``[1, N]`` with unit stride, ``W`` the layer's dequantized weights,
     for arguments :func:`volta_fp8w.ops.fp8_linear`'s checks pass and a layer :func:`runs`
-    takes. The activations are copied where their row is not 16-byte aligned.
+    takes. The activations are copied where their row is not 16-byte aligned. The input is
+    split as :func:`volta_fp8w.launch.gemv_splits` says for the device's SMs.
 
     :raises ValueError: more than one token, a layer the kernel's loads do not take, mismatched
         shapes or dtypes, not a CUDA GEMV launch; before any launch.
@@ -85,10 +93,17 @@ def gemv_linear(
         bias = bias.contiguous()
     options = gemv_options(launch)
     kernel = BUILDS.loaded(x2.device, options) or BUILDS.load(x2.device, options)
+    splits, per_split = gemv_splits(w.n, w.k, launch, device_facts(x2.device).sm_count)
+    grid = gemv_grid(w.n, launch, splits)
+    ws: torch.Tensor | None = None
+    counters: torch.Tensor | None = None
+    if splits > 1:
+        ws = zeroed_accumulators(x2.device, w.n)
+        counters = arrival_counters(x2.device, grid[0])
     kernel.launch(
-        gemv_grid(w.n, launch),
+        grid,
         launch.num_warps * 32,
-        x2, w.weight, w.scales, bias, out,
+        x2, w.weight, w.scales, bias, out, ws, counters,
         w.n, w.k, w.weight.stride(0), w.scales.stride(0), w.scales.stride(1),
-        w.block_n, 1.0 / w.block_k,
+        w.block_n, 1.0 / w.block_k, per_split,
     )  # fmt: skip

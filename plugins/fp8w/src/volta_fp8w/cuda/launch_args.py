@@ -243,6 +243,6 @@ def gemv_config(launch: Launch) -> CudaKernelConfig:
     )
 
 
-def gemv_grid(n: int, launch: Launch) -> tuple[int, int, int]:
-    """One block per ``block_n`` weight rows."""
-    return -(-n // launch.block_n), 1, 1
+def gemv_grid(n: int, launch: Launch, splits: int) -> tuple[int, int, int]:
+    """One block per ``block_n`` weight rows and input split."""
+    return -(-n // launch.block_n), 1, splits

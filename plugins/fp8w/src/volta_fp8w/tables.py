@@ -215,13 +215,11 @@ SM70 = Table(
         MoELaunch(block_m=16, block_n=64, block_k=32, num_warps=4, num_stages=2),
         MoELaunch(block_m=32, block_n=32, block_k=32, num_warps=4, num_stages=2),
     ),
-    # The H200's CUDA GEMV launches and row floor (below), not measured on a V100: its 16-byte
+    # The H200's CUDA GEMV launch and row floor (below), not measured on a V100: its 16-byte
     # loads and fp32 products are the same per weight there, where the FMA units have about
     # twice the instructions a byte of HBM that an H200's have.
-    cuda_gemv=(
-        (8192, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2)),
-        (None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=4)),
-    ),
+    cuda_gemv=((None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2, programs_per_sm=8)),),
+    cuda_gemv_min_n=1024,
 )
 
 #: From the H200 sweep of docs/perf/fp8w (``fp8w_bench.py --sweep``, 27648x5120, 5120x5120 and
@@ -248,15 +246,13 @@ SM90 = Table(
         MoELaunch(block_m=64, block_n=64, block_k=128, num_warps=4, num_stages=3),
     ),
     small_max_m=16,
-    # Two rows a warp, four warps: two 16-byte loads a row in flight up to 8192 inputs, within
-    # 3% of the fastest of 27 CUDA launches on the H200 sweep's layers of 768 to 5120 inputs;
-    # four above, the fastest on 27648 inputs (41.8 us against 46.9 with two); between 5120 and
-    # 27648 not measured. Below 2048 rows (1024, 512) the grid leaves SMs idle and the Triton
-    # split-K GEMV wins (docs/perf/fp8w/PERFORMANCE_HISTORY.md#cuda_gemv).
-    cuda_gemv=(
-        (8192, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2)),
-        (None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=4)),
-    ),
+    # Two rows a warp, four warps, two 16-byte loads a row in flight, the input split until the
+    # grid has 8 blocks an SM: the fastest of 48 CUDA launches on 5120 x 27648 (40.8 us) and
+    # within 1% of the fastest on 27648 x 5120, 5120 x 5120 within 3% in the first sweep.
+    # Split, it beats the Triton split-K GEMV on 1024 x 8192 too (6.0 against 6.6 us); 512
+    # rows not measured (docs/perf/fp8w/PERFORMANCE_HISTORY.md#cuda_gemv).
+    cuda_gemv=((None, Launch(CUDA_GEMV, block_n=8, num_warps=4, loads=2, programs_per_sm=8)),),
+    cuda_gemv_min_n=1024,
 )
 
 

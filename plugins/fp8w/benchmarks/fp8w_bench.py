@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 #: (N, K): a 32B dense model's MLP up (gate/up shard) and down, its attention output, and a
 #: Qwen3-30B-A3B expert's fused gate/up (2 x 768 outputs from 2048) and down.
@@ -812,15 +813,28 @@ def run_self_check(vllm_path: Path | None) -> int:
 #: Token counts ``--sweep`` times candidate launches at.
 SWEEP_MS = (1, 4, 16, 32)
 
+#: From this many tokens ``--sweep`` times only prefill GEMM tiles.
+PREFILL_M = 512
+
 
 def sweep_candidates(m: int) -> list[Any]:
     """Launches ``--sweep`` times for ``m`` tokens: split-K's, the GEMV's tiles at one token,
     dot tiles of 16 or 32 rows above it, over output tiles, input tiles, warps and programs per
     SM; at one token the CUDA GEMV's, over rows a warp, warps, loads in flight and the blocks an
-    SM its input splits aim for; and the
-    tiled GEMM's at 16 and 32 tokens."""
+    SM its input splits aim for; the tiled GEMM's at 16 and 32 tokens; and from
+    :data:`PREFILL_M` tokens only the tiled GEMM's prefill tiles (64 to 128 rows, 64 to 256
+    outputs, 3 or 4 pipeline stages), the rivals of dequantize-then-cuBLAS."""
     from volta_fp8w.tables import CUDA_GEMV, GEMM, SPLITK, Launch
 
+    if m >= PREFILL_M:
+        return [
+            Launch(GEMM, block_m=bm, block_n=bn, block_k=bk, num_warps=w, num_stages=st)
+            for bm in (64, 128)
+            for bn in (64, 128, 256)
+            for bk in (64, 128)
+            for w in (4, 8)
+            for st in (3, 4)
+        ]
     rows = (1,) if m == 1 else ((8, 16) if m <= 8 else (16, 32))
     out = [
         Launch(SPLITK, block_m=bm, block_n=bn, block_k=bk, num_warps=w, programs_per_sm=p)
@@ -863,7 +877,7 @@ def sweep_row(m: int, weights: list[Any], dense: list[torch.Tensor]) -> dict[str
     for launch in [table] + [c for c in sweep_candidates(m) if c != table]:
         try:
             us = timed_us(lambda i, la=launch: ops.fp8_linear(x, weights[i], launch=la), sets)
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError, OutOfResources) as exc:
             print(f"  skip {launch}: {type(exc).__name__}: {str(exc)[:80]}")
             continue
         times.append((us, launch))

@@ -205,3 +205,17 @@ def test_whole_run_on_a_small_layer(monkeypatch, tmp_path: Path, capsys) -> None
     assert (tmp_path / "fp8w_bench.md").read_text().startswith("# fp8w benchmark, NVIDIA H200")
     out = capsys.readouterr().out.splitlines()
     assert out[-1].split()[:3] == ["160", "256", "16"]
+
+
+def test_sweep_times_prefill_tiles_alone_from_prefill_m() -> None:
+    """From ``PREFILL_M`` tokens the sweep times the tiled GEMM's prefill tiles only (the
+    rivals of dequantize-then-cuBLAS), each once; below it no tile of more than 32 rows."""
+    from volta_fp8w.tables import GEMM
+
+    prefill = bench.sweep_candidates(bench.PREFILL_M)
+    assert prefill
+    assert len(set(prefill)) == len(prefill)
+    assert {launch.path for launch in prefill} == {GEMM}
+    assert min(launch.block_m for launch in prefill) >= 64
+    assert {launch.num_stages for launch in prefill} == {3, 4}
+    assert max(launch.block_m for launch in bench.sweep_candidates(bench.PREFILL_M - 1)) == 32

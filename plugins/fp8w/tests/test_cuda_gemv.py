@@ -9,7 +9,8 @@ kernel cannot run (inputs not whole 16-byte loads, CPU tensors); the loading sea
 refusals before any launch. The ``gpu`` tests run the tables' launches and others (rows a
 warp, warps, loads in flight) on odd outputs, inputs from 16 to 4112, three scale-block shapes
 and channel-wise scales, with and without bias, into poisoned outputs, against float64 of
-:meth:`~volta_fp8w.layout.Fp8Weights.dequantize`; then through ``fp8_linear`` and a CUDA graph.
+:meth:`~volta_fp8w.layout.Fp8Weights.dequantize`, as the device's cubin and as the compute_70
+PTX a V100 build starts from; then through ``fp8_linear`` and a CUDA graph.
 """
 
 from __future__ import annotations
@@ -221,14 +222,22 @@ BLOCKS = {"128x128": (128, 128), "64x96": (64, 96), "24x32": (24, 32), "channel"
 SHAPES = ((1, 16), (7, 48), (301, 640), (1001, 1040), (4097, 4112))
 
 
-def _check(w, x, bias, launch: Launch, what: str, out: torch.Tensor | None = None) -> None:
+def _check(
+    w,
+    x,
+    bias,
+    launch: Launch,
+    what: str,
+    out: torch.Tensor | None = None,
+    ptx_arch: str | None = None,
+) -> None:
     ref = x.double() @ w.dequantize().double().t()
     if bias is not None:
         ref += bias.double()
     if out is None:
         out = torch.empty(1, w.n, dtype=torch.float16, device=x.device)
     poison_(out)
-    gemv.gemv_linear(x, w, bias, launch, out)
+    gemv.gemv_linear(x, w, bias, launch, out, ptx_arch=ptx_arch)
     torch.cuda.synchronize()
     assert_rel_close(out, ref, TOLERANCE, what)
 
@@ -252,14 +261,22 @@ def _forced_splits(monkeypatch: pytest.MonkeyPatch, split: str) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("ptx_arch", [None, "compute_70"], ids=["cubin", "ptx70"])
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize(("n", "k"), SHAPES, ids=[f"{n}x{k}" for n, k in SHAPES])
 @pytest.mark.parametrize("block", BLOCKS.values(), ids=BLOCKS.keys())
 def test_gpu_against_float64(
-    monkeypatch: pytest.MonkeyPatch, block: tuple[int, int] | None, n: int, k: int, split: str
+    monkeypatch: pytest.MonkeyPatch,
+    block: tuple[int, int] | None,
+    n: int,
+    k: int,
+    split: str,
+    ptx_arch: str | None,
 ) -> None:
     """Each table's launch and :data:`OTHER_LAUNCHES`, with and without bias, into poisoned
-    outputs, split as :data:`SPLITS` says; the split buffers are all zero again after each."""
+    outputs, split as :data:`SPLITS` says; the split buffers are all zero again after each.
+    ``ptx70``: the compute_70 PTX a V100 build starts from, JIT-compiled by the driver (needs a
+    CUDA 12 NVRTC: ``scripts/ptx70_bundle.sh``)."""
     _forced_splits(monkeypatch, split)
     seed = n + k + (0 if block is None else block[0] * block[1])
     w = random_layer(n, k, block, seed=seed, device="cuda")
@@ -268,7 +285,8 @@ def test_gpu_against_float64(
     b = torch.randn(n, generator=gen, device="cuda").half()
     for launch in dict.fromkeys((*SM70_BUILDS, *SM90_BUILDS, *OTHER_LAUNCHES)):
         for bias in (b, None):
-            _check(w, x, bias, launch, f"{launch} bias={bias is not None} {split}")
+            what = f"{launch} bias={bias is not None} {split} {ptx_arch or 'cubin'}"
+            _check(w, x, bias, launch, what, ptx_arch=ptx_arch)
     assert not arrival_counters(x.device).any()
     assert not zeroed_accumulators(x.device).any()
 

@@ -68,7 +68,12 @@ def runs(w: Fp8Weights) -> bool:
 
 
 def gemv_linear(
-    x2: torch.Tensor, w: Fp8Weights, bias: torch.Tensor | None, launch: Launch, out: torch.Tensor
+    x2: torch.Tensor,
+    w: Fp8Weights,
+    bias: torch.Tensor | None,
+    launch: Launch,
+    out: torch.Tensor,
+    ptx_arch: str | None = None,
 ) -> None:
     """``out = x2 @ W.T (+ bias)`` for one token: ``x2`` fp16 ``[1, K]``, ``bias`` None or fp16
     ``[N]``, ``out`` fp16 ``[1, N]`` with unit stride, ``W`` the layer's dequantized weights,
@@ -76,8 +81,13 @@ def gemv_linear(
     takes. The activations are copied where their row is not 16-byte aligned. The input is
     split as :func:`volta_fp8w.launch.gemv_splits` says for the device's SMs.
 
+    ``ptx_arch`` (``"compute_70"``) builds PTX for that architecture and lets the driver
+    JIT-compile it, instead of a cubin for the device: the V100's build, run on another GPU.
+
     :raises ValueError: more than one token, a layer the kernel's loads do not take, mismatched
         shapes or dtypes, not a CUDA GEMV launch; before any launch.
+    :raises CudaToolkitUnavailable: no CUDA 12 NVRTC.
+    :raises CudaCompileError: NVRTC refused the build.
     """
     gemv_rows(launch)
     if not runs(w):
@@ -92,7 +102,9 @@ def gemv_linear(
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
     options = gemv_options(launch)
-    kernel = BUILDS.loaded(x2.device, options) or BUILDS.load(x2.device, options)
+    kernel = BUILDS.loaded(x2.device, options, ptx_arch) or BUILDS.load(
+        x2.device, options, ptx_arch
+    )
     splits, per_split = gemv_splits(w.n, w.k, launch, device_facts(x2.device).sm_count)
     grid = gemv_grid(w.n, launch, splits)
     ws: torch.Tensor | None = None

@@ -14,4 +14,4 @@ from one launch (:mod:`.launch`), and :mod:`.dispatch`, the one answer to which 
 call, every build shipped for a device and what a launch costs.
 """
 
-__version__ = "0.4.0"
+__version__ = "0.4.1"
